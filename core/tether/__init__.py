@@ -1,0 +1,56 @@
+"""tether: train the LLM agents you already have.
+
+Wrap an existing agent with ``tether.wrap``, then improve it with ``tether.Trainer``. Importing tether is
+cheap: heavy parts (HTTP servers, models, frameworks) load on first use.
+"""
+
+from __future__ import annotations
+
+from tether.adapters import Adapter, SpanSink, Tracer
+from tether.hookspecs import hookimpl, hookspec
+from tether.plugins import AdapterNotFound, get_plugins
+from tether.store import Store, StoreError, open_store
+from tether.types import (
+    Attempt,
+    AttemptStatus,
+    LLMEndpoint,
+    Mode,
+    PromptTemplate,
+    Resources,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
+    Span,
+    SpanKind,
+    Task,
+    Transition,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Adapter",
+    "AdapterNotFound",
+    "Attempt",
+    "AttemptStatus",
+    "LLMEndpoint",
+    "Mode",
+    "PromptTemplate",
+    "Resources",
+    "Rollout",
+    "RolloutSpec",
+    "RolloutStatus",
+    "Span",
+    "SpanKind",
+    "SpanSink",
+    "Store",
+    "StoreError",
+    "Task",
+    "Tracer",
+    "Transition",
+    "__version__",
+    "get_plugins",
+    "hookimpl",
+    "hookspec",
+    "open_store",
+]

@@ -1,0 +1,70 @@
+"""The ``tether`` command line: ``plugins``, ``store serve``."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tether")
+def main() -> None:
+    """tether: train the LLM agents you already have."""
+
+
+@main.command()
+def plugins() -> None:
+    """List loaded plugins (with their hooks and versions) and unavailable ones (with the install hint)."""
+    from tether.plugins import get_plugins
+
+    manager = get_plugins()
+    console = Console()
+    table = Table(title="loaded plugins", title_justify="left")
+    for col in ("name", "version", "source", "hooks"):
+        table.add_column(col)
+    for info in manager.loaded():
+        table.add_row(info.name, info.version or "-", info.source, ", ".join(info.hooks))
+    console.print(table)
+    adapters = manager.adapters()
+    console.print("adapters: " + (", ".join(a.name for a in adapters) if adapters else "none"))
+    if manager.unavailable:
+        missing = Table(title="unavailable plugins", title_justify="left")
+        for col in ("name", "reason", "install"):
+            missing.add_column(col)
+        for u in manager.unavailable:
+            missing.add_row(u.name, u.reason, u.hint or "-")
+        console.print(missing)
+
+
+@main.group()
+def store() -> None:
+    """Work with tether stores."""
+
+
+@store.command("serve")
+@click.option(
+    "--store",
+    "store_url",
+    default="sqlite:///runs/tether.db",
+    show_default=True,
+    help="The backend to expose: memory:, sqlite:///path.db",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but loopback requires --token.",
+)
+@click.option("--port", default=4747, show_default=True, type=int)
+@click.option(
+    "--token",
+    envvar="TETHER_STORE_TOKEN",
+    default=None,
+    help="Bearer token clients must send (env TETHER_STORE_TOKEN).",
+)
+def store_serve(store_url: str, host: str, port: int, token: str | None) -> None:
+    """Serve a store over HTTP (JSON) for remote runners and the dashboard."""
+    from tether.store.http_server import serve
+
+    serve(store_url, host=host, port=port, token=token)

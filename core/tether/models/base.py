@@ -1,0 +1,74 @@
+"""The model-backend contract: what the proxy forwards a chat completion to.
+
+A backend takes an OpenAI-style chat request and returns choices with the exact token ids it used and
+produced (when it has them) and their logprobs, so the proxy can record them without re-tokenising.
+Backends are chosen by ``model=`` strings; see ``tether.models.open_backend``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class BackendError(Exception):
+    """The backend could not answer (the proxy turns this into a 502 with the message)."""
+
+
+class BadRequest(ValueError):
+    """The request is malformed for this backend (the proxy turns this into a 400 with the message)."""
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    n: int = 1
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] | None = None
+    seed: int | None = None
+    model: str | None = None
+    #: other OpenAI parameters (tool_choice, response_format, ...): passed through by remote backends
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Choice:
+    message: dict[str, Any]  # OpenAI assistant message: role, content, optional tool_calls
+    finish_reason: str  # "stop", "length" or "tool_calls"
+    response_token_ids: list[int] | None = None
+    logprobs: list[float] | None = None  # one per response token, under the sampling distribution
+
+
+@dataclass(slots=True)
+class ChatResult:
+    choices: list[Choice]
+    model: str
+    prompt_token_ids: list[int] | None = None  # shared by all choices
+    usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens, total_tokens
+
+    @property
+    def token_ids_available(self) -> bool:
+        return self.prompt_token_ids is not None and all(
+            c.response_token_ids is not None for c in self.choices
+        )
+
+
+class ModelBackend(abc.ABC):
+    """A source of chat completions. ``start`` before the first ``chat``; ``close`` when done."""
+
+    name: str = ""
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Load weights, start servers. Idempotent."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what ``start`` took. Idempotent."""
+
+    @abc.abstractmethod
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        """Answer one chat request. ``BadRequest`` for requests this backend cannot take,
+        ``BackendError`` when it fails."""

@@ -1,0 +1,269 @@
+"""The store contract: the one rendezvous between trainer, runners, proxy and dashboard.
+
+Every backend (memory, SQLite, HTTP client, later PostgreSQL) implements ``Store`` and passes the shared
+conformance suite in ``tether.testing.store_conformance``. The methods are async because runners and the
+proxy live on an event loop; backends whose work is quick and local may do it inline.
+
+State machine
+-------------
+A rollout is ``queued`` until a worker dequeues it; ``dequeue`` atomically moves it to ``running`` and opens
+a new attempt (``running``) owned by that worker, so a rollout is handed to exactly one worker at a time.
+
+``finish_attempt(status="succeeded")`` ends the attempt and the rollout (``succeeded``).
+``finish_attempt(status="failed")`` ends the attempt (``failed``); the rollout goes back to ``queued`` if it
+has attempts left (``attempt_count < max_attempts``), else it ends ``failed`` with the attempt's error.
+``requeue_stale()`` does the same for running attempts past their ``timeout_s`` or whose last heartbeat
+(the last span that arrived, or an explicit ``heartbeat``) is older than ``heartbeat_timeout_s``; such an
+attempt ends ``timeout``. ``cancel_rollout`` ends a queued or running rollout ``cancelled`` (its running
+attempt too). Finished rollouts never change again, except that ``harvest`` removes them.
+
+Errors
+------
+Every error is a ``StoreError``. ``NotFound`` (also a ``KeyError``) for unknown ids, ``InvalidTransition``
+for a state change the machine above forbids (finishing a finished attempt, cancelling a finished rollout),
+``InvalidInput`` (also a ``ValueError``) for malformed arguments (non-finite reward, span without kind,
+unknown attempt in a span batch). A method that raises has changed nothing: batches are all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.types import (
+    Attempt,
+    AttemptStatus,
+    LLMEndpoint,
+    Mode,
+    PromptTemplate,
+    Resources,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
+    Span,
+    SpanKind,
+)
+
+
+class StoreError(Exception):
+    """Base class of every error a store raises."""
+
+
+class NotFound(StoreError, KeyError):
+    """An id that the store does not hold (never stored, or already harvested)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "not found"
+
+
+class InvalidTransition(StoreError):
+    """A status change that the state machine forbids."""
+
+
+class InvalidInput(StoreError, ValueError):
+    """Malformed arguments; nothing was stored."""
+
+
+@dataclass(slots=True)
+class Harvested:
+    """A finished rollout removed from the store by ``harvest``, with everything it held."""
+
+    rollout: Rollout
+    attempts: list[Attempt] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rollout": self.rollout.to_dict(),
+            "attempts": [a.to_dict() for a in self.attempts],
+            "spans": [s.to_dict() for s in self.spans],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Harvested:
+        return cls(
+            rollout=Rollout.from_dict(data["rollout"]),
+            attempts=[Attempt.from_dict(a) for a in data["attempts"]],
+            spans=[Span.from_dict(s) for s in data["spans"]],
+        )
+
+
+FINISHED_ATTEMPT_STATUSES = frozenset(
+    {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.TIMEOUT, AttemptStatus.CANCELLED}
+)
+
+
+class Store(abc.ABC):
+    """Abstract store. See the module docstring for the state machine and the errors."""
+
+    # -- rollouts -----------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
+        """Add queued rollouts, in order. Raises ``InvalidInput`` (nothing added) if any spec is malformed
+        (``max_attempts`` < 1, negative timeouts)."""
+
+    @abc.abstractmethod
+    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
+        """Claim up to ``limit`` queued rollouts (oldest first) for ``worker_id``: each becomes ``running``
+        with a new ``running`` attempt. Returns ``[]`` when none is queued; never blocks."""
+
+    @abc.abstractmethod
+    async def finish_attempt(
+        self,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        output: Any = None,
+        reward: float | None = None,
+        error: str | None = None,
+    ) -> Rollout:
+        """End a running attempt ``succeeded`` or ``failed`` and move its rollout as the module docstring
+        says. Returns the rollout after the change. ``NotFound`` for an unknown attempt,
+        ``InvalidTransition`` if it is not running or ``status`` is not succeeded/failed,
+        ``InvalidInput`` for a non-finite reward or an output that is not JSON-serialisable."""
+
+    @abc.abstractmethod
+    async def heartbeat(self, attempt_id: str) -> None:
+        """Mark a running attempt alive now. ``NotFound`` / ``InvalidTransition`` as above."""
+
+    @abc.abstractmethod
+    async def requeue_stale(self, now: float | None = None) -> list[str]:
+        """End running attempts past their timeout or heartbeat limit as ``timeout``; requeue or fail their
+        rollouts. Returns the affected rollout ids."""
+
+    @abc.abstractmethod
+    async def cancel_rollout(self, rollout_id: str) -> Rollout:
+        """End a queued or running rollout ``cancelled``. ``InvalidTransition`` if already finished."""
+
+    @abc.abstractmethod
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        """``NotFound`` if unknown."""
+
+    @abc.abstractmethod
+    async def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        mode: Mode | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Rollout]:
+        """Rollouts matching every given filter, oldest first. Unknown ids in ``rollout_ids`` are skipped."""
+
+    @abc.abstractmethod
+    async def get_attempts(self, rollout_id: str) -> list[Attempt]:
+        """Attempts of a rollout, first first. ``NotFound`` if the rollout is unknown."""
+
+    async def wait_for_rollouts(
+        self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05
+    ) -> list[Rollout]:
+        """Wait until every rollout in ``rollout_ids`` is finished or ``timeout`` seconds pass; return the
+        finished ones. Backends may override with something smarter than polling."""
+        import asyncio
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wanted = list(rollout_ids)
+        while True:
+            rollouts = await self.list_rollouts(rollout_ids=wanted)
+            done = [r for r in rollouts if r.status.finished]
+            if len(done) == len(wanted) or (deadline is not None and time.monotonic() >= deadline):
+                return done
+            await asyncio.sleep(poll_s)
+
+    # -- spans --------------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
+        """Store a batch of spans, all or nothing; return the sequence number given to each (per attempt,
+        from 0, in arrival order; any ``sequence`` set by the caller is ignored). A span for a running
+        attempt is its heartbeat. ``InvalidInput`` if any span names an unknown attempt, a rollout that
+        does not own that attempt, an unknown kind, or carries non-JSON attributes."""
+
+    @abc.abstractmethod
+    async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
+        """Spans of an attempt with ``sequence >= since``, in sequence order. ``NotFound`` if unknown."""
+
+    # -- resources ----------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_resources(
+        self, *, llm: LLMEndpoint | None = None, prompts: dict[str, PromptTemplate] | None = None
+    ) -> Resources:
+        """Publish a new resources version (1, 2, ...). Missing parts are carried over from the latest."""
+
+    @abc.abstractmethod
+    async def get_resources(self, version: int | None = None) -> Resources | None:
+        """The given version (``NotFound`` if unknown), or the latest (``None`` if none yet)."""
+
+    # -- memory -------------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def harvest(self, rollout_ids: Sequence[str] | None = None) -> list[Harvested]:
+        """Remove finished rollouts (the given ones, or all finished) with their attempts and spans, and
+        return them. ``InvalidTransition`` (nothing removed) if a given rollout is not finished,
+        ``NotFound`` if unknown."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and files. The store is unusable afterwards."""
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# -- validation shared by the backends ------------------------------------------------------------------
+
+
+def validate_spec(spec: RolloutSpec) -> None:
+    if not isinstance(spec, RolloutSpec):
+        raise InvalidInput(f"enqueue takes RolloutSpec objects, got {type(spec).__name__}")
+    if spec.max_attempts < 1:
+        raise InvalidInput(f"max_attempts must be >= 1, got {spec.max_attempts}")
+    for name in ("timeout_s", "heartbeat_timeout_s"):
+        value = getattr(spec, name)
+        if value is not None and not (isinstance(value, int | float) and value > 0):
+            raise InvalidInput(f"{name} must be a positive number of seconds, got {value!r}")
+    try:
+        Mode(spec.mode)
+    except ValueError:
+        raise InvalidInput(f"mode must be 'train' or 'val', got {spec.mode!r}") from None
+
+
+def validate_reward(reward: Any) -> float | None:
+    if reward is None:
+        return None
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        raise InvalidInput(f"reward must be a finite number or None, got {reward!r}")
+    return float(reward)
+
+
+def validate_span(span: Span) -> None:
+    if not isinstance(span, Span):
+        raise InvalidInput(f"add_spans takes Span objects, got {type(span).__name__}")
+    try:
+        SpanKind(span.kind)
+    except ValueError:
+        raise InvalidInput(
+            f"span kind must be one of {[k.value for k in SpanKind]}, got {span.kind!r}"
+        ) from None
+    if not isinstance(span.name, str) or not span.name:
+        raise InvalidInput("span name must be a non-empty string")
+    if not isinstance(span.attributes, dict):
+        raise InvalidInput(f"span attributes must be a dict, got {type(span.attributes).__name__}")
+
+
+def validate_finish_status(status: AttemptStatus | str) -> AttemptStatus:
+    try:
+        value = AttemptStatus(status)
+    except ValueError:
+        raise InvalidInput(f"unknown attempt status {status!r}") from None
+    if value not in (AttemptStatus.SUCCEEDED, AttemptStatus.FAILED):
+        raise InvalidTransition(f"finish_attempt takes 'succeeded' or 'failed', not {value.value!r}")
+    return value

@@ -1,0 +1,351 @@
+"""In-process store (``memory:``): dicts behind a lock. Fast, and gone when the process exits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from tether import _json
+from tether.store.base import (
+    FINISHED_ATTEMPT_STATUSES,
+    Harvested,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    Store,
+    validate_finish_status,
+    validate_reward,
+    validate_span,
+    validate_spec,
+)
+from tether.types import (
+    Attempt,
+    AttemptStatus,
+    LLMEndpoint,
+    Mode,
+    PromptTemplate,
+    Resources,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
+    Span,
+    SpanKind,
+    new_id,
+)
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rollouts: dict[str, Rollout] = {}
+        self._queue: OrderedDict[str, None] = OrderedDict()  # queued rollout ids, oldest first
+        self._attempts: dict[str, Attempt] = {}
+        self._attempts_of: dict[str, list[str]] = {}
+        self._spans: dict[str, list[Span]] = {}
+        self._resources: list[Resources] = []
+
+    # -- rollouts -----------------------------------------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
+        for spec in specs:
+            validate_spec(spec)
+        try:
+            inputs = [_json.clone(spec.input) for spec in specs]
+            metas = [_json.clone(spec.metadata) for spec in specs]
+        except TypeError as exc:
+            raise InvalidInput(f"rollout input/metadata: {exc}") from None
+        out = []
+        with self._lock:
+            for spec, task_input, meta in zip(specs, inputs, metas, strict=True):
+                rid = new_id("ro")
+                rollout = Rollout(
+                    rollout_id=rid,
+                    input=task_input,
+                    task_id=spec.task_id or rid,
+                    mode=Mode(spec.mode),
+                    metadata=meta,
+                    max_attempts=spec.max_attempts,
+                    timeout_s=spec.timeout_s,
+                    heartbeat_timeout_s=spec.heartbeat_timeout_s,
+                    resources_version=spec.resources_version,
+                )
+                self._rollouts[rid] = rollout
+                self._attempts_of[rid] = []
+                self._queue[rid] = None
+                out.append(_copy_rollout(rollout))
+        return out
+
+    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
+        out = []
+        with self._lock:
+            while self._queue and len(out) < limit:
+                rid, _ = self._queue.popitem(last=False)
+                rollout = self._rollouts[rid]
+                rollout.status = RolloutStatus.RUNNING
+                rollout.attempt_count += 1
+                attempt = Attempt(
+                    attempt_id=new_id("at"), rollout_id=rid, index=rollout.attempt_count, worker_id=worker_id
+                )
+                self._attempts[attempt.attempt_id] = attempt
+                self._attempts_of[rid].append(attempt.attempt_id)
+                self._spans[attempt.attempt_id] = []
+                out.append((_copy_rollout(rollout), _copy_attempt(attempt)))
+        return out
+
+    async def finish_attempt(
+        self,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        output: Any = None,
+        reward: float | None = None,
+        error: str | None = None,
+    ) -> Rollout:
+        final = validate_finish_status(status)
+        reward = validate_reward(reward)
+        try:
+            output = _json.clone(output)
+        except TypeError as exc:
+            raise InvalidInput(f"rollout output: {exc}") from None
+        with self._lock:
+            attempt = self._running_attempt(attempt_id)
+            rollout = self._rollouts[attempt.rollout_id]
+            self._end_attempt(attempt, rollout, final, error=error, output=output, reward=reward)
+            return _copy_rollout(rollout)
+
+    async def heartbeat(self, attempt_id: str) -> None:
+        with self._lock:
+            self._running_attempt(attempt_id).last_heartbeat_at = time.time()
+
+    async def requeue_stale(self, now: float | None = None) -> list[str]:
+        now = time.time() if now is None else now
+        affected = []
+        with self._lock:
+            for attempt in list(self._attempts.values()):
+                if attempt.status != AttemptStatus.RUNNING:
+                    continue
+                rollout = self._rollouts[attempt.rollout_id]
+                reason = stale_reason(rollout, attempt, now)
+                if reason:
+                    self._end_attempt(attempt, rollout, AttemptStatus.TIMEOUT, error=reason)
+                    affected.append(rollout.rollout_id)
+        return affected
+
+    async def cancel_rollout(self, rollout_id: str) -> Rollout:
+        with self._lock:
+            rollout = self._get(rollout_id)
+            if rollout.status.finished:
+                raise InvalidTransition(f"rollout {rollout_id} is already {rollout.status.value}")
+            for aid in self._attempts_of[rollout_id]:
+                attempt = self._attempts[aid]
+                if attempt.status == AttemptStatus.RUNNING:
+                    attempt.status = AttemptStatus.CANCELLED
+                    attempt.finished_at = time.time()
+            self._queue.pop(rollout_id, None)
+            rollout.status = RolloutStatus.CANCELLED
+            rollout.finished_at = time.time()
+            return _copy_rollout(rollout)
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        with self._lock:
+            return _copy_rollout(self._get(rollout_id))
+
+    async def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        mode: Mode | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Rollout]:
+        with self._lock:
+            if rollout_ids is not None:
+                pool = [self._rollouts[r] for r in dict.fromkeys(rollout_ids) if r in self._rollouts]
+                pool.sort(key=lambda r: r.created_at)
+            else:
+                pool = list(self._rollouts.values())
+            out = []
+            for rollout in pool:
+                if status is not None and rollout.status != status:
+                    continue
+                if mode is not None and rollout.mode != mode:
+                    continue
+                out.append(_copy_rollout(rollout))
+                if limit is not None and len(out) >= limit:
+                    break
+            return out
+
+    async def get_attempts(self, rollout_id: str) -> list[Attempt]:
+        with self._lock:
+            self._get(rollout_id)
+            return [_copy_attempt(self._attempts[a]) for a in self._attempts_of[rollout_id]]
+
+    # -- spans --------------------------------------------------------------------------------------------
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
+        prepared = []
+        for span in spans:
+            validate_span(span)
+            try:
+                attributes = _json.clone(span.attributes)
+            except TypeError as exc:
+                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+            prepared.append((span, attributes))
+        with self._lock:
+            for span, _ in prepared:
+                attempt = self._attempts.get(span.attempt_id)
+                if attempt is None:
+                    raise InvalidInput(f"span {span.name!r} names unknown attempt {span.attempt_id!r}")
+                if attempt.rollout_id != span.rollout_id:
+                    raise InvalidInput(
+                        f"span {span.name!r}: attempt {span.attempt_id} belongs to rollout "
+                        f"{attempt.rollout_id}, not {span.rollout_id}"
+                    )
+            now = time.time()
+            sequences = []
+            for span, attributes in prepared:
+                stored = self._spans[span.attempt_id]
+                copy = Span(
+                    rollout_id=span.rollout_id,
+                    attempt_id=span.attempt_id,
+                    kind=SpanKind(span.kind),
+                    name=span.name,
+                    agent_name=span.agent_name,
+                    attributes=attributes,
+                    span_id=span.span_id,
+                    parent_id=span.parent_id,
+                    start_time=span.start_time,
+                    end_time=span.end_time,
+                    sequence=len(stored),
+                )
+                stored.append(copy)
+                sequences.append(copy.sequence)
+                attempt = self._attempts[span.attempt_id]
+                if attempt.status == AttemptStatus.RUNNING:
+                    attempt.last_heartbeat_at = now
+            return sequences  # type: ignore[return-value]
+
+    async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
+        with self._lock:
+            if attempt_id not in self._spans:
+                raise NotFound(f"unknown attempt {attempt_id!r}")
+            return [_copy_span(s) for s in self._spans[attempt_id][max(since, 0) :]]
+
+    # -- resources ----------------------------------------------------------------------------------------
+
+    async def add_resources(
+        self, *, llm: LLMEndpoint | None = None, prompts: dict[str, PromptTemplate] | None = None
+    ) -> Resources:
+        with self._lock:
+            latest = self._resources[-1] if self._resources else None
+            resources = Resources(
+                version=len(self._resources) + 1,
+                llm=llm if llm is not None else (latest.llm if latest else None),
+                prompts=dict(prompts) if prompts is not None else (dict(latest.prompts) if latest else {}),
+            )
+            resources = Resources.from_dict(_json.clone(resources.to_dict()))
+            self._resources.append(resources)
+            return Resources.from_dict(resources.to_dict())
+
+    async def get_resources(self, version: int | None = None) -> Resources | None:
+        with self._lock:
+            if version is None:
+                return Resources.from_dict(self._resources[-1].to_dict()) if self._resources else None
+            if not 1 <= version <= len(self._resources):
+                raise NotFound(f"unknown resources version {version}")
+            return Resources.from_dict(self._resources[version - 1].to_dict())
+
+    # -- memory -------------------------------------------------------------------------------------------
+
+    async def harvest(self, rollout_ids: Sequence[str] | None = None) -> list[Harvested]:
+        with self._lock:
+            if rollout_ids is None:
+                ids = [r.rollout_id for r in self._rollouts.values() if r.status.finished]
+            else:
+                ids = list(dict.fromkeys(rollout_ids))
+                for rid in ids:
+                    rollout = self._get(rid)
+                    if not rollout.status.finished:
+                        raise InvalidTransition(
+                            f"rollout {rid} is {rollout.status.value}; only finished rollouts can be harvested"
+                        )
+            out = []
+            for rid in ids:
+                rollout = self._rollouts.pop(rid)
+                attempt_ids = self._attempts_of.pop(rid)
+                attempts = [self._attempts.pop(a) for a in attempt_ids]
+                spans = [s for a in attempt_ids for s in self._spans.pop(a)]
+                out.append(Harvested(rollout=rollout, attempts=attempts, spans=spans))
+            return out
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _get(self, rollout_id: str) -> Rollout:
+        rollout = self._rollouts.get(rollout_id)
+        if rollout is None:
+            raise NotFound(f"unknown rollout {rollout_id!r}")
+        return rollout
+
+    def _running_attempt(self, attempt_id: str) -> Attempt:
+        attempt = self._attempts.get(attempt_id)
+        if attempt is None:
+            raise NotFound(f"unknown attempt {attempt_id!r}")
+        if attempt.status in FINISHED_ATTEMPT_STATUSES:
+            raise InvalidTransition(f"attempt {attempt_id} is already {attempt.status.value}")
+        return attempt
+
+    def _end_attempt(
+        self,
+        attempt: Attempt,
+        rollout: Rollout,
+        status: AttemptStatus,
+        *,
+        error: str | None,
+        output: Any = None,
+        reward: float | None = None,
+    ) -> None:
+        now = time.time()
+        attempt.status = status
+        attempt.finished_at = now
+        attempt.error = error
+        if status == AttemptStatus.SUCCEEDED:
+            rollout.status = RolloutStatus.SUCCEEDED
+            rollout.output, rollout.reward, rollout.error = output, reward, None
+            rollout.finished_at = now
+        elif rollout.attempt_count < rollout.max_attempts:
+            rollout.status = RolloutStatus.QUEUED
+            rollout.error = error
+            self._queue[rollout.rollout_id] = None
+        else:
+            rollout.status = RolloutStatus.FAILED
+            rollout.output, rollout.reward, rollout.error = output, reward, error
+            rollout.finished_at = now
+
+
+def stale_reason(rollout: Rollout, attempt: Attempt, now: float) -> str | None:
+    """Why a running attempt counts as dead at ``now``, or None if it is alive. Shared by the backends."""
+    if rollout.timeout_s is not None and now - attempt.started_at > rollout.timeout_s:
+        return f"attempt timed out after {rollout.timeout_s:g} s"
+    if (
+        rollout.heartbeat_timeout_s is not None
+        and now - attempt.last_heartbeat_at > rollout.heartbeat_timeout_s
+    ):
+        return f"no heartbeat for {rollout.heartbeat_timeout_s:g} s"
+    return None
+
+
+def _copy_rollout(r: Rollout) -> Rollout:
+    return Rollout.from_dict(r.to_dict())
+
+
+def _copy_attempt(a: Attempt) -> Attempt:
+    return Attempt.from_dict(a.to_dict())
+
+
+def _copy_span(s: Span) -> Span:
+    out = Span.from_dict(s.to_dict())
+    out.attributes = _json.clone(s.attributes)
+    return out

@@ -1,0 +1,265 @@
+"""The records tether passes around: tasks, rollouts, attempts, spans, resources, transitions.
+
+All are plain dataclasses (slots, no validation on construction) so building and serialising them stays
+cheap on the hot paths (proxy capture, span batches). Each has ``to_dict`` / ``from_dict`` producing JSON-ready
+dicts; the store backends and the HTTP wire format use exactly these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Self, TypeVar
+
+
+class RolloutStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED_ROLLOUT
+
+
+_FINISHED_ROLLOUT = frozenset({RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED})
+
+
+class AttemptStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"  # exceeded its timeout or missed its heartbeat; the rollout was requeued or failed
+    CANCELLED = "cancelled"
+
+
+class Mode(StrEnum):
+    TRAIN = "train"
+    VAL = "val"
+
+
+class SpanKind(StrEnum):
+    LLM = "llm"
+    TOOL = "tool"
+    REWARD = "reward"
+    OTHER = "other"
+
+
+def new_id(prefix: str) -> str:
+    """A short random id with a readable prefix (``ro-``, ``at-``, ``sp-``)."""
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+_T = TypeVar("_T")
+
+
+class _Record:
+    """Mixin: dict round-trip for the dataclasses below."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        names = _field_names(cls)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+_FIELD_CACHE: dict[type, frozenset[str]] = {}
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    names = _FIELD_CACHE.get(cls)
+    if names is None:
+        names = frozenset(f.name for f in dataclasses.fields(cls))
+        _FIELD_CACHE[cls] = names
+    return names
+
+
+@dataclass(slots=True)
+class Task(_Record):
+    """One input for the agent. ``input`` is whatever the agent's run function takes (JSON-serialisable)."""
+
+    input: Any
+    task_id: str = field(default_factory=lambda: new_id("task"))
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RolloutSpec(_Record):
+    """What the trainer asks the store to enqueue: one run of the agent on one task."""
+
+    input: Any
+    task_id: str | None = None
+    mode: Mode = Mode.TRAIN
+    metadata: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = 1
+    timeout_s: float | None = None  # wall-clock limit for one attempt
+    heartbeat_timeout_s: float | None = None  # an attempt with no span for this long is presumed dead
+    resources_version: int | None = None
+
+
+@dataclass(slots=True)
+class Rollout(_Record):
+    rollout_id: str
+    input: Any
+    task_id: str
+    mode: Mode = Mode.TRAIN
+    status: RolloutStatus = RolloutStatus.QUEUED
+    metadata: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = 1
+    timeout_s: float | None = None
+    heartbeat_timeout_s: float | None = None
+    resources_version: int | None = None
+    attempt_count: int = 0
+    created_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    output: Any = None
+    reward: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        obj = super(Rollout, cls).from_dict(data)
+        obj.mode = Mode(obj.mode)
+        obj.status = RolloutStatus(obj.status)
+        return obj
+
+
+@dataclass(slots=True)
+class Attempt(_Record):
+    attempt_id: str
+    rollout_id: str
+    index: int  # 1 for the first attempt of a rollout
+    worker_id: str
+    status: AttemptStatus = AttemptStatus.RUNNING
+    started_at: float = field(default_factory=time.time)
+    last_heartbeat_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        obj = super(Attempt, cls).from_dict(data)
+        obj.status = AttemptStatus(obj.status)
+        return obj
+
+
+@dataclass(slots=True)
+class Span(_Record):
+    """One captured event of an attempt. ``sequence`` is assigned by the store, in arrival order per attempt.
+
+    ``attributes`` holds the kind-specific payload: for ``llm`` spans ``request.messages``, ``response``,
+    ``prompt_token_ids``, ``response_token_ids``, ``logprobs``, ``usage``; for ``tool`` spans ``tool.name``,
+    ``tool.arguments``, ``tool.result`` or ``tool.error``; for ``reward`` spans ``reward.value``.
+    """
+
+    rollout_id: str
+    attempt_id: str
+    kind: SpanKind
+    name: str
+    agent_name: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    span_id: str = field(default_factory=lambda: new_id("sp"))
+    parent_id: str | None = None
+    start_time: float = field(default_factory=time.time)
+    end_time: float | None = None
+    sequence: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        obj = super(Span, cls).from_dict(data)
+        obj.kind = SpanKind(obj.kind)
+        return obj
+
+
+@dataclass(slots=True)
+class PromptTemplate(_Record):
+    """A named prompt the algorithms may rewrite. ``engine`` is ``"f-string"`` or ``"jinja"``."""
+
+    template: str
+    engine: str = "f-string"
+
+    def format(self, **values: Any) -> str:
+        if self.engine == "jinja":
+            import jinja2  # lazy: only users of jinja templates need it
+
+            return jinja2.Template(self.template).render(**values)
+        return self.template.format(**values)
+
+
+@dataclass(slots=True)
+class LLMEndpoint(_Record):
+    """Where agents send model calls. The runner scopes ``base_url`` to each rollout."""
+
+    base_url: str
+    model: str = "tether"
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Resources(_Record):
+    """A versioned bundle of what agents use: the LLM endpoint and prompt templates."""
+
+    version: int
+    llm: LLMEndpoint | None = None
+    prompts: dict[str, PromptTemplate] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "llm": self.llm.to_dict() if self.llm else None,
+            "prompts": {k: v.to_dict() for k, v in self.prompts.items()},
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        llm = data.get("llm")
+        return cls(
+            version=data["version"],
+            llm=LLMEndpoint.from_dict(llm) if isinstance(llm, dict) else llm,
+            prompts={
+                k: (PromptTemplate.from_dict(v) if isinstance(v, dict) else v)
+                for k, v in (data.get("prompts") or {}).items()
+            },
+            created_at=data.get("created_at", time.time()),
+        )
+
+
+@dataclass(slots=True)
+class Transition(_Record):
+    """One LLM call of a finished attempt, ready for an algorithm (filled by ``tether.transitions``)."""
+
+    rollout_id: str
+    attempt_id: str
+    task_id: str
+    agent_name: str | None
+    step: int
+    messages: list[dict[str, Any]]
+    response: dict[str, Any]
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    logprobs: list[float] | None
+    reward: float
+    trainable: bool
+    advantage: float | None = None
+
+
+def check_reward(value: Any) -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` if it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"reward must be a finite number, got {type(value).__name__} {value!r}")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"reward must be a finite number, got {out!r}")
+    return out
