@@ -1,0 +1,74 @@
+"""Context variables that scope a model call to its rollout and sub-agent.
+
+The runner sets ``current_scope`` around each rollout; the openai plugin reads it on every SDK request to
+send the request to that rollout's proxy URL (and leaves the client's own URL alone outside any rollout).
+Framework adapters name the sub-agent making a call, either by setting ``current_agent`` around the agent's
+turn (``agent_scope``) or by registering a resolver that reads the framework's own context (LangGraph keeps
+the running node in its config context variable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutScope:
+    rollout_id: str
+    attempt_id: str
+    base_url: str  # the proxy URL for this attempt, ending in /v1
+
+
+current_scope: ContextVar[RolloutScope | None] = ContextVar("tether_rollout_scope", default=None)
+current_agent: ContextVar[str | None] = ContextVar("tether_agent_name", default=None)
+
+_agent_resolvers: list[Callable[[], str | None]] = []
+
+
+@contextlib.contextmanager
+def rollout_scope(scope: RolloutScope) -> Iterator[RolloutScope]:
+    token = current_scope.set(scope)
+    try:
+        yield scope
+    finally:
+        current_scope.reset(token)
+
+
+@contextlib.contextmanager
+def agent_scope(name: str | None) -> Iterator[None]:
+    token = current_agent.set(name)
+    try:
+        yield
+    finally:
+        current_agent.reset(token)
+
+
+def add_agent_resolver(resolver: Callable[[], str | None]) -> None:
+    """Register a function that names the running sub-agent from a framework's own context (idempotent)."""
+    if resolver not in _agent_resolvers:
+        _agent_resolvers.append(resolver)
+
+
+def remove_agent_resolver(resolver: Callable[[], str | None]) -> None:
+    if resolver in _agent_resolvers:
+        _agent_resolvers.remove(resolver)
+
+
+def current_agent_name() -> str | None:
+    """The sub-agent making the current call: an explicit ``agent_scope`` wins, then the resolvers."""
+    name = current_agent.get()
+    if name:
+        return name
+    for resolver in _agent_resolvers:
+        found = resolver()
+        if found:
+            return found
+    return None
+
+
+#: HTTP headers the openai plugin adds to each redirected request; the proxy records them on the span.
+AGENT_HEADER = "X-Tether-Agent"
+CALL_ID_HEADER = "X-Tether-Call-Id"
