@@ -6,10 +6,12 @@ cheap: heavy parts (HTTP servers, models, frameworks) load on first use.
 
 from __future__ import annotations
 
-from tether.adapters import Adapter, SpanSink, Tracer
+from tether.adapters import Adapter, SpanSink, Tracer, WrappedAgent, wrap
+from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
 from tether.plugins import AdapterNotFound, get_plugins
 from tether.store import Store, StoreError, open_store
+from tether.trainer import Trainer
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -47,10 +49,15 @@ __all__ = [
     "StoreError",
     "Task",
     "Tracer",
+    "Trainer",
     "Transition",
+    "WrappedAgent",
     "__version__",
+    "emit_reward",
+    "emit_span",
     "get_plugins",
     "hookimpl",
     "hookspec",
     "open_store",
+    "wrap",
 ]

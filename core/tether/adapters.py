@@ -9,9 +9,13 @@ captures. Both are registered through the hooks in ``tether.hookspecs``.
 from __future__ import annotations
 
 import abc
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tether.types import Resources, SpanKind
+from tether.types import Resources, SpanKind, check_reward
 
 
 class SpanSink(Protocol):
@@ -63,3 +67,84 @@ class Adapter(Tracer):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+RewardFn = Callable[[Any, Any], float | Awaitable[float]]
+RunFn = Callable[[Any, Any], Any]
+
+
+@dataclass(slots=True)
+class WrappedAgent:
+    """An agent ready to train: the user's object, the adapter that runs it, how to score it, and which
+    sub-agents may be optimized (None: all of them)."""
+
+    agent: Any
+    adapter: Adapter
+    reward: RewardFn | None = None
+    optimize: frozenset[str] | None = None
+    run: RunFn | None = None
+
+    async def run_task(self, task: Any, resources: Resources) -> Any:
+        """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's."""
+        if self.run is None:
+            return await self.adapter.run(self.agent, task, resources)
+        if inspect.iscoroutinefunction(self.run):
+            return await self.run(self.agent, task)
+        result = await asyncio.to_thread(self.run, self.agent, task)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def score(self, task: Any, output: Any) -> float | None:
+        """The ``reward`` function's value for this output (None when there is no reward function)."""
+        if self.reward is None:
+            return None
+        value = self.reward(task, output)
+        if inspect.isawaitable(value):
+            value = await value
+        return check_reward(value)
+
+    def is_trainable(self, agent_name: str | None) -> bool:
+        return self.optimize is None or (agent_name is not None and agent_name in self.optimize)
+
+
+def wrap(
+    agent: Any,
+    *,
+    reward: RewardFn | None = None,
+    optimize: Iterable[str] | str | None = None,
+    adapter: str | Adapter | None = None,
+    run: RunFn | None = None,
+) -> WrappedAgent:
+    """Make ``agent`` trainable without changing it.
+
+    ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
+    the sub-agents whose calls are trained (default: all); ``adapter`` picks the adapter by name when the
+    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent.
+    """
+    from tether.plugins import get_plugins
+
+    if reward is not None and not callable(reward):
+        raise TypeError(f"reward must be a function (task, output) -> float, got {type(reward).__name__}")
+    if run is not None and not callable(run):
+        raise TypeError(f"run must be a function (agent, task) -> output, got {type(run).__name__}")
+    plugins = get_plugins()
+    if isinstance(adapter, Adapter):
+        chosen = adapter
+    elif isinstance(adapter, str):
+        chosen = plugins.adapter_named(adapter)
+    elif adapter is None:
+        chosen = plugins.adapter_for(agent)
+    else:
+        raise TypeError(f'adapter must be an adapter name such as "langgraph" or an Adapter, got {adapter!r}')
+    return WrappedAgent(agent=agent, adapter=chosen, reward=reward, optimize=_agent_names(optimize), run=run)
+
+
+def _agent_names(optimize: Iterable[str] | str | None) -> frozenset[str] | None:
+    if optimize is None:
+        return None
+    names = [optimize] if isinstance(optimize, str) else list(optimize)
+    bad = [n for n in names if not isinstance(n, str) or not n]
+    if bad or not names:
+        raise ValueError(f"optimize= takes sub-agent names (non-empty strings), got {optimize!r}")
+    return frozenset(names)

@@ -13,6 +13,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tether.adapters import SpanSink as SpanSinkLike
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +76,7 @@ def current_agent_name() -> str | None:
 #: HTTP headers the openai plugin adds to each redirected request; the proxy records them on the span.
 AGENT_HEADER = "X-Tether-Agent"
 CALL_ID_HEADER = "X-Tether-Call-Id"
+
+
+#: the sink of the running rollout, for ``tether.emit_reward`` / ``emit_span`` called from agent code
+current_sink: ContextVar[SpanSinkLike | None] = ContextVar("tether_span_sink", default=None)

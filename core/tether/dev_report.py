@@ -1,0 +1,121 @@
+"""What ``Trainer.dev`` returns: each rollout with its spans and transitions, printable as a readable trace
+(agent → LLM call → tool → result → reward), and the problems found in the wiring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.transitions import is_proxy_llm_span
+from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
+
+_CLIP = 80
+
+
+@dataclass(slots=True)
+class DevRollout:
+    rollout: Rollout
+    spans: list[Span]
+    transitions: list[Transition]
+    problems: list[str] = field(default_factory=list)
+    attempts: int = 1
+
+    @property
+    def status(self) -> RolloutStatus:
+        return self.rollout.status
+
+    @property
+    def output(self) -> Any:
+        return self.rollout.output
+
+    @property
+    def reward(self) -> float | None:
+        return self.rollout.reward
+
+    @property
+    def error(self) -> str | None:
+        return self.rollout.error
+
+    def __str__(self) -> str:
+        r = self.rollout
+        reward = "-" if r.reward is None else f"{r.reward:g}"
+        lines = [f"rollout {r.rollout_id} [{r.status.value}] reward={reward} task={_clip(r.input)}"]
+        for span in self.spans:
+            lines.append("  " + _describe(span))
+        if r.status == RolloutStatus.SUCCEEDED:
+            lines.append(f"  output: {_clip(r.output)}")
+        elif r.error:
+            lines.append(f"  error: {r.error.strip().splitlines()[-1]}")
+        lines.extend(f"  problem: {p}" for p in self.problems)
+        return "\n".join(lines)
+
+
+@dataclass(slots=True)
+class DevReport:
+    rollouts: list[DevRollout] = field(default_factory=list)
+    agent_names: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Any:
+        return iter(self.rollouts)
+
+    def __len__(self) -> int:
+        return len(self.rollouts)
+
+    def __getitem__(self, index: int) -> DevRollout:
+        return self.rollouts[index]
+
+    @property
+    def all_problems(self) -> list[str]:
+        return self.problems + [p for r in self.rollouts for p in r.problems]
+
+    def metrics(self) -> dict[str, float]:
+        n = len(self.rollouts) or 1
+        rewards = [r.reward for r in self.rollouts if r.reward is not None]
+        return {
+            "rollouts": float(len(self.rollouts)),
+            "succeeded": sum(r.status == RolloutStatus.SUCCEEDED for r in self.rollouts) / n,
+            "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+            "llm_calls_per_rollout": sum(len(r.transitions) for r in self.rollouts) / n,
+        }
+
+    def __str__(self) -> str:
+        parts = [str(r) for r in self.rollouts]
+        parts.extend(f"problem: {p}" for p in self.problems)
+        return "\n".join(parts)
+
+
+def _describe(span: Span) -> str:
+    agent = f"{span.agent_name} → " if span.agent_name else ""
+    attrs = span.attributes
+    if is_proxy_llm_span(span):
+        choice = (attrs.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        calls = message.get("tool_calls") or []
+        if calls:
+            said = ", ".join(
+                f"{c.get('function', {}).get('name')}({_clip(c.get('function', {}).get('arguments'), 40)})"
+                for c in calls
+            )
+            said = f"calls {said}"
+        else:
+            said = _clip(message.get("content"))
+        ids = len(choice.get("response_token_ids") or [])
+        return f"{agent}LLM: {said}" + (f"  [{ids} token ids]" if ids else "")
+    if span.kind == SpanKind.TOOL:
+        outcome = (
+            f"error {_clip(attrs.get('tool.error'))}"
+            if attrs.get("tool.error") is not None
+            else _clip(attrs.get("tool.result"))
+        )
+        args = _clip(attrs.get("tool.arguments"), 40)
+        return f"{agent}tool {attrs.get('tool.name', span.name)}({args}) → {outcome}"
+    if span.kind == SpanKind.REWARD:
+        return f"{agent}reward {attrs.get('reward.value')}"
+    return f"{agent}{span.kind.value} {span.name}"
+
+
+def _clip(value: Any, width: int = _CLIP) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,176 @@
+"""The runner: takes rollouts from the store and runs the wrapped agent on them.
+
+For each rollout it opens an attempt (``dequeue``), scopes the model endpoint to that attempt's proxy URL,
+enters every plugin's ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and
+records the outcome — output and reward, or the error with its traceback. Several rollouts run concurrently
+on one event loop; a failing rollout never stops the runner. Spans arriving in the store are the attempt's
+heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tether import _json
+from tether.adapters import Tracer, WrappedAgent
+from tether.context import RolloutScope, current_scope, current_sink
+from tether.plugins import get_plugins
+from tether.sink import RolloutSink
+from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout
+
+if TYPE_CHECKING:
+    from tether.proxy import ProxyServer
+    from tether.span_batcher import SpanBatcher
+    from tether.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RunnerStats:
+    succeeded: int = 0
+    failed: int = 0
+
+
+class Runner:
+    """Runs rollouts of one wrapped agent from ``store``, at most ``concurrency`` at a time.
+
+    Use as an async context manager (it instruments the adapter and tracers on enter and removes them on
+    exit), then ``await run_until_idle()`` or ``await serve(stop_event)``.
+    """
+
+    def __init__(
+        self,
+        agent: WrappedAgent,
+        store: Store,
+        proxy: ProxyServer,
+        *,
+        concurrency: int = 4,
+        worker_id: str | None = None,
+        poll_s: float = 0.02,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.agent = agent
+        self.store = store
+        self.proxy = proxy
+        self.concurrency = concurrency
+        self.worker_id = worker_id or f"runner-{uuid.uuid4().hex[:8]}"
+        self.poll_s = poll_s
+        self.stats = RunnerStats()
+        self._batcher: SpanBatcher | None = None
+        self.sink: RolloutSink | None = None
+        self._instrumented: list[Tracer] = []
+
+    async def __aenter__(self) -> Runner:
+        from tether.span_batcher import SpanBatcher
+
+        self._batcher = SpanBatcher(self.store)
+        self.sink = RolloutSink(self._batcher, asyncio.get_running_loop())
+        for tracer in [self.agent.adapter, *get_plugins().tracers()]:
+            tracer.instrument(self.sink)
+            self._instrumented.append(tracer)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for tracer in reversed(self._instrumented):
+            tracer.uninstrument()
+        self._instrumented.clear()
+        if self._batcher is not None:
+            await self._batcher.close()
+
+    async def run_until_idle(self) -> RunnerStats:
+        """Run rollouts until the queue is empty and none is in flight."""
+        return await self._loop(stop=None)
+
+    async def serve(self, stop: asyncio.Event) -> RunnerStats:
+        """Run rollouts, waiting for new ones, until ``stop`` is set (in-flight rollouts finish first)."""
+        return await self._loop(stop=stop)
+
+    async def _loop(self, stop: asyncio.Event | None) -> RunnerStats:
+        if self.sink is None:
+            raise RuntimeError("use the Runner as an async context manager: async with Runner(...) as r")
+        running: set[asyncio.Task[None]] = set()
+        while True:
+            free = self.concurrency - len(running)
+            claimed = await self.store.dequeue(self.worker_id, limit=free) if free > 0 else []
+            for rollout, attempt in claimed:
+                task = asyncio.create_task(self._run_one(rollout, attempt))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if not claimed:
+                if stop is None and not running:
+                    return self.stats
+                if stop is not None and stop.is_set():
+                    if running:
+                        await asyncio.gather(*running, return_exceptions=True)
+                    return self.stats
+                await self.store.requeue_stale()
+                if running:
+                    await asyncio.wait(running, timeout=self.poll_s, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(self.poll_s)
+
+    async def _run_one(self, rollout: Rollout, attempt: Attempt) -> None:
+        assert self.sink is not None
+        scope = RolloutScope(
+            rollout.rollout_id, attempt.attempt_id, self.proxy.url_for(rollout.rollout_id, attempt.attempt_id)
+        )
+        scope_token = current_scope.set(scope)
+        sink_token = current_sink.set(self.sink)
+        try:
+            resources = await self._resources_for(rollout, scope)
+            async with contextlib.AsyncExitStack() as stack:
+                for manager in get_plugins().rollout_contexts(rollout):
+                    await stack.enter_async_context(manager)
+                run = self.agent.run_task(rollout.input, resources)
+                output = await (asyncio.wait_for(run, rollout.timeout_s) if rollout.timeout_s else run)
+            reward = await self.agent.score(rollout.input, output)
+            emitted = self.sink.pop_rewards(attempt.attempt_id)
+            if reward is None and emitted:
+                reward = sum(emitted)
+            await self._flush()
+            await self.store.finish_attempt(
+                attempt.attempt_id, AttemptStatus.SUCCEEDED, output=_jsonable(output), reward=reward
+            )
+            self.stats.succeeded += 1
+        except Exception as exc:
+            self.sink.pop_rewards(attempt.attempt_id)
+            error = "".join(traceback.format_exception(exc)).strip()
+            log.info("rollout %s attempt %s failed: %s", rollout.rollout_id, attempt.attempt_id, exc)
+            try:
+                await self._flush()
+                await self.store.finish_attempt(attempt.attempt_id, AttemptStatus.FAILED, error=error)
+            except Exception:  # the store itself failed (or the attempt was cancelled/timed out meanwhile)
+                log.exception("could not record the failure of attempt %s", attempt.attempt_id)
+            self.stats.failed += 1
+        finally:
+            current_sink.reset(sink_token)
+            current_scope.reset(scope_token)
+
+    async def _flush(self) -> None:
+        assert self.sink is not None
+        await self.proxy.flush()
+        await self.sink.flush()
+
+    async def _resources_for(self, rollout: Rollout, scope: RolloutScope) -> Resources:
+        resources = await self.store.get_resources(rollout.resources_version)
+        if resources is None:
+            resources = Resources(version=0)
+        llm = resources.llm or LLMEndpoint(base_url=scope.base_url)
+        resources.llm = LLMEndpoint(base_url=scope.base_url, model=llm.model, sampling=dict(llm.sampling))
+        return resources
+
+
+def _jsonable(value: Any) -> Any:
+    """The output as stored: itself when JSON-serialisable, else its text (framework result objects)."""
+    try:
+        return _json.clone(value)
+    except TypeError:
+        return str(value)

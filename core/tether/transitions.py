@@ -1,0 +1,134 @@
+"""Turns an attempt's spans into transitions (one per LLM call) and assigns credit.
+
+The proxy's ``llm`` span of a call (name ``chat.completions``) is the source of truth: it holds the request
+messages, the response and the token ids exactly as the backend produced them, and the sub-agent name sent
+by the adapter in a header. An adapter's own ``llm`` span of the same call (same request messages) only
+supplies the agent name when the proxy's is missing.
+
+Credit assignment (``credit=``):
+
+- ``"episode"`` (default): every call gets the rollout's reward.
+- ``"per_call"``: every call gets the rollout's reward plus the ``reward`` spans emitted after it and before
+  the next call of the attempt (``tether.emit_reward`` from inside the agent).
+- ``tool_error_penalty``: subtracted from a call once for each tool it requested that failed (a ``tool``
+  span with ``tool.error``, attributed to the last call before it). Works with either rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tether import _json
+from tether.types import Rollout, Span, SpanKind, Transition
+
+CreditRule = Literal["episode", "per_call"]
+
+PROXY_SPAN_NAME = "chat.completions"
+
+
+@dataclass(slots=True)
+class TransitionReport:
+    """What came out of one attempt: its transitions and what was wrong with it, if anything."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    agent_names: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+
+
+def is_proxy_llm_span(span: Span) -> bool:
+    return span.kind == SpanKind.LLM and span.name == PROXY_SPAN_NAME and "choices" in span.attributes
+
+
+def build_transitions(
+    rollout: Rollout,
+    spans: Sequence[Span],
+    *,
+    optimize: frozenset[str] | None = None,
+    credit: CreditRule = "episode",
+    tool_error_penalty: float = 0.0,
+) -> TransitionReport:
+    """Transitions of one attempt (its spans in sequence order), with rewards and ``trainable`` flags."""
+    if credit not in ("episode", "per_call"):
+        raise ValueError(f"credit must be 'episode' or 'per_call', got {credit!r}")
+    report = TransitionReport()
+    ordered = sorted(spans, key=lambda s: s.sequence if s.sequence is not None else 0)
+    names_by_request = _adapter_agent_names(ordered)
+    base_reward = rollout.reward if rollout.reward is not None else 0.0
+    current: Transition | None = None
+    for span in ordered:
+        if is_proxy_llm_span(span):
+            current = _transition_from(rollout, span, len(report.transitions), base_reward, names_by_request)
+            current.trainable = optimize is None or (current.agent_name in optimize)
+            report.transitions.append(current)
+            if current.agent_name:
+                report.agent_names.add(current.agent_name)
+        elif span.kind == SpanKind.LLM and span.agent_name:
+            report.agent_names.add(span.agent_name)
+        elif span.kind == SpanKind.REWARD and credit == "per_call" and current is not None:
+            current.reward += float(span.attributes.get("reward.value", 0.0))
+        elif span.kind == SpanKind.TOOL and tool_error_penalty and current is not None:
+            if span.attributes.get("tool.error") is not None:
+                current.reward -= tool_error_penalty
+    if not report.transitions:
+        report.problems.append(
+            f"rollout {rollout.rollout_id} made no LLM call through tether's endpoint: check that the agent's "
+            "model client is an OpenAI-compatible client and that the framework's plugin is installed"
+        )
+    return report
+
+
+def _transition_from(
+    rollout: Rollout, span: Span, step: int, reward: float, names_by_request: dict[bytes, str]
+) -> Transition:
+    attrs = span.attributes
+    request = attrs.get("request") or {}
+    messages = request.get("messages") or []
+    choice = (attrs.get("choices") or [{}])[0]
+    agent = span.agent_name or names_by_request.get(_request_key(messages))
+    return Transition(
+        rollout_id=rollout.rollout_id,
+        attempt_id=span.attempt_id,
+        task_id=rollout.task_id,
+        agent_name=agent,
+        step=step,
+        messages=messages,
+        response=choice.get("message") or {},
+        prompt_token_ids=list(attrs.get("prompt_token_ids") or []),
+        response_token_ids=list(choice.get("response_token_ids") or []),
+        logprobs=choice.get("logprobs"),
+        reward=reward,
+        trainable=False,
+    )
+
+
+def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:
+    """Agent names from adapters' own llm spans, keyed by their request messages."""
+    out: dict[bytes, str] = {}
+    for span in spans:
+        if span.kind == SpanKind.LLM and not is_proxy_llm_span(span) and span.agent_name:
+            messages = span.attributes.get("request.messages")
+            if messages is not None:
+                out[_request_key(messages)] = span.agent_name
+    return out
+
+
+def _request_key(messages: Any) -> bytes:
+    try:
+        return _json.dumps(messages)
+    except TypeError:
+        return repr(messages).encode()
+
+
+def unknown_optimize_names(optimize: frozenset[str] | None, seen: set[str]) -> str | None:
+    """A clear message when ``optimize=`` names sub-agents that never appeared, else None."""
+    if optimize is None:
+        return None
+    missing = sorted(optimize - seen)
+    if not missing:
+        return None
+    quoted = ", ".join(f"'{m}'" for m in missing)
+    captured = ", ".join(sorted(seen)) or "none (no call carried an agent name)"
+    noun = "sub-agent" if len(missing) == 1 else "sub-agents"
+    return f"unknown {noun} {quoted} in optimize=; captured agents are: {captured}"
