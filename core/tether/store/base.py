@@ -108,7 +108,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
-        """Claim up to ``limit`` queued rollouts (oldest first) for ``worker_id``: each becomes ``running``
+        """Claim up to ``limit`` queued rollouts in queue order (enqueue order; a rollout requeued after a
+        failed or stale attempt goes to the back) for ``worker_id``: each becomes ``running``
         with a new ``running`` attempt. Returns ``[]`` when none is queued; never blocks."""
 
     @abc.abstractmethod
