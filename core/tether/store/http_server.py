@@ -1,0 +1,321 @@
+"""The HTTP store server (``tether store serve``): any ``Store`` exposed as JSON endpoints.
+
+Every method of ``tether.store.base.Store`` has one endpoint under ``/v1``. Bodies are JSON (orjson).
+Errors come back as ``{"error": {"type": ..., "message": ...}}`` with 400 (InvalidInput), 404 (NotFound),
+409 (InvalidTransition), 401 (missing or wrong bearer token) or 500; ``HttpStore`` re-raises them as the
+same exception class with the same message. The server binds loopback unless given a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from tether import _json
+from tether.store import _wire
+from tether.store.base import InvalidInput, Store
+
+__all__ = ["StoreServer", "create_app", "serve", "start_server"]
+
+MAX_BODY_BYTES = 512 * 1024 * 1024  # span batches carry token ids; the aiohttp default of 1 MiB is too small
+MAX_WAIT_S = 60.0  # a wait request is a long poll; clients loop for longer waits
+
+_STORE_KEY = web.AppKey("store", Store)
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _ok(value: Any) -> web.Response:
+    return web.Response(body=_json.dumps(value), content_type="application/json")
+
+
+def _error(status: int, type_name: str, message: str) -> web.Response:
+    body = _json.dumps({"error": {"type": type_name, "message": message}})
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        data = _json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    return _wire.body_object(data)
+
+
+def _store(request: web.Request) -> Store:
+    return request.app[_STORE_KEY]
+
+
+def _int_query(request: web.Request, name: str, default: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidInput(f"query parameter {name!r} must be an integer, got {raw!r}") from None
+
+
+# -- handlers ---------------------------------------------------------------------------------------------
+
+
+async def _health(request: web.Request) -> web.Response:
+    return _ok({"ok": True, "store": type(_store(request)).__name__})
+
+
+async def _enqueue(request: web.Request) -> web.Response:
+    body = await _body(request)
+    specs = _wire.specs_from_wire(body.get("specs"))
+    return _ok(await _store(request).enqueue(specs))
+
+
+async def _dequeue(request: web.Request) -> web.Response:
+    body = await _body(request)
+    worker_id = _wire.get_field(body, "worker_id", (str,))
+    limit = _wire.get_field(body, "limit", (int,), 1)
+    return _ok(await _store(request).dequeue(worker_id, limit))
+
+
+async def _finish_attempt(request: web.Request) -> web.Response:
+    body = await _body(request)
+    status = _wire.get_field(body, "status", (str,))
+    rollout = await _store(request).finish_attempt(
+        request.match_info["attempt_id"],
+        status,  # the store checks it (validate_finish_status) like any caller's
+        output=body.get("output"),
+        reward=body.get("reward"),
+        error=_wire.get_field(body, "error", (str, type(None)), None),
+    )
+    return _ok(rollout)
+
+
+async def _heartbeat(request: web.Request) -> web.Response:
+    await _store(request).heartbeat(request.match_info["attempt_id"])
+    return _ok(None)
+
+
+async def _requeue_stale(request: web.Request) -> web.Response:
+    body = await _body(request)
+    now = _wire.get_field(body, "now", (int, float, type(None)), None)
+    return _ok(await _store(request).requeue_stale(now))
+
+
+async def _cancel_rollout(request: web.Request) -> web.Response:
+    return _ok(await _store(request).cancel_rollout(request.match_info["rollout_id"]))
+
+
+async def _get_rollout(request: web.Request) -> web.Response:
+    return _ok(await _store(request).get_rollout(request.match_info["rollout_id"]))
+
+
+async def _list_rollouts(request: web.Request) -> web.Response:
+    body = await _body(request)
+    status = body.get("status")
+    mode = body.get("mode")
+    rollouts = await _store(request).list_rollouts(
+        status=None if status is None else _wire.rollout_status_from_wire(status),
+        mode=None if mode is None else _wire.mode_from_wire(mode),
+        rollout_ids=_wire.str_list(body, "rollout_ids"),
+        limit=_wire.get_field(body, "limit", (int, type(None)), None),
+    )
+    return _ok(rollouts)
+
+
+async def _get_attempts(request: web.Request) -> web.Response:
+    return _ok(await _store(request).get_attempts(request.match_info["rollout_id"]))
+
+
+async def _wait(request: web.Request) -> web.Response:
+    body = await _body(request)
+    ids = _wire.str_list(body, "rollout_ids", required=True)
+    timeout = _wire.get_field(body, "timeout", (int, float, type(None)), None)
+    poll_s = _wire.get_field(body, "poll_s", (int, float), 0.05)
+    timeout = MAX_WAIT_S if timeout is None else min(max(timeout, 0.0), MAX_WAIT_S)
+    poll_s = min(max(poll_s, 0.005), 1.0)
+    return _ok(await _store(request).wait_for_rollouts(ids or [], timeout=timeout, poll_s=poll_s))
+
+
+async def _add_spans(request: web.Request) -> web.Response:
+    body = await _body(request)
+    spans = _wire.spans_from_wire(body.get("spans"))
+    return _ok(await _store(request).add_spans(spans))
+
+
+async def _get_spans(request: web.Request) -> web.Response:
+    since = _int_query(request, "since", 0)
+    return _ok(await _store(request).get_spans(request.match_info["attempt_id"], since=since))
+
+
+async def _add_resources(request: web.Request) -> web.Response:
+    body = await _body(request)
+    resources = await _store(request).add_resources(
+        llm=_wire.llm_from_wire(body.get("llm")), prompts=_wire.prompts_from_wire(body.get("prompts"))
+    )
+    return _ok(resources)
+
+
+async def _get_resources(request: web.Request) -> web.Response:
+    raw = request.match_info.get("version")
+    if raw is None:
+        return _ok(await _store(request).get_resources())
+    try:
+        version = int(raw)
+    except ValueError:
+        raise InvalidInput(f"resources version must be an integer, got {raw!r}") from None
+    return _ok(await _store(request).get_resources(version))
+
+
+async def _harvest(request: web.Request) -> web.Response:
+    body = await _body(request)
+    return _ok(await _store(request).harvest(_wire.str_list(body, "rollout_ids")))
+
+
+_ID = "{%s:[^/]*}"  # ids are percent-quoted by the client; an empty id still routes (and is not found)
+
+_ROUTES: list[tuple[str, str, _Handler]] = [
+    ("GET", "/v1/health", _health),
+    ("POST", "/v1/rollouts", _enqueue),
+    ("POST", "/v1/rollouts/list", _list_rollouts),
+    ("POST", "/v1/rollouts/wait", _wait),
+    ("GET", "/v1/rollouts/" + _ID % "rollout_id", _get_rollout),
+    ("POST", "/v1/rollouts/" + _ID % "rollout_id" + "/cancel", _cancel_rollout),
+    ("GET", "/v1/rollouts/" + _ID % "rollout_id" + "/attempts", _get_attempts),
+    ("POST", "/v1/dequeue", _dequeue),
+    ("POST", "/v1/requeue_stale", _requeue_stale),
+    ("POST", "/v1/attempts/" + _ID % "attempt_id" + "/finish", _finish_attempt),
+    ("POST", "/v1/attempts/" + _ID % "attempt_id" + "/heartbeat", _heartbeat),
+    ("GET", "/v1/attempts/" + _ID % "attempt_id" + "/spans", _get_spans),
+    ("POST", "/v1/spans", _add_spans),
+    ("POST", "/v1/resources", _add_resources),
+    ("GET", "/v1/resources", _get_resources),
+    ("GET", "/v1/resources/{version}", _get_resources),
+    ("POST", "/v1/harvest", _harvest),
+]
+
+
+# -- app --------------------------------------------------------------------------------------------------
+
+
+def _errors_middleware(token: str | None) -> Any:
+    expected = f"Bearer {token}".encode() if token else None
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        if expected is not None:
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                what = "wrong bearer token" if given else "missing bearer token"
+                return _error(401, "Unauthorized", f"{what}: send 'Authorization: Bearer <token>'")
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:  # unknown route, wrong method, body too large
+            return _error(exc.status, "HTTPError", f"{request.method} {request.path}: {exc.reason}")
+        except Exception as exc:
+            type_name = _wire.error_type(exc)
+            if type_name == "InternalError":
+                message = f"{type(exc).__name__}: {exc}"
+                print(f"tether store server: {request.method} {request.path} failed: {message}", file=sys.stderr)
+                return _error(500, type_name, message)
+            return _error(_wire.ERRORS[type_name][1], type_name, str(exc))
+
+    return middleware
+
+
+def create_app(store: Store, token: str | None = None) -> web.Application:
+    """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors_middleware(token)])
+    app[_STORE_KEY] = store
+    for method, path, handler in _ROUTES:
+        app.router.add_route(method, path, handler)
+    return app
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to serve beyond this machine without a token."""
+    if token or _is_loopback(host):
+        return
+    raise ValueError(
+        f"refusing to serve the store on {host!r} without a token: anyone who can reach it could read and "
+        "change it. Pass --token <secret> (or set TETHER_STORE_TOKEN), or bind 127.0.0.1"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class StoreServer:
+    """A running store server; ``url`` is where clients reach it. Stop with ``await stop()`` or ``async with``."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
+        self._runner = runner
+        self.host = host
+        self.port = port
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}"
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> StoreServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def start_server(
+    store: Store, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+) -> StoreServer:
+    """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop."""
+    check_bind(host, token)
+    runner = web.AppRunner(create_app(store, token), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(exc.errno, f"cannot serve the store on {host}:{port}: {exc.strerror}") from None
+    bound_port = runner.addresses[0][1] if runner.addresses else port
+    return StoreServer(runner, host, bound_port)
+
+
+def serve(store_url: str, host: str = "127.0.0.1", port: int = 4747, token: str | None = None) -> None:
+    """Open the store at ``store_url`` and serve it until SIGINT/SIGTERM; prints the URL once listening."""
+    check_bind(host, token)
+    asyncio.run(_serve(store_url, host, port, token))
+
+
+async def _serve(store_url: str, host: str, port: int, token: str | None) -> None:
+    from tether.store import open_store
+
+    store = open_store(store_url)
+    try:
+        server = await start_server(store, host, port, token)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"tether store ({store_url}) serving at {server.url}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+            print("tether store stopped", flush=True)
+    finally:
+        await store.close()
