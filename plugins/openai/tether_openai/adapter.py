@@ -1,0 +1,69 @@
+"""The adapter for plain Python functions that call the ``openai`` client.
+
+``OpenAIFunctionAdapter`` runs a function (sync or async, or a ``functools.partial`` of one) on a task input.
+It does not capture LLM spans itself: the endpoint redirect (``tether_openai.redirect``) sends every SDK
+request made inside the rollout to tether's proxy, which records the request, the response, the token ids and
+the ``X-Tether-Agent`` header on its own span. Sync functions run in a worker thread via ``asyncio.to_thread``,
+which copies the context, so the rollout scope (and hence the redirect) carries over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import sys
+from typing import Any
+
+from tether.adapters import Adapter, SpanSink
+from tether.types import Resources, Task
+
+from tether_openai import redirect
+
+
+def _unwrap_partial(obj: Any) -> Any:
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    return obj
+
+
+class OpenAIFunctionAdapter(Adapter):
+    """Runs plain functions that call the openai SDK; model calls are captured by the proxy."""
+
+    name = "openai"
+    extra = "openai"
+
+    def __init__(self) -> None:
+        self._installed = False
+
+    def accepts(self, agent: Any) -> bool:
+        if "openai" not in sys.modules:
+            return False
+        func = _unwrap_partial(agent)
+        if not inspect.isfunction(func):  # excludes classes, instances, bound methods, builtins
+            return False
+        return not (inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func))
+
+    def instrument(self, sink: SpanSink) -> None:
+        if not self._installed:
+            redirect.install()
+            self._installed = True
+
+    def uninstrument(self) -> None:
+        if self._installed:
+            self._installed = False
+            redirect.uninstall()
+
+    @property
+    def instrumented(self) -> bool:
+        return self._installed
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
+        payload = task.input if isinstance(task, Task) else task
+        with redirect.installed():  # the redirect is what captures this agent's calls: hold it for the run
+            if inspect.iscoroutinefunction(_unwrap_partial(agent)) or inspect.iscoroutinefunction(agent):
+                return await agent(payload)
+            result = await asyncio.to_thread(agent, payload)
+            if inspect.isawaitable(result):  # a sync function that returned a coroutine
+                return await result
+            return result

@@ -1,0 +1,227 @@
+"""Per-request, context-scoped endpoint redirect for every client of the ``openai`` SDK.
+
+While ``tether.context.current_scope`` is set (the runner sets it around each rollout), each request that an
+``openai`` client builds is rewritten to the scope's ``base_url`` — the rollout's proxy URL — keeping the
+path after the client's own base URL (``/chat/completions``), and gets two headers: ``X-Tether-Agent`` (the
+sub-agent making the call, from ``tether.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh id
+per HTTP request, also left in ``last_call_id`` for the caller). Outside any scope requests are untouched.
+
+The seam is the SDK's shared base client request builder, ``openai._base_client.BaseClient._build_request``:
+every sync and async client (and Azure's, which calls it via ``super()``) goes through it on every request and
+every retry, so clients built long before tether (at import time, with a hard-coded ``base_url``) are
+redirected too, and because the scope is a context variable, concurrent rollouts in one event loop — and sync
+calls made through ``asyncio.to_thread``, which copies the context — each reach their own URL. The request it
+returns is an ``httpx`` (openai 2.x) or ``httpx2`` (openai 3.x) ``Request``; only attributes both share are
+used. The seam is private: ``seam()`` checks it and raises ``SeamMissing`` naming the SDK version if a
+release moves it.
+
+``install()`` / ``uninstall()`` are reference-counted (the openai adapter, each rollout context and framework
+plugins may each hold the patch); the last ``uninstall()`` restores the original function object exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
+
+SEAM_MODULE = "openai._base_client"
+SEAM_CLASS = "BaseClient"
+SEAM_METHOD = "_build_request"
+
+#: Paths (relative to the client's base URL) the tether proxy does not serve; a redirected request to one of
+#: them fails at once with a message naming the fix instead of a bare 404 from the proxy.
+UNSERVED_PATHS: dict[str, str] = {
+    "responses": (
+        "the tether proxy serves the Chat Completions API, not the Responses API; make the agent use chat "
+        "completions (openai-agents: agents.set_default_openai_api('chat_completions'); langchain-openai: "
+        "ChatOpenAI(use_responses_api=False); plain openai: client.chat.completions.create)"
+    ),
+}
+
+#: The call id of the last request redirected in this context (set by the sync or async caller's own context,
+#: so a wrapper around ``create`` can read it after the call to join its capture with the proxy's span).
+last_call_id: ContextVar[str | None] = ContextVar("tether_openai_last_call_id", default=None)
+
+
+class SeamMissing(RuntimeError):
+    """The installed ``openai`` SDK no longer has the private request-building method tether patches."""
+
+
+class UnservedEndpoint(RuntimeError):
+    """A request inside a rollout targets an API the tether proxy does not implement."""
+
+
+_lock = threading.Lock()
+_count = 0
+_original: Callable[..., Any] | None = None
+_wrapper: Callable[..., Any] | None = None
+_active = False  # False when uninstalled but the wrapper could not be unlinked (someone patched over it)
+
+
+def seam() -> tuple[type, Callable[..., Any]]:
+    """The class and the current function at the seam; ``SeamMissing`` (naming the SDK version) if moved."""
+    import importlib
+
+    import openai
+
+    version = getattr(openai, "__version__", "?")
+    where = f"{SEAM_MODULE}.{SEAM_CLASS}.{SEAM_METHOD}"
+    try:
+        cls = getattr(importlib.import_module(SEAM_MODULE), SEAM_CLASS)
+    except (ImportError, AttributeError) as exc:
+        raise SeamMissing(
+            f"openai {version}: {SEAM_MODULE}.{SEAM_CLASS} not found ({exc}); tether's endpoint redirect "
+            f"(tether_openai.redirect) needs updating for this SDK release, or pin the openai version it supports"
+        ) from exc
+    func = cls.__dict__.get(SEAM_METHOD)
+    if not callable(func):
+        raise SeamMissing(
+            f"openai {version}: {where} not found; tether's endpoint redirect (tether_openai.redirect) needs "
+            f"updating for this SDK release, or pin the openai version it supports"
+        )
+    params = inspect.signature(func).parameters
+    if list(params)[:2] != ["self", "options"] or "retries_taken" not in params:
+        raise SeamMissing(
+            f"openai {version}: {where} has an unexpected signature {inspect.signature(func)} (expected "
+            f"(self, options, *, retries_taken=0)); tether's endpoint redirect needs updating for this release"
+        )
+    return cls, func
+
+
+def install() -> None:
+    """Patch the seam (first call) or add a reference to the patch (later calls). Thread-safe."""
+    global _count, _original, _wrapper, _active
+    with _lock:
+        if _count == 0:
+            cls, current = seam()
+            if _wrapper is not None and _is_ours(current, _wrapper):
+                pass  # still linked from an earlier install that someone patched over; reactivate it
+            elif getattr(current, "__tether_redirect__", False):
+                raise RuntimeError(
+                    f"{SEAM_CLASS}.{SEAM_METHOD} is already patched by another copy of tether_openai.redirect"
+                )
+            else:
+                _original = current
+                _wrapper = _make_wrapper(current)
+                setattr(cls, SEAM_METHOD, _wrapper)
+            _active = True
+        _count += 1
+
+
+def uninstall() -> None:
+    """Drop one reference; the last one restores the original function object. No-op when not installed."""
+    global _count, _original, _wrapper, _active
+    with _lock:
+        if _count == 0:
+            return
+        _count -= 1
+        if _count:
+            return
+        _active = False
+        cls, current = seam()
+        if current is _wrapper:
+            setattr(cls, SEAM_METHOD, _original)
+            _original = _wrapper = None
+        # else: something patched over ours and calls it; it now passes requests through unchanged.
+
+
+def is_installed() -> bool:
+    return _count > 0
+
+
+def install_count() -> int:
+    return _count
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """Hold the redirect for the duration of a ``with`` block."""
+    install()
+    try:
+        yield
+    finally:
+        uninstall()
+
+
+def _is_ours(current: Callable[..., Any], wrapper: Callable[..., Any]) -> bool:
+    """True if ``wrapper`` is ``current`` or is reached from it through ``__wrapped__`` links."""
+    seen = 0
+    while current is not None and seen < 32:
+        if current is wrapper:
+            return True
+        current = getattr(current, "__wrapped__", None)  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _build_request(self: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+        request = original(self, options, *args, **kwargs)
+        scope = current_scope.get()
+        if scope is None or not _active:
+            return request
+        return redirect_request(self.base_url, request, scope)
+
+    _build_request.__tether_redirect__ = True  # type: ignore[attr-defined]
+    return _build_request
+
+
+def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) -> Any:
+    """Point ``request`` (an httpx or httpx2 ``Request`` built against ``client_base_url``) at the scope's
+    URL and add the tether headers. Requests to another origin than the client's base URL are left alone."""
+    url = request.url
+    base_path = client_base_url.raw_path.split(b"?", 1)[0]
+    if not base_path.endswith(b"/"):
+        base_path += b"/"
+    same_origin = (url.scheme, url.host, url.port) == (
+        client_base_url.scheme,
+        client_base_url.host,
+        client_base_url.port,
+    )
+    if not same_origin or not url.raw_path.startswith(base_path):
+        return request
+    suffix = url.raw_path[len(base_path) :].decode("ascii")
+    suffix = _strip_azure_deployment(suffix)
+    _check_served(suffix, scope)
+
+    old_netloc = url.netloc
+    new_url = type(url)(scope.base_url.rstrip("/") + "/" + suffix)
+    request.url = new_url
+    headers = request.headers
+    if headers.get("Host", "").encode("ascii") == old_netloc:
+        headers["Host"] = new_url.netloc.decode("ascii")
+    if AGENT_HEADER not in headers:
+        agent = current_agent_name()
+        if agent:
+            headers[AGENT_HEADER] = agent
+    if CALL_ID_HEADER not in headers:  # a caller may pass its own id in extra_headers to join its spans
+        headers[CALL_ID_HEADER] = "call-" + uuid.uuid4().hex
+    last_call_id.set(headers[CALL_ID_HEADER])
+    return request
+
+
+def _strip_azure_deployment(suffix: str) -> str:
+    # Azure clients put "deployments/<model>/" in front of the OpenAI path; the proxy serves the plain path.
+    if suffix.startswith("deployments/"):
+        parts = suffix.split("/", 2)
+        if len(parts) == 3:
+            return parts[2]
+    return suffix
+
+
+def _check_served(suffix: str, scope: RolloutScope) -> None:
+    first = suffix.split("?", 1)[0].split("/", 1)[0]
+    reason = UNSERVED_PATHS.get(first)
+    if reason is not None:
+        raise UnservedEndpoint(
+            f"rollout {scope.rollout_id}: the agent called /{suffix.split('?', 1)[0]} but {reason}"
+        )
