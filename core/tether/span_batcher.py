@@ -1,0 +1,195 @@
+"""Batches spans to the store off the hot path: ``submit`` returns at once, a background task writes.
+
+The proxy submits one span per model call and the runner one per adapter event; both want the request that
+produced the span to return without waiting for the store. A batch is written when ``max_batch`` spans are
+pending or ``max_delay_s`` after the first pending one, by one writer at a time so spans of an attempt reach
+the store in submission order. ``close`` writes everything still pending: no span is lost on a clean
+shutdown. A batch the store rejects as malformed is retried span by span, so one bad span costs only
+itself; it is logged and counted in ``dropped``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+
+from tether.store.base import InvalidInput, Store
+from tether.types import Span
+
+log = logging.getLogger(__name__)
+
+
+class SpanBatcher:
+    """Writes submitted spans to ``store`` in batches. Bind it to an event loop by calling ``submit`` (or
+    ``start``) from that loop first; afterwards ``submit`` may also be called from other threads."""
+
+    def __init__(
+        self,
+        store: Store,
+        max_batch: int = 256,
+        max_delay_s: float = 0.05,
+        *,
+        retries: int = 3,
+        retry_delay_s: float = 0.2,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if max_delay_s < 0:
+            raise ValueError(f"max_delay_s must be >= 0, got {max_delay_s}")
+        self.store = store
+        self.max_batch = max_batch
+        self.max_delay_s = max_delay_s
+        self.retries = retries
+        self.retry_delay_s = retry_delay_s
+        self.written = 0  # spans the store accepted
+        self.dropped = 0  # spans the store rejected (logged)
+        self._pending: list[Span] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._has_items: asyncio.Event | None = None
+        self._full: asyncio.Event | None = None
+        self._write_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def start(self) -> None:
+        """Bind to the running loop and start the writer (``submit`` does this on first use)."""
+        self._bind()
+
+    def submit(self, span: Span) -> None:
+        """Queue ``span`` for writing; never blocks. Thread-safe once the batcher is bound to its loop."""
+        if self._closed:
+            raise RuntimeError("SpanBatcher is closed: spans submitted after close() would be lost")
+        if self._loop is None:
+            self._bind()
+        if threading.get_ident() == self._loop_thread:
+            self._submit_here(span)
+        else:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._submit_here, span)
+
+    def submit_many(self, spans: Sequence[Span]) -> None:
+        for span in spans:
+            self.submit(span)
+
+    async def flush(self) -> None:
+        """Write every span submitted so far; return when the store has them (or dropped them)."""
+        if self._write_lock is None:
+            return
+        async with self._write_lock:
+            while self._pending:
+                await self._write_next()
+
+    async def close(self) -> None:
+        """Flush everything and stop the writer. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._write_lock is None:
+            return
+        async with self._write_lock:  # the writer is idle while we hold this: cancelling loses nothing
+            if self._task is not None:
+                self._task.cancel()
+                try:
+                    await self._task
+                except asyncio.CancelledError:
+                    pass
+                self._task = None
+            while self._pending:
+                await self._write_next()
+
+    async def __aenter__(self) -> SpanBatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        if self._loop is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "SpanBatcher must first be used from its event loop (call `await batcher.start()` there)"
+            ) from None
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._has_items = asyncio.Event()
+        self._full = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+        self._task = loop.create_task(self._run(), name="tether-span-batcher")
+
+    def _submit_here(self, span: Span) -> None:
+        if self._task is None:  # closed while this call was on its way from another thread
+            self._drop(span, "submitted after close()")
+            return
+        self._pending.append(span)
+        assert self._has_items is not None and self._full is not None
+        self._has_items.set()
+        if len(self._pending) >= self.max_batch:
+            self._full.set()
+
+    async def _run(self) -> None:
+        assert self._has_items is not None and self._full is not None and self._write_lock is not None
+        while True:
+            await self._has_items.wait()
+            if len(self._pending) < self.max_batch and self.max_delay_s > 0:
+                try:
+                    await asyncio.wait_for(self._full.wait(), self.max_delay_s)
+                except TimeoutError:
+                    pass
+            async with self._write_lock:
+                while self._pending:
+                    await self._write_next()
+                self._has_items.clear()
+                self._full.clear()
+
+    async def _write_next(self) -> None:
+        """Write the oldest ``max_batch`` pending spans (the caller holds the write lock)."""
+        batch = self._pending[: self.max_batch]
+        del self._pending[: self.max_batch]
+        await self._write(batch)
+
+    async def _write(self, batch: list[Span]) -> None:
+        for attempt in range(self.retries + 1):
+            try:
+                await self.store.add_spans(batch)
+            except InvalidInput as exc:
+                if len(batch) == 1:
+                    self._drop(batch[0], f"the store rejected it: {exc}")
+                    return
+                for span in batch:  # find the bad ones; keep the rest
+                    await self._write([span])
+                return
+            except Exception as exc:
+                if attempt == self.retries:
+                    for span in batch:
+                        self._drop(span, f"the store failed {self.retries + 1} times: {exc!r}")
+                    return
+                log.warning("writing %d spans failed (%r); retrying", len(batch), exc)
+                await asyncio.sleep(self.retry_delay_s * (2**attempt))
+            else:
+                self.written += len(batch)
+                return
+
+    def _drop(self, span: Span, why: str) -> None:
+        self.dropped += 1
+        log.error(
+            "dropped span %s (%s %r, rollout %s, attempt %s): %s",
+            span.span_id,
+            span.kind,
+            span.name,
+            span.rollout_id,
+            span.attempt_id,
+            why,
+        )
