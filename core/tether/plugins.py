@@ -179,15 +179,16 @@ def _dist_version(ep: importlib.metadata.EntryPoint) -> str | None:
     return ep.dist.version if ep.dist is not None else None
 
 
-def build() -> Plugins:
-    """Build a fresh plugin manager: entry points (minus blocked ones), then tether's defaults."""
+def build(*, entry_points: bool = True) -> Plugins:
+    """Build a fresh plugin manager: entry points (minus blocked ones) unless ``entry_points=False``, then
+    tether's defaults."""
     pm = pluggy.PluginManager("tether")
     pm.add_hookspecs(hookspecs)
     plugins = Plugins(pm)
     blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
     for name in blocked:
         pm.set_blocked(name)
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points else ():
         if ep.name in blocked or pm.has_plugin(ep.name):
             continue
         _load_entry_point(plugins, ep)
@@ -202,9 +203,7 @@ def _load_entry_point(plugins: Plugins, ep: importlib.metadata.EntryPoint) -> No
     try:
         module = ep.load()
     except ImportError as exc:  # a third-party plugin that needs something missing
-        plugins.unavailable.append(
-            UnavailablePlugin(ep.name, f"import failed: {exc}", missing=[str(exc.name)])
-        )
+        plugins.unavailable.append(UnavailablePlugin(ep.name, f"import failed: {exc}", missing=[str(exc.name)]))
         return
     except Exception as exc:  # a broken plugin must not break the others
         plugins.unavailable.append(UnavailablePlugin(ep.name, f"failed to load: {exc!r}"))
@@ -245,8 +244,8 @@ def get_plugins() -> Plugins:
         return _current
 
 
-def reset_plugins() -> None:
-    """Forget the process-wide manager; the next ``get_plugins()`` rebuilds it (tests, env changes)."""
+def reset_plugins(replacement: Plugins | None = None) -> None:
+    """Forget the process-wide manager (the next ``get_plugins()`` rebuilds it), or replace it (tests)."""
     global _current
     with _lock:
-        _current = None
+        _current = replacement
