@@ -1,0 +1,594 @@
+"""SQLite store (``sqlite:///path.db``), the embedded default: one file, several processes, survives restarts.
+
+The file is in WAL mode with ``synchronous=NORMAL``: a committed transaction survives the death of the
+process (SIGKILL included); only an OS crash or power loss can lose the last few. Every change is one
+transaction; writers take the write lock up front (``BEGIN IMMEDIATE``), so a rollout is handed to exactly
+one worker even when workers in other processes dequeue from the same file, and a busy file is waited on
+(``busy_timeout``) rather than failing. Work runs inline on the caller's thread: each call is a few short
+statements, cheaper than a hop to a thread pool. One connection per store, guarded by a lock, so a store
+may also be shared between threads.
+
+Span sequence numbers come from ``attempts.next_seq`` inside the writing transaction; spans are inserted
+with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tether import _json
+from tether.store.base import (
+    Harvested,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    Store,
+    StoreError,
+    validate_finish_status,
+    validate_reward,
+    validate_span,
+    validate_spec,
+)
+from tether.store.memory import stale_reason
+from tether.types import (
+    Attempt,
+    AttemptStatus,
+    LLMEndpoint,
+    Mode,
+    PromptTemplate,
+    Resources,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
+    Span,
+    SpanKind,
+    new_id,
+)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE rollouts (
+    seq INTEGER PRIMARY KEY,
+    rollout_id TEXT NOT NULL UNIQUE,
+    input BLOB NOT NULL,
+    task_id TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    status TEXT NOT NULL,
+    metadata BLOB NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    timeout_s REAL,
+    heartbeat_timeout_s REAL,
+    resources_version INTEGER,
+    attempt_count INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    output BLOB,
+    reward REAL,
+    error TEXT,
+    queue_pos INTEGER
+);
+CREATE INDEX rollouts_queue ON rollouts (queue_pos) WHERE queue_pos IS NOT NULL;
+CREATE INDEX rollouts_status ON rollouts (status);
+CREATE TABLE attempts (
+    attempt_id TEXT PRIMARY KEY,
+    rollout_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    worker_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    last_heartbeat_at REAL NOT NULL,
+    finished_at REAL,
+    error TEXT,
+    next_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX attempts_rollout ON attempts (rollout_id, idx);
+CREATE INDEX attempts_running ON attempts (status) WHERE status = 'running';
+CREATE TABLE spans (
+    attempt_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL,
+    rollout_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    agent_name TEXT,
+    parent_id TEXT,
+    start_time REAL NOT NULL,
+    end_time REAL,
+    attributes BLOB NOT NULL
+);
+CREATE UNIQUE INDEX spans_order ON spans (attempt_id, sequence);
+CREATE TABLE resources (version INTEGER PRIMARY KEY, data BLOB NOT NULL);
+"""
+
+_ROLLOUT_COLS = (
+    "rollout_id, input, task_id, mode, status, metadata, max_attempts, timeout_s, heartbeat_timeout_s, "
+    "resources_version, attempt_count, created_at, finished_at, output, reward, error"
+)
+_ATTEMPT_COLS = "attempt_id, rollout_id, idx, worker_id, status, started_at, last_heartbeat_at, finished_at, error"
+_SPAN_COLS = (
+    "rollout_id, attempt_id, kind, name, agent_name, attributes, span_id, parent_id, start_time, end_time, "
+    "sequence"
+)
+_NEXT_QUEUE_POS = "(SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM rollouts)"
+
+
+class SqliteStore(Store):
+    """A store in one SQLite file (or ``":memory:"``). Creates the file, its folder and the schema."""
+
+    def __init__(self, path: Path | str, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = path if path == ":memory:" else Path(path)
+        if isinstance(self.path, Path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        conn = sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            _create_schema(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn: sqlite3.Connection | None = conn
+
+    @contextmanager
+    def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction: commit on success, roll back on any error."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise StoreError("this SqliteStore is closed; open a new one")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    async def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- rollouts -----------------------------------------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
+        for spec in specs:
+            validate_spec(spec)
+        try:
+            blobs = [(_json.dumps(s.input), _json.dumps(s.metadata)) for s in specs]
+        except TypeError as exc:
+            raise InvalidInput(f"rollout input/metadata: {exc}") from None
+        now = time.time()
+        rows = []
+        for spec, (input_blob, meta_blob) in zip(specs, blobs, strict=True):
+            rid = new_id("ro")
+            rows.append(
+                (rid, input_blob, spec.task_id or rid, Mode(spec.mode).value, meta_blob, spec.max_attempts,
+                 spec.timeout_s, spec.heartbeat_timeout_s, spec.resources_version, now)
+            )  # fmt: skip
+        if not rows:
+            return []
+        with self._tx() as conn:
+            (start,) = conn.execute(f"SELECT {_NEXT_QUEUE_POS}").fetchone()
+            conn.executemany(
+                "INSERT INTO rollouts (rollout_id, input, task_id, mode, status, metadata, max_attempts, "
+                "timeout_s, heartbeat_timeout_s, resources_version, created_at, queue_pos) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+                [(*row, start + i) for i, row in enumerate(rows)],
+            )
+        return [
+            Rollout(
+                rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
+                metadata=_json.loads(row[4]), max_attempts=row[5], timeout_s=row[6], heartbeat_timeout_s=row[7],
+                resources_version=row[8], created_at=now,
+            )
+            for row in rows
+        ]  # fmt: skip
+
+    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
+        if not isinstance(worker_id, str) or not worker_id:
+            raise InvalidInput("worker_id must be a non-empty string")
+        if limit < 1:
+            return []
+        with self._tx() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT rollout_id FROM rollouts WHERE queue_pos IS NOT NULL ORDER BY queue_pos LIMIT ?",
+                    (limit,),
+                )
+            ]
+            if not ids:
+                return []
+            now = time.time()
+            conn.executemany(
+                "UPDATE rollouts SET status = 'running', queue_pos = NULL, attempt_count = attempt_count + 1 "
+                "WHERE rollout_id = ?",
+                [(rid,) for rid in ids],
+            )
+            rollouts = self._rollouts_by_id(conn, ids)
+            attempts = [
+                Attempt(
+                    attempt_id=new_id("at"), rollout_id=r.rollout_id, index=r.attempt_count, worker_id=worker_id,
+                    started_at=now, last_heartbeat_at=now,
+                )
+                for r in rollouts
+            ]  # fmt: skip
+            conn.executemany(
+                "INSERT INTO attempts (attempt_id, rollout_id, idx, worker_id, status, started_at, "
+                "last_heartbeat_at) VALUES (?, ?, ?, ?, 'running', ?, ?)",
+                [(a.attempt_id, a.rollout_id, a.index, worker_id, now, now) for a in attempts],
+            )
+        return list(zip(rollouts, attempts, strict=True))
+
+    async def finish_attempt(
+        self,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        output: Any = None,
+        reward: float | None = None,
+        error: str | None = None,
+    ) -> Rollout:
+        final = validate_finish_status(status)
+        reward = validate_reward(reward)
+        try:
+            output_blob = _json.dumps(output)
+        except TypeError as exc:
+            raise InvalidInput(f"rollout output: {exc}") from None
+        with self._tx() as conn:
+            rollout_id = self._running_attempt(conn, attempt_id)
+            self._end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
+            return self._rollout(conn, rollout_id)
+
+    async def heartbeat(self, attempt_id: str) -> None:
+        with self._tx() as conn:
+            self._running_attempt(conn, attempt_id)
+            conn.execute(
+                "UPDATE attempts SET last_heartbeat_at = ? WHERE attempt_id = ?", (time.time(), attempt_id)
+            )
+
+    async def requeue_stale(self, now: float | None = None) -> list[str]:
+        now = time.time() if now is None else now
+        affected = []
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"SELECT {_qualified('r', _ROLLOUT_COLS)}, {_qualified('a', _ATTEMPT_COLS)} "
+                "FROM attempts a JOIN rollouts r ON r.rollout_id = a.rollout_id WHERE a.status = 'running' AND "
+                "((r.timeout_s IS NOT NULL AND ? - a.started_at > r.timeout_s) OR "
+                "(r.heartbeat_timeout_s IS NOT NULL AND ? - a.last_heartbeat_at > r.heartbeat_timeout_s)) "
+                "ORDER BY a.started_at",
+                (now, now),
+            ).fetchall()
+            for row in rows:
+                rollout, attempt = _rollout_from_row(row[:16]), _attempt_from_row(row[16:])
+                reason = stale_reason(rollout, attempt, now)
+                if reason:
+                    self._end_attempt(
+                        conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None
+                    )
+                    affected.append(rollout.rollout_id)
+        return affected
+
+    async def cancel_rollout(self, rollout_id: str) -> Rollout:
+        with self._tx() as conn:
+            status = self._status(conn, rollout_id)
+            if status.finished:
+                raise InvalidTransition(f"rollout {rollout_id} is already {status.value}")
+            now = time.time()
+            conn.execute(
+                "UPDATE attempts SET status = 'cancelled', finished_at = ? "
+                "WHERE rollout_id = ? AND status = 'running'",
+                (now, rollout_id),
+            )
+            conn.execute(
+                "UPDATE rollouts SET status = 'cancelled', finished_at = ?, queue_pos = NULL WHERE rollout_id = ?",
+                (now, rollout_id),
+            )
+            return self._rollout(conn, rollout_id)
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        with self._tx(write=False) as conn:
+            return self._rollout(conn, rollout_id)
+
+    async def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        mode: Mode | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Rollout]:
+        where, args = [], []
+        if status is not None:
+            where.append("status = ?")
+            args.append(RolloutStatus(status).value)
+        if mode is not None:
+            where.append("mode = ?")
+            args.append(Mode(mode).value)
+        if rollout_ids is not None:
+            where.append("rollout_id IN (SELECT value FROM json_each(?))")
+            args.append(_json.dumps(list(rollout_ids)).decode())
+        sql = f"SELECT {_ROLLOUT_COLS} FROM rollouts"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._tx(write=False) as conn:
+            return [_rollout_from_row(row) for row in conn.execute(sql, args)]
+
+    async def get_attempts(self, rollout_id: str) -> list[Attempt]:
+        with self._tx(write=False) as conn:
+            self._status(conn, rollout_id)
+            return self._attempts_of(conn, [rollout_id])
+
+    # -- spans --------------------------------------------------------------------------------------------
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
+        rows = []
+        for span in spans:
+            validate_span(span)
+            try:
+                attributes = _json.dumps(span.attributes)
+            except TypeError as exc:
+                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+            rows.append(
+                [span.attempt_id, 0, span.rollout_id, span.span_id, SpanKind(span.kind).value, span.name,
+                 span.agent_name, span.parent_id, span.start_time, span.end_time, attributes]
+            )  # fmt: skip
+        if not rows:
+            return []
+        wanted = list(dict.fromkeys(row[0] for row in rows))
+        with self._tx() as conn:
+            found = {
+                aid: [rid, next_seq, status]
+                for aid, rid, next_seq, status in conn.execute(
+                    "SELECT attempt_id, rollout_id, next_seq, status FROM attempts "
+                    "WHERE attempt_id IN (SELECT value FROM json_each(?))",
+                    (_json.dumps(wanted).decode(),),
+                )
+            }
+            sequences = []
+            for row in rows:
+                info = found.get(row[0])
+                if info is None:
+                    raise InvalidInput(f"span {row[5]!r} names unknown attempt {row[0]!r}")
+                if info[0] != row[2]:
+                    raise InvalidInput(
+                        f"span {row[5]!r}: attempt {row[0]} belongs to rollout {info[0]}, not {row[2]}"
+                    )
+                row[1] = info[1]
+                info[1] += 1
+                sequences.append(row[1])
+            conn.executemany(f"INSERT INTO spans VALUES ({', '.join('?' * 11)})", rows)
+            now = time.time()
+            conn.executemany(
+                "UPDATE attempts SET next_seq = ?, "
+                "last_heartbeat_at = CASE WHEN status = 'running' THEN ? ELSE last_heartbeat_at END "
+                "WHERE attempt_id = ?",
+                [(info[1], now, aid) for aid, info in found.items()],
+            )
+        return sequences
+
+    async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
+        with self._tx(write=False) as conn:
+            if conn.execute("SELECT 1 FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone() is None:
+                raise NotFound(f"unknown attempt {attempt_id!r}")
+            rows = conn.execute(
+                f"SELECT {_SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
+                (attempt_id, since),
+            ).fetchall()
+        return [_span_from_row(row) for row in rows]
+
+    # -- resources ----------------------------------------------------------------------------------------
+
+    async def add_resources(
+        self, *, llm: LLMEndpoint | None = None, prompts: dict[str, PromptTemplate] | None = None
+    ) -> Resources:
+        with self._tx() as conn:
+            row = conn.execute("SELECT data FROM resources ORDER BY version DESC LIMIT 1").fetchone()
+            latest = Resources.from_dict(_json.loads(row[0])) if row else None
+            resources = Resources(
+                version=latest.version + 1 if latest else 1,
+                llm=llm if llm is not None else (latest.llm if latest else None),
+                prompts=dict(prompts) if prompts is not None else (dict(latest.prompts) if latest else {}),
+            )
+            try:
+                data = _json.dumps(resources.to_dict())
+            except TypeError as exc:
+                raise InvalidInput(f"resources: {exc}") from None
+            conn.execute("INSERT INTO resources (version, data) VALUES (?, ?)", (resources.version, data))
+        return Resources.from_dict(_json.loads(data))
+
+    async def get_resources(self, version: int | None = None) -> Resources | None:
+        with self._tx(write=False) as conn:
+            if version is None:
+                row = conn.execute("SELECT data FROM resources ORDER BY version DESC LIMIT 1").fetchone()
+                return Resources.from_dict(_json.loads(row[0])) if row else None
+            row = conn.execute("SELECT data FROM resources WHERE version = ?", (version,)).fetchone()
+        if row is None:
+            raise NotFound(f"unknown resources version {version}")
+        return Resources.from_dict(_json.loads(row[0]))
+
+    # -- memory -------------------------------------------------------------------------------------------
+
+    async def harvest(self, rollout_ids: Sequence[str] | None = None) -> list[Harvested]:
+        with self._tx() as conn:
+            if rollout_ids is None:
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT rollout_id FROM rollouts WHERE status IN ('succeeded', 'failed', 'cancelled') "
+                        "ORDER BY seq"
+                    )
+                ]
+            else:
+                ids = list(dict.fromkeys(rollout_ids))
+                for rid in ids:
+                    status = self._status(conn, rid)
+                    if not status.finished:
+                        raise InvalidTransition(
+                            f"rollout {rid} is {status.value}; only finished rollouts can be harvested"
+                        )
+            if not ids:
+                return []
+            rollouts = self._rollouts_by_id(conn, ids)
+            attempts = self._attempts_of(conn, ids)
+            spans_of: dict[str, list[Span]] = {}
+            for a in attempts:
+                spans_of[a.attempt_id] = [
+                    _span_from_row(row)
+                    for row in conn.execute(
+                        f"SELECT {_SPAN_COLS} FROM spans WHERE attempt_id = ? ORDER BY sequence", (a.attempt_id,)
+                    )
+                ]
+            conn.executemany("DELETE FROM spans WHERE attempt_id = ?", [(a.attempt_id,) for a in attempts])
+            conn.executemany("DELETE FROM attempts WHERE rollout_id = ?", [(rid,) for rid in ids])
+            conn.executemany("DELETE FROM rollouts WHERE rollout_id = ?", [(rid,) for rid in ids])
+        out = []
+        for rollout in rollouts:
+            mine = [a for a in attempts if a.rollout_id == rollout.rollout_id]
+            out.append(
+                Harvested(rollout=rollout, attempts=mine, spans=[s for a in mine for s in spans_of[a.attempt_id]])
+            )
+        return out
+
+    # -- helpers (called inside a transaction) ------------------------------------------------------------
+
+    def _status(self, conn: sqlite3.Connection, rollout_id: str) -> RolloutStatus:
+        row = conn.execute("SELECT status FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"unknown rollout {rollout_id!r}")
+        return RolloutStatus(row[0])
+
+    def _rollout(self, conn: sqlite3.Connection, rollout_id: str) -> Rollout:
+        row = conn.execute(f"SELECT {_ROLLOUT_COLS} FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"unknown rollout {rollout_id!r}")
+        return _rollout_from_row(row)
+
+    def _rollouts_by_id(self, conn: sqlite3.Connection, ids: list[str]) -> list[Rollout]:
+        rows = conn.execute(
+            f"SELECT {_ROLLOUT_COLS} FROM rollouts "
+            "WHERE rollout_id IN (SELECT value FROM json_each(?)) ORDER BY seq",
+            (_json.dumps(ids).decode(),),
+        )
+        by_id = {r.rollout_id: r for r in map(_rollout_from_row, rows)}
+        return [by_id[rid] for rid in ids]
+
+    def _attempts_of(self, conn: sqlite3.Connection, rollout_ids: list[str]) -> list[Attempt]:
+        rows = conn.execute(
+            f"SELECT {_ATTEMPT_COLS} FROM attempts WHERE rollout_id IN (SELECT value FROM json_each(?)) "
+            "ORDER BY rollout_id, idx",
+            (_json.dumps(rollout_ids).decode(),),
+        )
+        return [_attempt_from_row(row) for row in rows]
+
+    def _running_attempt(self, conn: sqlite3.Connection, attempt_id: str) -> str:
+        """The rollout id of a running attempt; ``NotFound`` / ``InvalidTransition`` otherwise."""
+        row = conn.execute(
+            "SELECT rollout_id, status FROM attempts WHERE attempt_id = ?", (attempt_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"unknown attempt {attempt_id!r}")
+        if row[1] != AttemptStatus.RUNNING.value:
+            raise InvalidTransition(f"attempt {attempt_id} is already {row[1]}")
+        return str(row[0])
+
+    def _end_attempt(
+        self,
+        conn: sqlite3.Connection,
+        attempt_id: str,
+        rollout_id: str,
+        status: AttemptStatus,
+        error: str | None,
+        output: bytes | None,
+        reward: float | None,
+    ) -> None:
+        now = time.time()
+        conn.execute(
+            "UPDATE attempts SET status = ?, finished_at = ?, error = ? WHERE attempt_id = ?",
+            (status.value, now, error, attempt_id),
+        )
+        if status == AttemptStatus.SUCCEEDED:
+            conn.execute(
+                "UPDATE rollouts SET status = 'succeeded', output = ?, reward = ?, error = NULL, finished_at = ? "
+                "WHERE rollout_id = ?",
+                (output, reward, now, rollout_id),
+            )
+            return
+        conn.execute(
+            "UPDATE rollouts SET "
+            f"queue_pos = CASE WHEN attempt_count < max_attempts THEN {_NEXT_QUEUE_POS} END, "
+            "status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END, "
+            "output = CASE WHEN attempt_count < max_attempts THEN output ELSE ? END, "
+            "reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE ? END, "
+            "finished_at = CASE WHEN attempt_count < max_attempts THEN NULL ELSE ? END, "
+            "error = ? WHERE rollout_id = ?",
+            (output, reward, now, error, rollout_id),
+        )
+
+
+def _create_schema(conn: sqlite3.Connection, path: Path | str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT MAX(version) FROM tether_schema").fetchone()
+        if row[0] is None:
+            # executescript() would commit on its own: run the schema statement by statement instead
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO tether_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif row[0] > SCHEMA_VERSION:
+            raise StoreError(
+                f"{path} was written by a newer tether (store schema {row[0]}, this one knows {SCHEMA_VERSION}); "
+                "upgrade tether or use another file"
+            )
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _qualified(alias: str, cols: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
+
+
+def _rollout_from_row(row: Sequence[Any]) -> Rollout:
+    return Rollout(
+        rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
+        status=RolloutStatus(row[4]), metadata=_json.loads(row[5]), max_attempts=row[6], timeout_s=row[7],
+        heartbeat_timeout_s=row[8], resources_version=row[9], attempt_count=row[10], created_at=row[11],
+        finished_at=row[12], output=None if row[13] is None else _json.loads(row[13]), reward=row[14],
+        error=row[15],
+    )  # fmt: skip
+
+
+def _attempt_from_row(row: Sequence[Any]) -> Attempt:
+    return Attempt(
+        attempt_id=row[0], rollout_id=row[1], index=row[2], worker_id=row[3], status=AttemptStatus(row[4]),
+        started_at=row[5], last_heartbeat_at=row[6], finished_at=row[7], error=row[8],
+    )  # fmt: skip
+
+
+def _span_from_row(row: Sequence[Any]) -> Span:
+    return Span(
+        rollout_id=row[0], attempt_id=row[1], kind=SpanKind(row[2]), name=row[3], agent_name=row[4],
+        attributes=_json.loads(row[5]), span_id=row[6], parent_id=row[7], start_time=row[8], end_time=row[9],
+        sequence=row[10],
+    )  # fmt: skip

@@ -1,0 +1,78 @@
+"""The SQLite store: the shared conformance suite, plus what only a file can do (reopen, schema)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tether.store import Store, StoreError, open_store
+from tether.store.sqlite import SCHEMA_VERSION, SqliteStore
+from tether.testing.store_conformance import StoreConformance, span, spec
+from tether.types import AttemptStatus, LLMEndpoint, RolloutStatus
+
+
+class TestSqliteStore(StoreConformance):
+    async def make_store(self, tmp_path: Path) -> Store:
+        return SqliteStore(tmp_path / "nested" / "store.db")
+
+
+class TestSqliteInMemory(StoreConformance):
+    async def make_store(self, tmp_path: Path) -> Store:
+        return open_store("sqlite:///:memory:")
+
+
+async def test_open_store_url_creates_folder_and_wal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = open_store("sqlite:///runs/deep/x.db")
+    assert isinstance(store, SqliteStore)
+    await store.enqueue([spec(1)])
+    await store.close()
+    assert (tmp_path / "runs" / "deep" / "x.db").is_file()
+    conn = sqlite3.connect(tmp_path / "runs" / "deep" / "x.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT version FROM tether_schema").fetchall() == [(SCHEMA_VERSION,)]
+    conn.close()
+    absolute = open_store(f"sqlite:///{tmp_path}/abs.db")
+    await absolute.close()
+    assert (tmp_path / "abs.db").is_file()
+
+
+async def test_data_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteStore(path)
+    done, running = await store.enqueue([spec(1, max_attempts=2), spec(2)])
+    (queued,) = await store.enqueue([spec(3)])
+    [(_, a1), (_, a2)] = await store.dequeue("w", limit=2)
+    assert await store.add_spans([span(done.rollout_id, a1.attempt_id, f"s{i}") for i in range(3)]) == [0, 1, 2]
+    await store.finish_attempt(a1.attempt_id, AttemptStatus.SUCCEEDED, output={"o": 1}, reward=0.5)
+    await store.add_spans([span(running.rollout_id, a2.attempt_id, "r")])
+    resources = await store.add_resources(llm=LLMEndpoint(base_url="http://127.0.0.1:9/v1"))
+    before = {r.rollout_id: r for r in await store.list_rollouts()}
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.get_rollout(done.rollout_id)
+
+    again = SqliteStore(path)
+    assert {r.rollout_id: r for r in await again.list_rollouts()} == before
+    assert [s.name for s in await again.get_spans(a1.attempt_id)] == ["s0", "s1", "s2"]
+    assert await again.get_resources() == resources
+    # sequence numbering and the queue carry on where they stopped
+    assert await again.add_spans([span(running.rollout_id, a2.attempt_id, "r2")]) == [1]
+    ((r, a),) = await again.dequeue("w2")
+    assert r.rollout_id == queued.rollout_id and a.index == 1
+    (h,) = await again.harvest()
+    assert h.rollout.status == RolloutStatus.SUCCEEDED and len(h.spans) == 3
+    await again.close()
+
+
+async def test_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await SqliteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE tether_schema SET version = ?", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer tether"):
+        SqliteStore(path)
