@@ -104,7 +104,7 @@ class HttpStore(Store):
             raise StoreUnavailable(
                 f"no tether store at {self.url}: start one with `tether store serve` ({exc.strerror or exc})"
             ) from None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise StoreUnavailable(
                 f"lost the tether store at {self.url} during {method} {path}: {type(exc).__name__}: {exc}"
             ) from None
