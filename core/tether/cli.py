@@ -56,7 +56,7 @@ def store() -> None:
     show_default=True,
     help="Address to bind; anything but loopback requires --token.",
 )
-@click.option("--port", default=4747, show_default=True, type=int)
+@click.option("--port", default=4747, show_default=True, type=int, help="Port to listen on; 0 picks a free one.")
 @click.option(
     "--token",
     envvar="TETHER_STORE_TOKEN",
@@ -67,4 +67,7 @@ def store_serve(store_url: str, host: str, port: int, token: str | None) -> None
     """Serve a store over HTTP (JSON) for remote runners and the dashboard."""
     from tether.store.http_server import serve
 
-    serve(store_url, host=host, port=port, token=token)
+    try:
+        serve(store_url, host=host, port=port, token=token)
+    except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
+        raise click.ClickException(str(exc)) from None
