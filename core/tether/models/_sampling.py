@@ -1,0 +1,180 @@
+"""Batched sampling from a transformers causal LM with a KV cache, recording token ids and logprobs.
+
+One call samples many rows (prompts × n) with per-row temperature, top_p, max_tokens, stop strings and
+seed. Rows that finish are dropped from the batch (and their KV cache), so short answers don't pay for long
+ones. Each sampled token's logprob is taken under the distribution it was drawn from (temperature-scaled and
+top-p-truncated); greedy rows (temperature 0) report the logprob under the unscaled distribution.
+
+Invariant: ``tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text``. A row that ends
+on a stop token keeps that token (with its logprob: the model learns to stop); a row that ends on a stop
+string keeps the tokens before the one where the stop string begins, so the text never contains it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(slots=True)
+class SampleParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(slots=True)
+class Sample:
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" or "length"
+
+
+def row_seed(seed: int | None, index: int) -> int | None:
+    """The seed of sample ``index`` of a request seeded with ``seed`` (distinct, reproducible)."""
+    return None if seed is None else (seed * 1_000_003 + index) % (2**63)
+
+
+def _uniforms(params: Sequence[SampleParams], steps: int) -> torch.Tensor:
+    out = torch.empty(len(params), steps)
+    for i, p in enumerate(params):
+        gen = torch.Generator().manual_seed(p.seed if p.seed is not None else random.getrandbits(63))
+        out[i, : p.max_tokens] = torch.rand(p.max_tokens, generator=gen)
+    return out
+
+
+def choose(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row by inverse-CDF sampling with uniforms ``u``; returns (tokens, logprobs)."""
+    logits = logits.float()
+    greedy = temperature <= 0
+    probs = torch.softmax(logits / temperature.clamp(min=1e-5).unsqueeze(1), dim=-1)
+    order: torch.Tensor | None = None
+    if bool((top_p < 1).any()):
+        probs, order = probs.sort(dim=-1, descending=True)
+        # drop a token when the mass before it already reaches top_p (the most likely token always stays)
+        probs = probs.masked_fill((probs.cumsum(-1) - probs) >= top_p.unsqueeze(1), 0.0)
+    cum = probs.cumsum(-1)
+    total = cum[:, -1]
+    pick = torch.searchsorted(cum, (u * total).unsqueeze(1), right=True).clamp(max=probs.shape[1] - 1)
+    picked_p = probs.gather(1, pick).squeeze(1)
+    tokens = pick.squeeze(1) if order is None else order.gather(1, pick).squeeze(1)
+    logprobs = torch.log(picked_p / total)
+    if bool(greedy.any()):
+        arg = logits.argmax(-1)
+        raw = torch.log_softmax(logits, dim=-1).gather(1, arg.unsqueeze(1)).squeeze(1)
+        tokens = torch.where(greedy, arg, tokens)
+        logprobs = torch.where(greedy, raw, logprobs)
+    return tokens, logprobs
+
+
+def _cut_at_stop(
+    tokenizer: PreTrainedTokenizerBase, ids: list[int], stop: tuple[str, ...], start: int
+) -> int | None:
+    """If the decoded ``ids`` contain a stop string (at or after char ``start``), the number of ids to keep."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+    if not hits:
+        return None
+    pos = min(hits)
+    keep = len(ids) - 1
+    while keep > 0 and len(tokenizer.decode(ids[:keep], skip_special_tokens=True)) > pos:
+        keep -= 1
+    return keep
+
+
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Sequence[int]],
+    params: Sequence[SampleParams],
+    *,
+    stop_token_ids: Iterable[int],
+    on_finish: Callable[[int, Sample], None] | None = None,
+) -> list[Sample]:
+    """Sample one continuation per prompt (``params[i]`` for ``prompts[i]``). Call under ``torch.inference_mode``.
+
+    ``on_finish(i, sample)`` is called as soon as row ``i`` finishes (before slower rows are done).
+    """
+    if len(prompts) != len(params) or not prompts:
+        raise ValueError("generate needs one SampleParams per prompt and at least one prompt")
+    device = model.device
+    rows = len(prompts)
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids = torch.full((rows, width), pad, dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+    uniforms = _uniforms(params, max(p.max_tokens for p in params))
+    stops = torch.tensor(sorted(set(stop_token_ids)), dtype=torch.long)
+    max_tokens = [p.max_tokens for p in params]
+
+    out_ids: list[list[int]] = [[] for _ in range(rows)]
+    out_lp: list[list[float]] = [[] for _ in range(rows)]
+    results: list[Sample | None] = [None] * rows
+    active = list(range(rows))  # original row index of each batch row
+    cache = DynamicCache(config=model.config)
+    mask, input_ids, positions = mask.to(device), input_ids.to(device), positions.to(device)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1, :]
+    step = 0
+    while True:
+        act = torch.tensor(active, dtype=torch.long)
+        tokens, logprobs = choose(logits.cpu(), temperature[act], top_p[act], uniforms[act, step])
+        is_stop = torch.isin(tokens, stops).tolist()
+        keep: list[int] = []
+        for b, (i, tok, lp) in enumerate(zip(active, tokens.tolist(), logprobs.tolist(), strict=True)):
+            out_ids[i].append(tok)
+            out_lp[i].append(lp)
+            finish = "stop" if is_stop[b] else ("length" if len(out_ids[i]) >= max_tokens[i] else None)
+            if finish is None and params[i].stop:
+                cut = _cut_at_stop(tokenizer, out_ids[i], params[i].stop, 0)
+                if cut is not None:
+                    del out_ids[i][cut:], out_lp[i][cut:]
+                    finish = "stop"
+            if finish is None:
+                keep.append(b)
+                continue
+            text = tokenizer.decode(out_ids[i], skip_special_tokens=True)
+            results[i] = Sample(out_ids[i], out_lp[i], text, finish)
+            if on_finish is not None:
+                on_finish(i, results[i])
+        if not keep:
+            break
+        step += 1
+        if len(keep) < len(active):
+            sel = torch.tensor(keep, dtype=torch.long)
+            cache.batch_select_indices(sel.to(device))
+            mask = mask[sel.to(device)]
+            tokens = tokens[sel]
+            active = [active[b] for b in keep]
+        act = torch.tensor(active, dtype=torch.long)
+        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
+        logits = model(
+            input_ids=tokens.unsqueeze(1).to(device),
+            attention_mask=mask,
+            position_ids=(next_pos[act] + step - 1).unsqueeze(1).to(device),
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1, :]
+    return [r for r in results if r is not None]

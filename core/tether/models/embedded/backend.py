@@ -1,0 +1,59 @@
+"""``model="embedded"``: the repo's small model served in-process (see ``tether.models._local``).
+
+``EmbeddedBackend()`` builds a fresh default model from the built-in corpus (nothing is downloaded);
+``EmbeddedBackend("runs/x/checkpoint")`` loads one saved by ``EmbeddedModel.save``; ``model=`` takes an
+``EmbeddedModel`` already in memory (for instance after ``sft``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.models._local import LocalBackend
+from tether.models.embedded import template
+from tether.models.embedded.model import EmbeddedModel, create_embedded
+
+
+class EmbeddedBackend(LocalBackend):
+    name = "embedded"
+
+    def __init__(
+        self,
+        checkpoint_dir: str | None = None,
+        *,
+        model: EmbeddedModel | None = None,
+        device: str = "cpu",
+        threads: int | None = None,
+        preset: str = "tiny",
+        seed: int = 0,
+        max_batch_rows: int = 64,
+        default_max_tokens: int = 256,
+    ) -> None:
+        super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
+        if model is not None and checkpoint_dir is not None:
+            raise ValueError("pass either checkpoint_dir or model, not both")
+        if model is None:
+            if checkpoint_dir:
+                model = EmbeddedModel.load(checkpoint_dir, device=device)
+            else:
+                model = create_embedded(preset=preset, seed=seed, device=device)
+        self.embedded = model
+        self.model = model.model
+        self.tokenizer = model.tokenizer
+        self._stops = model.stop_token_ids
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        return self._stops
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        text = template.render(messages, tools)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def parse(self, text: str) -> dict[str, Any]:
+        return template.parse(text)
+
+    def save(self, directory: str) -> None:
+        """Save the current weights (under the weights lock) as a transformers checkpoint directory."""
+        with self.weights_lock:
+            self.embedded.save(directory)
