@@ -30,6 +30,8 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from tether.proxy.sse import DONE, stream_chunks
+
 __all__ = ["FakeLLM", "RecordedRequest", "Reply", "ToolCall", "error", "text", "tool_call", "tool_calls"]
 
 FAKE_LOGPROB = -0.5
@@ -338,44 +340,11 @@ class FakeLLM:
     async def _stream(self, request: web.Request, completion: dict[str, Any]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        for chunk in stream_chunks(completion):
+        for chunk in stream_chunks(completion, piece=8):
             await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-        await response.write(b"data: [DONE]\n\n")
+        await response.write(DONE)
         await response.write_eof()
         return response
-
-
-def stream_chunks(completion: dict[str, Any], piece: int = 8) -> list[dict[str, Any]]:
-    """Split a chat completion into OpenAI ``chat.completion.chunk`` dicts: a role chunk, content and tool-call
-    deltas, a finish chunk per choice, then a usage chunk with no choices. (The proxy reuses this.)"""
-    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"]}
-    base["model"] = completion["model"]
-    chunks: list[dict[str, Any]] = []
-
-    def add(index: int, delta: dict[str, Any], finish: str | None = None) -> None:
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
-        chunks.append({**base, "choices": [choice]})
-
-    for choice in completion["choices"]:
-        index = choice["index"]
-        message = choice["message"]
-        add(index, {"role": "assistant", "content": ""})
-        content = message.get("content") or ""
-        for start in range(0, len(content), piece):
-            add(index, {"content": content[start : start + piece]})
-        for k, call in enumerate(message.get("tool_calls") or []):
-            function = call["function"]
-            head = {"index": k, "id": call["id"], "type": "function"}
-            add(index, {"tool_calls": [{**head, "function": {"name": function["name"], "arguments": ""}}]})
-            arguments = function["arguments"]
-            for start in range(0, len(arguments), piece):
-                add(
-                    index,
-                    {"tool_calls": [{"index": k, "function": {"arguments": arguments[start : start + piece]}}]},
-                )
-        add(index, {}, choice["finish_reason"])
-    chunks.append({**base, "choices": [], "usage": completion.get("usage")})
-    return chunks
 
 
 def _as_reply(item: Reply | str) -> Reply:

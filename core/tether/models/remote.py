@@ -1,0 +1,196 @@
+"""``RemoteBackend``: any OpenAI-compatible chat-completions server, passed through.
+
+The request goes upstream non-streaming (the proxy synthesises streams). Token ids are recorded when the
+server returns them the way vLLM does when asked with ``return_token_ids``: ``prompt_token_ids`` on the
+response and ``token_ids`` on each choice; logprobs when it returns ``logprobs.content``. Otherwise they
+stay ``None`` and the result says token ids are not available.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
+
+_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+
+
+class RemoteBackend(ModelBackend):
+    """Forward chat requests to ``base_url`` (ending in ``/v1``).
+
+    ``model`` overrides the model named by the agent's request (agents often hard-code one); without it the
+    request's model is used, else the server's first listed model. ``return_token_ids`` / ``logprobs`` ask
+    the server for token ids and logprobs (vLLM understands both; other servers may reject the former).
+    """
+
+    name = "remote"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        return_token_ids: bool = False,
+        logprobs: bool = False,
+        timeout_s: float = 600.0,
+        max_connections: int = 256,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.model = model
+        self.return_token_ids = return_token_ids
+        self.logprobs = logprobs
+        self.timeout_s = timeout_s
+        self.max_connections = max_connections
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+        self._chat_url = f"{self.base_url}/chat/completions"
+        self._default_model: str | None = None
+
+    async def start(self) -> None:
+        self._ensure_session()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        session = self._session
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=60)
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            session = aiohttp.ClientSession(
+                connector=connector, timeout=timeout, headers=self._headers, json_serialize=_dumps
+            )
+            self._session = session
+        return session
+
+    def payload(self, request: ChatRequest, model: str | None) -> dict[str, Any]:
+        """The upstream request body for ``request``."""
+        body: dict[str, Any] = dict(request.extra)
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+        body["messages"] = request.messages
+        if model:
+            body["model"] = model
+        if request.tools:
+            body["tools"] = request.tools
+        if request.n != 1:
+            body["n"] = request.n
+        body["temperature"] = request.temperature
+        body["top_p"] = request.top_p
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if request.stop:
+            body["stop"] = request.stop
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if self.return_token_ids:
+            body["return_token_ids"] = True
+        if self.logprobs:
+            body["logprobs"] = True
+        return body
+
+    async def _model_for(self, request: ChatRequest) -> str | None:
+        if self.model:
+            return self.model
+        if request.model:
+            return request.model
+        if self._default_model is None:
+            self._default_model = await self._first_model() or ""
+        return self._default_model or None
+
+    async def _first_model(self) -> str | None:
+        try:
+            async with self._ensure_session().get(f"{self.base_url}/models") as resp:
+                if resp.status != 200:
+                    return None
+                data = orjson.loads(await resp.read())
+            return str(data["data"][0]["id"])
+        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            return None
+
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        body = self.payload(request, await self._model_for(request))
+        try:
+            async with self._ensure_session().post(self._chat_url, data=orjson.dumps(body)) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except TimeoutError:
+            raise BackendError(f"{self._chat_url} did not answer within {self.timeout_s:g} s") from None
+        except aiohttp.ClientError as exc:
+            raise BackendError(f"cannot reach {self._chat_url}: {exc}") from None
+        if status != 200:
+            message = _error_message(raw)
+            if status in (400, 422):
+                raise BadRequest(f"{self.base_url} answered {status}: {message}")
+            raise BackendError(f"{self.base_url} answered {status}: {message}")
+        try:
+            data = orjson.loads(raw)
+            return parse_completion(data, body.get("model"))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise BackendError(
+                f"{self.base_url} sent a malformed chat completion ({exc}): {raw[:200]!r}"
+            ) from None
+
+
+def parse_completion(data: dict[str, Any], model: str | None = None) -> ChatResult:
+    """A ``ChatResult`` from an OpenAI chat-completion body (with vLLM's token-id fields when present)."""
+    choices = []
+    for raw_choice in sorted(data["choices"], key=lambda c: c.get("index", 0)):
+        message = {k: v for k, v in raw_choice["message"].items() if v is not None or k == "content"}
+        message["role"] = "assistant"
+        message.setdefault("content", None)
+        if not message.get("tool_calls"):
+            message.pop("tool_calls", None)
+        ids = raw_choice.get("token_ids")
+        finish = raw_choice.get("finish_reason") or "stop"
+        choices.append(
+            Choice(
+                message=message,
+                finish_reason=finish if finish in _FINISH else "stop",
+                response_token_ids=[int(t) for t in ids] if ids is not None else None,
+                logprobs=_logprobs(raw_choice.get("logprobs")),
+            )
+        )
+    prompt_ids = data.get("prompt_token_ids")
+    usage = {k: v for k, v in (data.get("usage") or {}).items() if isinstance(v, int)}
+    return ChatResult(
+        choices=choices,
+        model=str(data.get("model") or model or "unknown"),
+        prompt_token_ids=[int(t) for t in prompt_ids] if prompt_ids is not None else None,
+        usage=usage,
+    )
+
+
+def _logprobs(logprobs: Any) -> list[float] | None:
+    if not isinstance(logprobs, dict) or not isinstance(logprobs.get("content"), list):
+        return None
+    return [float(entry["logprob"]) for entry in logprobs["content"]]
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        data = orjson.loads(raw)
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(data, dict) and data.get("message"):  # some servers (vLLM's older errors) put it here
+            return str(data["message"])
+    except orjson.JSONDecodeError:
+        pass
+    return raw[:500].decode(errors="replace") or "(empty body)"
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()

@@ -1,0 +1,134 @@
+"""Turn a backend's ``ChatResult`` into the OpenAI response a client gets and the ``llm`` span the store gets.
+
+The span's attribute keys are a contract with ``tether.transitions``: ``call_id``, ``request`` (``messages``,
+``tools``, ``params``), ``prompt_token_ids``, ``choices`` (``message``, ``finish_reason``,
+``response_token_ids``, ``logprobs``), ``usage``, ``model``, ``latency_ms``, ``token_ids_available``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from tether.models.base import BackendError, ChatRequest, ChatResult
+from tether.types import Span, SpanKind
+
+LLM_SPAN_NAME = "chat.completions"
+_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+
+
+def completion_json(result: ChatResult, completion_id: str, want_logprobs: bool) -> dict[str, Any]:
+    """The OpenAI ``chat.completion`` object for ``result``. ``BackendError`` if the result is malformed."""
+    if not isinstance(result, ChatResult):
+        raise BackendError(f"backend returned {type(result).__name__}, not a ChatResult")
+    if not result.choices:
+        raise BackendError("backend returned no choices")
+    choices = []
+    completion_tokens = 0
+    for index, choice in enumerate(result.choices):
+        message = choice.message
+        if not isinstance(message, dict) or message.get("role", "assistant") != "assistant":
+            raise BackendError(f"backend choice {index} is not an assistant message: {message!r}")
+        if "role" not in message or "content" not in message:
+            message = {"role": "assistant", "content": None, **message}
+        finish = choice.finish_reason if choice.finish_reason in _FINISH_REASONS else "stop"
+        out: dict[str, Any] = {"index": index, "message": message, "finish_reason": finish, "logprobs": None}
+        if want_logprobs and choice.logprobs is not None:
+            ids = choice.response_token_ids or []
+            out["logprobs"] = {
+                "content": [
+                    {
+                        "token": f"token_id:{ids[i]}" if i < len(ids) else "",
+                        "logprob": lp,
+                        "bytes": None,
+                        "top_logprobs": [],
+                    }
+                    for i, lp in enumerate(choice.logprobs)
+                ]
+            }
+        if choice.response_token_ids is not None:
+            completion_tokens += len(choice.response_token_ids)
+        choices.append(out)
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": result.model,
+        "choices": choices,
+        "usage": _usage(result, completion_tokens),
+    }
+
+
+def _usage(result: ChatResult, completion_tokens: int) -> dict[str, int]:
+    usage = dict(result.usage) if result.usage else {}
+    if "prompt_tokens" not in usage:
+        usage["prompt_tokens"] = len(result.prompt_token_ids or ())
+    if "completion_tokens" not in usage:
+        usage["completion_tokens"] = completion_tokens
+    if "total_tokens" not in usage:
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return usage
+
+
+def llm_span(
+    *,
+    rollout_id: str,
+    attempt_id: str,
+    agent_name: str | None,
+    call_id: str,
+    raw_request: bytes,
+    request: ChatRequest,
+    stream: bool,
+    result: ChatResult,
+    response_payload: bytes,
+    start_time: float,
+    latency_ms: float,
+) -> Span:
+    """The ``llm`` span of one call. Messages are parsed again from the raw request and response bytes, so the
+    span shares no object with the client, the backend or the response."""
+    sent = orjson.loads(raw_request)
+    answered = orjson.loads(response_payload)
+    choices = [
+        {
+            "message": out["message"],
+            "finish_reason": out["finish_reason"],
+            "response_token_ids": None if c.response_token_ids is None else list(c.response_token_ids),
+            "logprobs": None if c.logprobs is None else list(c.logprobs),
+        }
+        for c, out in zip(result.choices, answered["choices"], strict=True)
+    ]
+    attributes = {
+        "call_id": call_id,
+        "request": {
+            "messages": sent["messages"],
+            "tools": sent.get("tools"),
+            "params": {
+                "model": request.model,
+                "temperature": request.temperature,
+                "top_p": request.top_p,
+                "max_tokens": request.max_tokens,
+                "n": request.n,
+                "stop": request.stop,
+                "seed": request.seed,
+                "stream": stream,
+            },
+        },
+        "prompt_token_ids": None if result.prompt_token_ids is None else list(result.prompt_token_ids),
+        "choices": choices,
+        "usage": answered["usage"],
+        "model": result.model,
+        "latency_ms": latency_ms,
+        "token_ids_available": result.token_ids_available,
+    }
+    return Span(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        kind=SpanKind.LLM,
+        name=LLM_SPAN_NAME,
+        agent_name=agent_name,
+        attributes=attributes,
+        start_time=start_time,
+        end_time=start_time + latency_ms / 1000.0,
+    )
