@@ -1,0 +1,193 @@
+"""The plain-function adapter and the plugin module: what it accepts (without importing openai), exact
+instrumentation, running sync and async functions inside a rollout scope, and the plugin's hooks."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+from types import ModuleType
+from typing import Any
+
+import pytest
+from openai._base_client import BaseClient
+
+import tether
+import tether_openai
+from tether.context import AGENT_HEADER, RolloutScope, agent_scope, rollout_scope
+from tether.testing.fake_llm import FakeLLM, text
+from tether.types import Resources, Rollout, Task
+from tether_openai import OpenAIFunctionAdapter, redirect
+
+
+class _Sink:
+    def emit(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the openai adapter leaves LLM spans to the proxy")
+
+
+def _echo(request: dict[str, Any]) -> Any:
+    return text("echo: " + request["messages"][-1]["content"])
+
+
+def _scope(llm: FakeLLM, rollout: str = "ro-1") -> RolloutScope:
+    return RolloutScope(rollout_id=rollout, attempt_id="at-1", base_url=llm.base_url)
+
+
+def plain(x: Any) -> Any:
+    return x
+
+
+async def coroutine_function(x: Any) -> Any:
+    return x
+
+
+def generator_function(x: Any) -> Any:
+    yield x
+
+
+class Agent:
+    def __call__(self, x: Any) -> Any:
+        return x
+
+    def method(self, x: Any) -> Any:
+        return x
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [
+        plain,
+        coroutine_function,
+        lambda x: x,
+        functools.partial(plain),
+        functools.partial(functools.partial(plain)),
+    ],
+    ids=["function", "coroutine function", "lambda", "partial", "nested partial"],
+)
+def test_accepts_plain_functions(agent: Any) -> None:
+    assert OpenAIFunctionAdapter().accepts(agent)
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [Agent, Agent(), Agent().method, print, generator_function, functools.partial(Agent()), 42, "plain", None],
+    ids=[
+        "class",
+        "callable instance",
+        "bound method",
+        "builtin",
+        "generator",
+        "partial of object",
+        "int",
+        "str",
+        "None",
+    ],
+)
+def test_rejects_other_callables_and_objects(agent: Any) -> None:
+    assert not OpenAIFunctionAdapter().accepts(agent)
+
+
+def test_accepts_never_imports_openai() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import tether_openai
+        assert "openai" not in sys.modules, "importing the plugin imported openai"
+        adapter = tether_openai.OpenAIFunctionAdapter()
+        def agent(task):
+            return task
+        assert adapter.accepts(agent) is False, "openai is not imported, so no agent can use it"
+        assert "openai" not in sys.modules, "accepts() imported openai"
+        import openai
+        assert adapter.accepts(agent) is True
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": ""}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_instrument_is_idempotent_and_uninstrument_exact() -> None:
+    original = BaseClient.__dict__["_build_request"]
+    adapter = OpenAIFunctionAdapter()
+    adapter.uninstrument()  # never instrumented: no-op
+    assert BaseClient.__dict__["_build_request"] is original
+    adapter.instrument(_Sink())
+    patched = BaseClient.__dict__["_build_request"]
+    adapter.instrument(_Sink())
+    assert BaseClient.__dict__["_build_request"] is patched and redirect.install_count() == 1
+    adapter.uninstrument()
+    assert BaseClient.__dict__["_build_request"] is original and not redirect.is_installed()
+    adapter.uninstrument()
+    assert BaseClient.__dict__["_build_request"] is original
+
+
+def test_two_adapters_share_the_patch() -> None:
+    original = BaseClient.__dict__["_build_request"]
+    first, second = OpenAIFunctionAdapter(), OpenAIFunctionAdapter()
+    first.instrument(_Sink())
+    second.instrument(_Sink())
+    first.uninstrument()
+    assert redirect.is_installed(), "the second adapter still needs the redirect"
+    second.uninstrument()
+    assert BaseClient.__dict__["_build_request"] is original
+
+
+async def test_run_sync_function_in_a_thread_inside_the_scope(agent_module: ModuleType) -> None:
+    adapter = OpenAIFunctionAdapter()
+    async with FakeLLM(handler=_echo) as llm:
+        with rollout_scope(_scope(llm)), agent_scope("solo"):
+            out = await adapter.run(agent_module.answer, Task(input="2+2?"), Resources(version=1))
+    assert out == "echo: 2+2?"
+    (req,) = llm.requests
+    assert req.headers[AGENT_HEADER] == "solo"
+    assert not redirect.is_installed(), "run() holds the redirect only while it runs"
+
+
+async def test_run_coroutine_function_and_partial(agent_module: ModuleType) -> None:
+    adapter = OpenAIFunctionAdapter()
+
+    async def agent(question: str, *, suffix: str) -> str:
+        return await agent_module.aanswer(question + suffix)
+
+    async with FakeLLM(handler=_echo) as llm:
+        with rollout_scope(_scope(llm)):
+            out = await adapter.run(functools.partial(agent, suffix="!"), "hi", Resources(version=1))
+    assert out == "echo: hi!"
+    assert [r.json["messages"][0]["content"] for r in llm.requests] == ["hi!"]
+
+
+async def test_run_propagates_the_agents_error() -> None:
+    def broken(task: Any) -> Any:
+        raise ValueError(f"bad task {task}")
+
+    with pytest.raises(ValueError, match="bad task 7"):
+        await OpenAIFunctionAdapter().run(broken, 7, Resources(version=1))
+    assert not redirect.is_installed()
+
+
+async def test_rollout_context_hook_holds_the_redirect(agent_module: ModuleType) -> None:
+    rollout = Rollout(rollout_id="ro-ctx", input="x", task_id="t-1")
+    async with FakeLLM(handler=_echo) as llm:
+        async with tether_openai.rollout_context(rollout):
+            assert redirect.is_installed()
+            with rollout_scope(_scope(llm, rollout="ro-ctx")):
+                assert await agent_module.aanswer("via hook") == "echo: via hook"
+        assert not redirect.is_installed()
+    assert len(llm.requests) == 1
+
+
+def test_plugin_is_loaded_through_its_entry_point() -> None:
+    from tether.plugins import build
+
+    plugins = build()
+    assert "openai" in {p.name for p in plugins.loaded()}
+    assert "openai" not in {u.name for u in plugins.unavailable}
+    adapter = plugins.adapter_named("openai")
+    assert isinstance(adapter, OpenAIFunctionAdapter) and adapter.extra == "openai"
+    found = tether.get_plugins().adapter_for(plain)
+    assert isinstance(found, OpenAIFunctionAdapter) and found.name == "openai"
