@@ -30,7 +30,18 @@ from tether.types import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # GRPO needs torch: load it on first use so `import tether` stays light
+    if name == "GRPO":
+        from tether.algorithms import GRPO
+
+        return GRPO
+    raise AttributeError(f"module 'tether' has no attribute {name!r}")
+
+
 __all__ = [
+    "GRPO",
     "Adapter",
     "AdapterNotFound",
     "Attempt",
