@@ -1,0 +1,203 @@
+"""The proxy's failure paths: bad requests (400), unknown attempts (404), backend failures (502), and that
+none of them stores anything; spans of good calls survive a clean stop."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from tether.models.base import BackendError, ChatRequest, ChatResult, ModelBackend
+from tether.models.remote import RemoteBackend
+from tether.proxy import ProxyServer
+from tether.span_batcher import SpanBatcher
+from tether.store.memory import MemoryStore
+from tether.testing.fake_llm import FakeLLM, error
+from tether.types import Attempt, RolloutSpec
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+async def _attempt(store: MemoryStore) -> Attempt:
+    await store.enqueue([RolloutSpec(input="q")])
+    ((_, attempt),) = await store.dequeue("w")
+    return attempt
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[MemoryStore, FakeLLM, ProxyServer, str]]:
+    store = MemoryStore()
+    attempt = await _attempt(store)
+    async with FakeLLM() as llm, ProxyServer(store, RemoteBackend(llm.base_url), close_backend=True) as proxy:
+        yield store, llm, proxy, proxy.url_for(attempt.rollout_id, attempt.attempt_id)
+
+
+async def _post(url: str, body: Any) -> tuple[int, dict[str, Any]]:
+    data = body if isinstance(body, bytes) else None
+    async with aiohttp.ClientSession() as session:
+        kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
+        async with session.post(f"{url}/chat/completions", **kwargs) as resp:
+            return resp.status, await resp.json()
+
+
+BAD_REQUESTS = [
+    (b"{not json", None, "not valid JSON"),
+    ([1, 2], None, "JSON object"),
+    ({"model": "m"}, "messages", "'messages' is required"),
+    ({"messages": []}, "messages", "non-empty list"),
+    ({"messages": ["hi"]}, "messages[0]", "must be an object"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "must be one of"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content", "content is required"),
+    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content", "must be a string"),
+    ({"messages": [*USER, {"role": "tool", "content": "r"}]}, "messages[1].tool_call_id", "tool_call_id"),
+    ({"messages": USER, "temperature": 5}, "temperature", "between 0 and 2"),
+    ({"messages": USER, "temperature": "hot"}, "temperature", "must be a number"),
+    ({"messages": USER, "top_p": 1.5}, "top_p", "between 0 and 1"),
+    ({"messages": USER, "n": 0}, "n", "between 1 and"),
+    ({"messages": USER, "max_tokens": "ten"}, "max_tokens", "must be an integer"),
+    ({"messages": USER, "max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens", "disagree"),
+    ({"messages": USER, "stop": 3}, "stop", "'stop' must be"),
+    ({"messages": USER, "stream": "yes"}, "stream", "true or false"),
+    ({"messages": USER, "tools": {"name": "f"}}, "tools", "must be a list"),
+    ({"messages": USER, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name", "name"),
+    (
+        {"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": 1}}]},
+        None,
+        "JSON",
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"function": {"name": "f", "arguments": {}}}],
+                }
+            ]
+        },
+        "messages[0].tool_calls[0].function.arguments",
+        "JSON string",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "param", "message"), BAD_REQUESTS)
+async def test_bad_request_is_400_and_stores_nothing(
+    setup: tuple[MemoryStore, FakeLLM, ProxyServer, str], body: Any, param: str | None, message: str
+) -> None:
+    store, llm, proxy, url = setup
+    status, data = await _post(url, body)
+    assert status == 400
+    assert data["error"]["type"] == "invalid_request_error"
+    assert message in data["error"]["message"]
+    if param is not None:
+        assert data["error"]["param"] == param
+    await proxy.flush()
+    assert llm.requests == []  # never reached the backend
+    (attempt_id,) = [url.split("/")[-2]]
+    assert await store.get_spans(attempt_id) == []
+
+
+async def test_openai_sdk_shows_the_reason(setup: tuple[MemoryStore, FakeLLM, ProxyServer, str]) -> None:
+    _, _, _, url = setup
+    client = openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="'temperature' must be between 0 and 2"):
+        await client.chat.completions.create(model="m", messages=USER, temperature=3)  # type: ignore[arg-type]
+    await client.close()
+
+
+async def test_unknown_rollout_or_attempt_is_404(setup: tuple[MemoryStore, FakeLLM, ProxyServer, str]) -> None:
+    store, llm, proxy, url = setup
+    other = await _attempt(store)
+    status, data = await _post(proxy.url_for("ro-nope", "at-nope"), {"messages": USER})
+    assert status == 404 and "unknown rollout 'ro-nope'" in data["error"]["message"]
+    rollout_id = url.split("/")[-3]
+    status, data = await _post(proxy.url_for(rollout_id, other.attempt_id), {"messages": USER})
+    assert status == 404 and "is not an attempt of rollout" in data["error"]["message"]
+    assert llm.requests == []
+
+
+async def test_upstream_failures(setup: tuple[MemoryStore, FakeLLM, ProxyServer, str]) -> None:
+    store, llm, proxy, url = setup
+    llm.add(error(500, "GPU on fire"), error(400, "context too long"), error(401, "bad key"))
+    status, data = await _post(url, {"messages": USER})
+    assert status == 502 and "GPU on fire" in data["error"]["message"]
+    status, data = await _post(url, {"messages": USER})
+    assert status == 400 and "context too long" in data["error"]["message"]
+    client = openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0)
+    with pytest.raises(openai.APIStatusError, match="bad key") as info:
+        await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    assert info.value.status_code == 502
+    await client.close()
+    await proxy.flush()
+    assert await store.get_spans(url.split("/")[-2]) == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_unreachable_upstream_is_502() -> None:
+    store = MemoryStore()
+    attempt = await _attempt(store)
+    backend = RemoteBackend(f"http://127.0.0.1:{_closed_port()}/v1", model="m")
+    async with ProxyServer(store, backend, close_backend=True) as proxy:
+        status, data = await _post(proxy.url_for(attempt.rollout_id, attempt.attempt_id), {"messages": USER})
+    assert status == 502 and "cannot reach" in data["error"]["message"]
+    assert data["error"]["type"] == "upstream_error"
+    assert await store.get_spans(attempt.attempt_id) == []
+
+
+class _Broken(ModelBackend):
+    """A backend that fails in the ways a buggy backend can."""
+
+    name = "broken"
+
+    def __init__(self) -> None:
+        self.mode = "raise"
+
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        if self.mode == "raise":
+            raise ZeroDivisionError("oops")
+        if self.mode == "backend":
+            raise BackendError("out of memory")
+        return ChatResult(choices=[], model="x")
+
+
+async def test_backend_exceptions_and_malformed_results_are_502() -> None:
+    store = MemoryStore()
+    attempt = await _attempt(store)
+    backend = _Broken()
+    async with ProxyServer(store, backend) as proxy:
+        url = proxy.url_for(attempt.rollout_id, attempt.attempt_id)
+        for mode, expected in [
+            ("raise", "ZeroDivisionError: oops"),
+            ("backend", "out of memory"),
+            ("empty", "no choices"),
+        ]:
+            backend.mode = mode
+            status, data = await _post(url, {"messages": USER})
+            assert status == 502 and expected in data["error"]["message"]
+    assert await store.get_spans(attempt.attempt_id) == []
+
+
+async def test_stop_flushes_pending_spans() -> None:
+    store = MemoryStore()
+    attempt = await _attempt(store)
+    async with FakeLLM(default="ok") as llm:
+        batcher = SpanBatcher(store, max_batch=10_000, max_delay_s=3600)  # never flushes by itself
+        proxy = await ProxyServer(store, RemoteBackend(llm.base_url), batcher=batcher, close_backend=True).start()
+        client = openai.AsyncOpenAI(base_url=proxy.url_for(attempt.rollout_id, attempt.attempt_id), api_key="k")
+        for _ in range(5):
+            await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        await client.close()
+        assert batcher.pending == 5 and await store.get_spans(attempt.attempt_id) == []
+        await proxy.stop()
+    assert len(await store.get_spans(attempt.attempt_id)) == 5
+    await proxy.stop()  # idempotent
