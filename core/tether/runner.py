@@ -126,6 +126,8 @@ class Runner:
         sink_token = current_sink.set(self.sink)
         try:
             resources = await self._resources_for(rollout, scope)
+            if resources.llm and resources.llm.sampling:
+                self.proxy.sampling_overrides[rollout.rollout_id] = resources.llm.sampling
             async with contextlib.AsyncExitStack() as stack:
                 for manager in get_plugins().rollout_contexts(rollout):
                     await stack.enter_async_context(manager)
@@ -151,6 +153,7 @@ class Runner:
                 log.exception("could not record the failure of attempt %s", attempt.attempt_id)
             self.stats.failed += 1
         finally:
+            self.proxy.sampling_overrides.pop(rollout.rollout_id, None)
             current_sink.reset(sink_token)
             current_scope.reset(scope_token)
 

@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
-from tether.models.base import BackendError, BadRequest, ModelBackend
+from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
 from tether.proxy.capture import completion_json, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
@@ -59,6 +59,9 @@ class ProxyServer:
         self.failures = 0  # calls answered with an error
         self._known_attempts: set[tuple[str, str]] = set()
         self._runner: web.AppRunner | None = None
+        #: per-rollout sampling that overrides the agent's own (set by the runner from the rollout's
+        #: resources: greedy evaluation, the training temperature); keys: temperature, top_p, max_tokens, seed
+        self.sampling_overrides: dict[str, dict[str, Any]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -139,6 +142,8 @@ class ProxyServer:
             problem = await self._check_attempt(rollout_id, attempt_id)
             if problem:
                 return self._error(404, problem, code="unknown_attempt")
+        if rollout_id is not None and rollout_id in self.sampling_overrides:
+            _apply_sampling(chat, self.sampling_overrides[rollout_id])
         call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
         try:
             result = await self.backend.chat(chat)
@@ -198,6 +203,12 @@ class ProxyServer:
     ) -> web.Response:
         self.failures += 1
         return _json({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
+
+
+def _apply_sampling(chat: ChatRequest, sampling: dict[str, Any]) -> None:
+    for key in ("temperature", "top_p", "max_tokens", "seed"):
+        if sampling.get(key) is not None:
+            setattr(chat, key, sampling[key])
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
