@@ -134,7 +134,7 @@ class Plugins:
                 f"(loaded: {', '.join(a.name for a in self.adapters()) or 'none'})"
                 + (f", or install the framework's extra:{hints}" if hints else "")
             )
-        return adapter  # type: ignore[no-any-return]
+        return adapter
 
     def rollout_contexts(self, rollout: Rollout) -> list[AbstractAsyncContextManager[Any]]:
         results = self._pm.hook.rollout_context(rollout=rollout)

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tether.adapters import WrappedAgent
 from tether.dev_report import DevReport, DevRollout
+from tether.fit import FitResult
+from tether.fit_progress import FitProgress as _Progress
+from tether.run_dir import RunDir
 from tether.store import Store, open_store
 from tether.transitions import CreditRule, build_transitions, unknown_optimize_names
 from tether.types import LLMEndpoint, Mode, RolloutSpec, RolloutStatus, Task
@@ -36,6 +42,12 @@ class Trainer:
     sampling: dict[str, Any] = field(default_factory=dict)
     max_attempts: int = 1
     timeout_s: float | None = None
+    steps: int = 20
+    eval_every: int = 5
+    seed: int = 0
+    name: str | None = None
+    run_root: str = "runs"
+    progress: bool = True
 
     def dev(self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | None = None) -> DevReport:
         """Run each task once, untrained, and report everything captured. Sync wrapper of ``adev``."""
@@ -60,6 +72,77 @@ class Trainer:
         """Metrics of one untrained pass over ``tasks``: mean reward, success rate, calls per rollout."""
         return self.dev(agent, tasks, model=model).metrics()
 
+    def fit(
+        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None = None, *, resume: bool = False
+    ) -> FitResult:
+        """Train ``agent`` on ``train`` with the algorithm, evaluating on ``val``; see ``tether.fit``.
+
+        Ctrl-C stops after saving nothing half-written: the last checkpoint stays, and ``resume=True``
+        continues from it.
+        """
+        try:
+            return asyncio.run(self.afit(agent, train, val, resume=resume))
+        except KeyboardInterrupt:
+            run = RunDir.create(self.run_root, self.name or "run")
+            print(f"interrupted: the last checkpoint is in {run.checkpoint_path}; fit(..., resume=True) continues")
+            return FitResult(run_dir=run.path, history=run.history(), interrupted=True)
+
+    async def afit(
+        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None = None, *, resume: bool = False
+    ) -> FitResult:
+        from tether.fit import FitLoop, as_task
+
+        if self.algorithm is None:
+            raise ValueError("Trainer.fit needs an algorithm: Trainer(algorithm=tether.GRPO(...))")
+        if not isinstance(agent, WrappedAgent):
+            raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
+        train_tasks = [as_task(t) for t in train]
+        val_tasks = [as_task(t) for t in (val or [])]
+        if not train_tasks:
+            raise ValueError("Trainer.fit needs at least one training task")
+        run = RunDir.create(self.run_root, self.name or time.strftime("run-%Y%m%d-%H%M%S"))
+        if not resume and run.metrics_path.exists():
+            run.metrics_path.unlink()
+        model = self.model
+        if resume and run.state_path.exists():
+            model = _checkpoint_model(self.model, run.checkpoint_path)
+        async with self._session(model, store_url=self.store or run.store_url) as (store, proxy):
+            from tether.runner import Runner
+
+            backend = proxy.backend
+            if not hasattr(backend, "policy"):
+                raise ValueError(
+                    f"{self.algorithm.__class__.__name__} trains a model tether holds in torch: use "
+                    "model='embedded' or model='hf:<path>' (remote and vLLM backends train through verl)"
+                )
+            loop = FitLoop(self, agent, backend, run)
+            if resume:
+                loop.restore()
+            rng = random.Random(f"{self.seed}:{loop.step}")
+            result = FitResult(run_dir=run.path)
+            async with Runner(agent, store, proxy, concurrency=self.n_runners) as runner:
+                with _Progress(self.steps, enabled=self.progress, start=loop.step) as bar:
+                    if val_tasks and loop.step == 0:
+                        await self._record(loop, run, await loop.evaluate(store, runner, proxy, val_tasks), bar)
+                    while loop.step < self.steps:
+                        await self._record(
+                            loop, run, await loop.train_step(store, runner, proxy, train_tasks, rng), bar
+                        )
+                        if loop.step % self.eval_every == 0 or loop.step == self.steps:
+                            if val_tasks:
+                                await self._record(
+                                    loop, run, await loop.evaluate(store, runner, proxy, val_tasks), bar
+                                )
+                            result.checkpoint = await asyncio.to_thread(loop.save)
+            result.history = loop.history
+            result.plot = run.plot(loop.history)
+            return result
+
+    async def _record(self, loop: Any, run: RunDir, record: dict[str, Any], bar: _Progress) -> None:
+        loop.history.append(record)
+        run.log(record)
+        bar.update(record)
+
     def _spec(self, task: Any, mode: Mode) -> RolloutSpec:
         if isinstance(task, Task):
             return RolloutSpec(
@@ -73,11 +156,11 @@ class Trainer:
         return RolloutSpec(input=task, mode=mode, max_attempts=self.max_attempts, timeout_s=self.timeout_s)
 
     @contextlib.asynccontextmanager
-    async def _session(self, model: str) -> AsyncIterator[tuple[Store, Any]]:
+    async def _session(self, model: str, store_url: str | None = None) -> AsyncIterator[tuple[Store, Any]]:
         from tether.models import open_backend
         from tether.proxy import ProxyServer
 
-        store = open_store(self.store or "memory:")
+        store = open_store(store_url or self.store or "memory:")
         backend = open_backend(model)
         try:
             await backend.start()
@@ -118,3 +201,12 @@ class Trainer:
         if unknown:
             report.problems.append(unknown)
         return report
+
+
+def _checkpoint_model(model: str, checkpoint: Path) -> str:
+    """The ``model=`` string that loads a run's checkpoint with the same kind of backend."""
+    if model == "embedded" or model.startswith("embedded:"):
+        return f"embedded:{checkpoint}"
+    if model.startswith("hf:"):
+        return f"hf:{checkpoint}"
+    raise ValueError(f"cannot resume a run of model {model!r}: only embedded and hf: runs have checkpoints")

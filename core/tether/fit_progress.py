@@ -1,0 +1,43 @@
+"""The progress bar of ``Trainer.fit``: step, train reward, validation accuracy, rollouts per second."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class FitProgress:
+    def __init__(self, total: int, *, enabled: bool = True, start: int = 0) -> None:
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._total = total
+        self._start = start
+        self._enabled = enabled
+        self._fields: dict[str, Any] = {"reward": "-", "val": "-", "rate": "-"}
+
+    def __enter__(self) -> FitProgress:
+        if self._enabled:
+            self._progress = Progress(
+                TextColumn("[bold]training"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("reward {task.fields[reward]}  val {task.fields[val]}  {task.fields[rate]} rollouts/s"),
+                TimeElapsedColumn(),
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task("fit", total=self._total, completed=self._start, **self._fields)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+
+    def update(self, record: dict[str, Any]) -> None:
+        if record.get("kind") == "train":
+            self._fields["reward"] = f"{record['reward']:.2f}"
+            self._fields["rate"] = f"{record['rollouts_per_s']:.1f}"
+        elif record.get("kind") == "eval":
+            self._fields["val"] = f"{record.get('greedy_accuracy', 0.0):.0%}"
+        if self._progress is not None:
+            self._progress.update(self._task, completed=record.get("step", 0), **self._fields)

@@ -1,0 +1,111 @@
+"""A training run's folder (``runs/<name>/``): metrics JSONL, checkpoints, the trainer state and the curve.
+
+Checkpoints are written to a temporary folder and renamed into place, so an interrupted save never
+replaces the last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunDir:
+    path: Path
+
+    @classmethod
+    def create(cls, root: str | os.PathLike[str], name: str) -> RunDir:
+        path = Path(root) / name
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoint"
+
+    @property
+    def state_path(self) -> Path:
+        return self.checkpoint_path / "trainer_state.json"
+
+    @property
+    def plot_path(self) -> Path:
+        return self.path / "curve.png"
+
+    @property
+    def store_url(self) -> str:
+        return f"sqlite:///{self.path / 'store.db'}"
+
+    def log(self, record: dict[str, Any]) -> None:
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps({"time": time.time(), **record}) + "\n")
+
+    def history(self) -> list[dict[str, Any]]:
+        if not self.metrics_path.exists():
+            return []
+        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+
+    def save_checkpoint(self, write_weights: Callable[[Path], None], state: dict[str, Any]) -> Path:
+        """Write weights (via ``write_weights(dir)``) and trainer state atomically into ``checkpoint/``."""
+        tmp = self.path / "checkpoint.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        write_weights(tmp)
+        (tmp / "trainer_state.json").write_text(json.dumps(state))
+        old = self.path / "checkpoint.old"
+        if old.exists():
+            shutil.rmtree(old)
+        if self.checkpoint_path.exists():
+            self.checkpoint_path.rename(old)
+        tmp.rename(self.checkpoint_path)
+        if old.exists():
+            shutil.rmtree(old)
+        return self.checkpoint_path
+
+    def load_state(self) -> dict[str, Any] | None:
+        if not self.state_path.exists():
+            return None
+        return json.loads(self.state_path.read_text())
+
+    def plot(self, history: list[dict[str, Any]]) -> Path | None:
+        """Reward and accuracy against step as a PNG; None when matplotlib is not installed."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        train = [h for h in history if h.get("kind") == "train"]
+        evals = [h for h in history if h.get("kind") == "eval"]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        if train:
+            ax.plot(
+                [h["step"] for h in train], [h["reward"] for h in train], label="train reward (sampled)", alpha=0.6
+            )
+        for key, label in (
+            ("greedy_accuracy", "val accuracy (greedy)"),
+            ("sampled_accuracy", "val accuracy (T=1)"),
+        ):
+            points = [(h["step"], h[key]) for h in evals if key in h]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        fig.savefig(self.plot_path, dpi=100)
+        plt.close(fig)
+        return self.plot_path
