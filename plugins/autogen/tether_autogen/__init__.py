@@ -1,0 +1,27 @@
+"""tether's ``autogen`` plugin: trains AutoGen (autogen-agentchat) agents and teams unchanged
+(``pip install "tether[autogen]"``).
+
+``AutoGenAdapter`` runs an agent or team on each task (a fresh copy per rollout) and captures every model
+call and tool call — failed tool calls included — with the name of the agent that made it. Model calls go
+to tether's proxy through the ``openai`` plugin's endpoint redirect. Importing this module does not import
+AutoGen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tether.adapters import Adapter
+from tether.hookspecs import hookimpl
+
+from tether_autogen.adapter import AutoGenAdapter, AutoGenOutput, task_text
+
+EXTRA = "autogen"
+REQUIRES = ("autogen_agentchat", "autogen_ext", "autogen_core")
+
+__all__ = ["EXTRA", "REQUIRES", "AutoGenAdapter", "AutoGenOutput", "register_adapters", "task_text"]
+
+
+@hookimpl
+def register_adapters(register: Callable[[Adapter], None]) -> None:
+    register(AutoGenAdapter())

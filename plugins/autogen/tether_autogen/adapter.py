@@ -1,0 +1,190 @@
+"""The AutoGen adapter: runs AutoGen agents and teams on tasks and captures their model and tool calls.
+
+``AutoGenAdapter.run(agent, task, resources)`` runs a fresh copy of the agent or team (see
+``tether_autogen.isolate``) with ``await copy.run(task=<text>)``. The task text is the task itself when it
+is a string; for a dict, the first string among its ``"task"``, ``"question"``, ``"input"`` and
+``"prompt"`` keys, else the dict as JSON; anything else, its ``str()``.
+
+It returns an ``AutoGenOutput``: a ``dict`` (so the store keeps it as JSON) with
+
+- ``"text"`` — the text of the last chat message (the agent's or team's answer),
+- ``"messages"`` — every message and event of the run as ``{"source", "type", "content"}``,
+- ``"stop_reason"`` — why the run stopped (teams' termination conditions),
+
+and the raw AutoGen ``TaskResult`` as its ``.task_result`` attribute. A reward function receives it as
+``output``: ``reward=lambda task, output: float(output["text"].strip() == str(task["answer"]))``.
+(``str(output)`` is also the final text.)
+
+Model calls reach tether's proxy through the openai plugin's endpoint redirect (AutoGen's OpenAI model
+client is an ``openai`` SDK client); capture is in ``tether_autogen.capture``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from tether.adapters import Adapter, SpanSink
+from tether.types import Resources, Task
+
+from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
+
+TASK_KEYS = ("task", "question", "input", "prompt")
+
+# Base classes (module, attribute) whose instances the adapter runs; looked up in sys.modules only.
+_AGENT_BASES = (
+    ("autogen_agentchat.base", "ChatAgent"),
+    ("autogen_agentchat.base", "Team"),
+    ("autogen_agentchat.agents", "BaseChatAgent"),
+    ("autogen_agentchat.teams", "BaseGroupChat"),
+)
+
+
+class AutoGenOutput(dict[str, Any]):
+    """What ``AutoGenAdapter.run`` returns: ``{"text", "messages", "stop_reason"}`` plus ``.task_result``."""
+
+    task_result: Any = None
+
+    @property
+    def text(self) -> str:
+        return str(self.get("text") or "")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def task_text(task: Any) -> str:
+    """The text ``run(task=...)`` receives for a task input (see the module docstring)."""
+    if isinstance(task, Task):
+        task = task.input
+    if isinstance(task, str):
+        return task
+    if isinstance(task, dict):
+        for key in TASK_KEYS:
+            if isinstance(task.get(key), str):
+                return str(task[key])
+        return json.dumps(plain(task), ensure_ascii=False)
+    return str(task)
+
+
+class AutoGenAdapter(Adapter):
+    """Runs and captures AutoGen (autogen-agentchat) agents and teams."""
+
+    name = "autogen"
+    extra = "autogen"
+
+    def __init__(self) -> None:
+        self._sink: SpanSink | None = None
+        self._handler: EventHandler | None = None
+        self._logger_state: tuple[int, bool] | None = None  # the event logger's level and propagate
+        self._original_stream: Any = None
+
+    def accepts(self, agent: Any) -> bool:
+        if isinstance(agent, type):
+            return False
+        for module_name, attr in _AGENT_BASES:
+            base = getattr(sys.modules.get(module_name), attr, None)
+            if isinstance(base, type) and isinstance(agent, base):
+                return True
+        return False
+
+    # -- capture ------------------------------------------------------------------------------------------
+
+    @property
+    def instrumented(self) -> bool:
+        return self._handler is not None
+
+    def instrument(self, sink: SpanSink) -> None:
+        if self._handler is not None:
+            self._sink = sink  # spans go to the latest sink; nothing else changes
+            self._handler.sink = sink
+            return
+        from autogen_agentchat.agents import AssistantAgent
+        from autogen_core import EVENT_LOGGER_NAME
+
+        self._sink = sink
+        logger = logging.getLogger(EVENT_LOGGER_NAME)
+        self._logger_state = (logger.level, logger.propagate)
+        if logger.getEffectiveLevel() > logging.INFO:
+            # AutoGen logs its events at INFO. If the user had them off, turn them on for our handler only:
+            # stop them from reaching the user's own handlers (restored by uninstrument).
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
+        self._handler = EventHandler(sink)
+        logger.addHandler(self._handler)
+        self._original_stream = AssistantAgent.__dict__["on_messages_stream"]
+        AssistantAgent.on_messages_stream = make_turn_wrapper(  # type: ignore[method-assign]
+            self._original_stream, lambda: self._sink
+        )
+
+    def uninstrument(self) -> None:
+        if self._handler is None:
+            return
+        from autogen_agentchat.agents import AssistantAgent
+        from autogen_core import EVENT_LOGGER_NAME
+
+        logger = logging.getLogger(EVENT_LOGGER_NAME)
+        logger.removeHandler(self._handler)
+        if self._logger_state is not None:
+            level, propagate = self._logger_state
+            logger.setLevel(level)
+            logger.propagate = propagate
+        current = AssistantAgent.__dict__.get("on_messages_stream")
+        if getattr(current, "__tether_autogen__", False):
+            AssistantAgent.on_messages_stream = self._original_stream  # type: ignore[method-assign]
+        self._handler = None
+        self._sink = None
+        self._logger_state = None
+        self._original_stream = None
+
+    # -- running ------------------------------------------------------------------------------------------
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
+        from tether_autogen.isolate import fresh_copy
+
+        runnable = fresh_copy(agent)
+        with _redirect_held():
+            result = await runnable.run(task=task_text(task))
+        return summarize(result)
+
+
+def summarize(result: Any) -> AutoGenOutput:
+    """An ``AutoGenOutput`` from an AutoGen ``TaskResult``."""
+    from autogen_agentchat.messages import BaseChatMessage
+
+    messages = list(getattr(result, "messages", []) or [])
+    final = next((m for m in reversed(messages) if isinstance(m, BaseChatMessage)), None)
+    output = AutoGenOutput(
+        text=final.to_text() if final is not None else "",
+        messages=[_message_dict(m) for m in messages],
+        stop_reason=getattr(result, "stop_reason", None),
+    )
+    output.task_result = result
+    return output
+
+
+def _message_dict(message: Any) -> dict[str, Any]:
+    content = getattr(message, "content", None)
+    if not isinstance(content, str):
+        try:
+            content = plain(message.model_dump(mode="json").get("content"))
+        except Exception:
+            content = message.to_text() if hasattr(message, "to_text") else str(content)
+    return {"source": getattr(message, "source", None), "type": type(message).__name__, "content": content}
+
+
+@contextlib.contextmanager
+def _redirect_held() -> Iterator[None]:
+    """Hold the openai plugin's endpoint redirect for the run (its rollout context holds it too; this keeps
+    the adapter working when it is used on its own)."""
+    try:
+        from tether_openai import redirect
+    except ImportError:  # the openai plugin is part of tether; without it calls are not redirected
+        yield
+        return
+    with redirect.installed():
+        yield

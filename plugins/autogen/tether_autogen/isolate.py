@@ -1,0 +1,77 @@
+"""Per-rollout copies of AutoGen agents and teams.
+
+AutoGen objects carry run state: an ``AssistantAgent`` keeps the conversation in its model context, a team
+keeps its runtime, its message thread and its termination condition's counters, and refuses to run twice
+at once. Rollouts must be independent (and may run concurrently), so the adapter runs each one on a fresh
+copy and never runs or changes the user's object:
+
+- an agent: a shallow copy (same model client, tools, memory and settings) with a fresh model context
+  built from the original's configuration (its initial messages, not its history);
+- a team (``BaseGroupChat``: round-robin, selector, swarm, …): a shallow copy, keeping the subclass's
+  settings, on which the base class is initialised again with copied participants and a deep-copied
+  termination condition — a new team id, runtime, output queue and run flags.
+
+Objects this cannot copy are rejected with an error that names ``run=`` as the way to build one per task.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+class CannotIsolate(TypeError):
+    """An AutoGen object the adapter cannot copy for a rollout."""
+
+
+def fresh_copy(obj: Any) -> Any:
+    """A copy of an AutoGen agent or team that shares no run state with ``obj``."""
+    from autogen_agentchat.base import ChatAgent, Team
+    from autogen_agentchat.teams import BaseGroupChat
+
+    if isinstance(obj, BaseGroupChat):
+        return _team_copy(obj)
+    if isinstance(obj, ChatAgent):
+        return _agent_copy(obj)
+    kind = "team" if isinstance(obj, Team) else "object"
+    raise CannotIsolate(
+        f"tether cannot copy the AutoGen {kind} {type(obj).__qualname__} for each rollout; pass "
+        "run=lambda agent, task: build_my_team().run(task=...) to tether.wrap to build a fresh one per task"
+    )
+
+
+def _agent_copy(agent: Any) -> Any:
+    clone = copy.copy(agent)
+    context = getattr(agent, "_model_context", None)
+    if context is not None:
+        clone._model_context = _fresh_context(context)
+    return clone
+
+
+def _fresh_context(context: Any) -> Any:
+    """A model context like ``context`` but empty of history: rebuilt from its component configuration when
+    it has one, else a deep copy (which keeps whatever history it holds)."""
+    try:
+        return type(context).load_component(context.dump_component())
+    except Exception:
+        return copy.deepcopy(context)
+
+
+def _team_copy(team: Any) -> Any:
+    from autogen_agentchat.teams import BaseGroupChat
+
+    clone = copy.copy(team)
+    BaseGroupChat.__init__(
+        clone,
+        name=team._name,
+        description=team._description,
+        participants=[fresh_copy(p) for p in team._participants],
+        group_chat_manager_name=team._group_chat_manager_name,
+        group_chat_manager_class=team._base_group_chat_manager_class,
+        termination_condition=copy.deepcopy(team._termination_condition),
+        max_turns=team._max_turns,
+        runtime=None if team._embedded_runtime else team._runtime,
+        emit_team_events=team._emit_team_events,
+    )
+    clone._message_factory = team._message_factory  # keeps the custom message types the user registered
+    return clone
