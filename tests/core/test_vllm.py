@@ -1,0 +1,159 @@
+"""VLLMBackend without vLLM: command building, and the real process lifecycle against a stand-in server.
+
+The stand-in is a real child process that parses the ``vllm serve`` command line it is given and serves the
+FakeLLM (which answers vLLM's ``return_token_ids``) on the requested port; environment variables make it
+start slowly, die early, never listen, or ignore SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.models.base import BackendError, ChatRequest
+from tether.models.vllm import VLLMBackend
+
+STANDIN = """
+import argparse, asyncio, json, os, signal, sys, time
+from tether.testing.fake_llm import FakeLLM
+
+parser = argparse.ArgumentParser()
+parser.add_argument("verb")
+parser.add_argument("model")
+parser.add_argument("--host")
+parser.add_argument("--port", type=int)
+parser.add_argument("--served-model-name")
+args, rest = parser.parse_known_args()
+print("ARGV " + json.dumps(sys.argv[1:]), flush=True)
+if os.environ.get("STANDIN_IGNORE_TERM"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.environ.get("STANDIN_EXIT"):
+    print("CUDA error: no GPU found", flush=True)
+    sys.exit(int(os.environ["STANDIN_EXIT"]))
+if os.environ.get("STANDIN_NEVER_READY"):
+    time.sleep(3600)
+time.sleep(float(os.environ.get("STANDIN_DELAY", "0")))
+
+async def main():
+    async with FakeLLM(default="from vllm", model=args.served_model_name, port=args.port, host=args.host):
+        print("READY", flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> list[str]:
+    script = tmp_path / "standin.py"
+    script.write_text(STANDIN)
+    return [sys.executable, str(script)]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_command_line() -> None:
+    backend = VLLMBackend(
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        gpu_memory_utilization=0.5,
+        max_model_len=4096,
+        dtype="bfloat16",
+        seed=1,
+        tool_call_parser="hermes",
+        extra_args=["--enforce-eager"],
+        command=["/opt/vllm/bin/vllm"],
+    )
+    assert backend.build_command(8123) == [
+        "/opt/vllm/bin/vllm",
+        "serve",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--served-model-name",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "--gpu-memory-utilization",
+        "0.5",
+        "--max-model-len",
+        "4096",
+        "--dtype",
+        "bfloat16",
+        "--seed",
+        "1",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enforce-eager",
+    ]
+    minimal = VLLMBackend("m", command=["vllm"]).build_command(1)
+    assert "--max-model-len" not in minimal and "--enable-auto-tool-choice" not in minimal
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        VLLMBackend("m", gpu_memory_utilization=1.5)
+
+
+def test_vllm_module_not_imported() -> None:
+    assert "vllm" not in sys.modules
+
+
+async def test_missing_vllm_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    backend = VLLMBackend("m")
+    if Path(sys.executable).with_name("vllm").exists():
+        pytest.skip("vllm is installed here")
+    with pytest.raises(BackendError, match="vLLM is not installed"):
+        await backend.start()
+
+
+async def test_lifecycle_with_token_ids(standin: list[str], tmp_path: Path) -> None:
+    backend = VLLMBackend("org/model", command=standin, served_model_name="served", log_path=tmp_path / "v.log")
+    backend.env = {"STANDIN_DELAY": "0.5"}  # the health wait must outlast a slow start
+    await backend.start()
+    await backend.start()  # idempotent
+    assert backend.process is not None
+    process = backend.process
+    port = backend.port
+    assert port is not None and _listening(port)
+    result = await backend.chat(ChatRequest(messages=[{"role": "user", "content": "x"}], model="agent-name"))
+    assert result.choices[0].message["content"] == "from vllm"
+    assert result.token_ids_available and result.choices[0].logprobs is not None
+    assert bytes(result.choices[0].response_token_ids or []).decode() == "from vllm"
+    assert result.model == "served"  # the served model name wins over the agent's
+    argv = json.loads(next(line for line in backend.log_tail().splitlines() if line.startswith("ARGV "))[5:])
+    assert argv[:2] == ["serve", "org/model"] and argv[argv.index("--port") + 1] == str(port)
+    await backend.close()
+    assert process.poll() is not None and backend.process is None
+    assert not _listening(port)
+    with pytest.raises(BackendError, match="not started"):
+        await backend.chat(ChatRequest(messages=[{"role": "user", "content": "x"}]))
+    await backend.close()  # idempotent
+
+
+async def test_early_exit_reports_the_log(standin: list[str]) -> None:
+    backend = VLLMBackend("m", command=standin, env={"STANDIN_EXIT": "3"})
+    with pytest.raises(BackendError, match=r"exited with code 3(.|\n)*no GPU found"):
+        await backend.start()
+    assert backend.process is None
+
+
+async def test_health_timeout_stops_the_process(standin: list[str]) -> None:
+    backend = VLLMBackend("m", command=standin, env={"STANDIN_NEVER_READY": "1"}, startup_timeout_s=1.0)
+    with pytest.raises(BackendError, match="did not become healthy"):
+        await backend.start()
+    assert backend.process is None
+
+
+async def test_stubborn_process_is_killed(standin: list[str]) -> None:
+    backend = VLLMBackend("m", command=standin, env={"STANDIN_IGNORE_TERM": "1"}, stop_timeout_s=0.5)
+    await backend.start()
+    assert backend.process is not None
+    process = backend.process
+    await backend.close()
+    assert process.poll() is not None and process.returncode < 0  # ended by a signal (SIGKILL)
