@@ -19,6 +19,7 @@ from tether.adapters import WrappedAgent
 from tether.dev_report import DevReport, DevRollout
 from tether.fit import FitResult
 from tether.fit_progress import FitProgress as _Progress
+from tether.models.base import ModelBackend
 from tether.run_dir import RunDir
 from tether.store import Store, open_store
 from tether.transitions import CreditRule, build_transitions, unknown_optimize_names
@@ -29,11 +30,12 @@ from tether.types import LLMEndpoint, Mode, RolloutSpec, RolloutStatus, Task
 class Trainer:
     """Configure once, then ``dev`` / ``evaluate`` (and ``fit`` once an algorithm is given).
 
-    ``model``: ``"embedded"``, ``"embedded:<dir>"``, ``"hf:<path>"``, ``"vllm:<model>"`` or an
-    OpenAI-compatible URL. ``store``: a store URL (``memory:`` by default for ``dev``).
+    ``model``: ``"embedded"``, ``"embedded:<dir>"``, ``"hf:<path>"``, ``"vllm:<model>"``, an
+    OpenAI-compatible URL, or a ``ModelBackend`` object (which stays open: its owner closes it).
+    ``store``: a store URL (``memory:`` by default for ``dev``, ``runs/<name>/store.db`` for ``fit``).
     """
 
-    model: str = "embedded"
+    model: str | ModelBackend = "embedded"
     algorithm: Any = None
     store: str | None = None
     n_runners: int = 4
@@ -49,11 +51,15 @@ class Trainer:
     run_root: str = "runs"
     progress: bool = True
 
-    def dev(self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | None = None) -> DevReport:
+    def dev(
+        self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
+    ) -> DevReport:
         """Run each task once, untrained, and report everything captured. Sync wrapper of ``adev``."""
         return asyncio.run(self.adev(agent, tasks, model=model))
 
-    async def adev(self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | None = None) -> DevReport:
+    async def adev(
+        self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
+    ) -> DevReport:
         if not isinstance(agent, WrappedAgent):
             raise TypeError("Trainer.dev takes the result of tether.wrap(agent, ...)")
         specs = [self._spec(task, Mode.VAL) for task in tasks]
@@ -68,7 +74,9 @@ class Trainer:
                 await runner.run_until_idle()
             return await self._report(agent, store, [r.rollout_id for r in rollouts])
 
-    def evaluate(self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | None = None) -> dict[str, float]:
+    def evaluate(
+        self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
+    ) -> dict[str, float]:
         """Metrics of one untrained pass over ``tasks``: mean reward, success rate, calls per rollout."""
         return self.dev(agent, tasks, model=model).metrics()
 
@@ -156,18 +164,22 @@ class Trainer:
         return RolloutSpec(input=task, mode=mode, max_attempts=self.max_attempts, timeout_s=self.timeout_s)
 
     @contextlib.asynccontextmanager
-    async def _session(self, model: str, store_url: str | None = None) -> AsyncIterator[tuple[Store, Any]]:
+    async def _session(
+        self, model: str | ModelBackend, store_url: str | None = None
+    ) -> AsyncIterator[tuple[Store, Any]]:
         from tether.models import open_backend
         from tether.proxy import ProxyServer
 
         store = open_store(store_url or self.store or "memory:")
-        backend = open_backend(model)
+        owned = not isinstance(model, ModelBackend)  # a backend object passed in stays the caller's
+        backend = open_backend(model) if owned else model
         try:
             await backend.start()
             async with ProxyServer(store, backend) as proxy:
                 yield store, proxy
         finally:
-            await backend.close()
+            if owned:
+                await backend.close()
             await store.close()
 
     async def _report(self, agent: WrappedAgent, store: Store, rollout_ids: Sequence[str]) -> DevReport:
@@ -203,8 +215,10 @@ class Trainer:
         return report
 
 
-def _checkpoint_model(model: str, checkpoint: Path) -> str:
+def _checkpoint_model(model: str | ModelBackend, checkpoint: Path) -> str:
     """The ``model=`` string that loads a run's checkpoint with the same kind of backend."""
+    if isinstance(model, ModelBackend):
+        model = "embedded" if type(model).__name__ == "EmbeddedBackend" else "hf:"
     if model == "embedded" or model.startswith("embedded:"):
         return f"embedded:{checkpoint}"
     if model.startswith("hf:"):

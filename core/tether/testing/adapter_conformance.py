@@ -58,10 +58,16 @@ class AdapterConformance:
     # -- helpers ------------------------------------------------------------------------------------------
 
     async def _dev(self, n_tasks: int, **wrap_kwargs: Any) -> DevReport:
+        from tether.models.remote import RemoteBackend
+
         async with FakeLLM(handler=self.reply) as llm:
             agent = self.wrap_agent(self.make_agent(), **wrap_kwargs)
-            trainer = Trainer(model=llm.base_url, n_runners=max(2, n_tasks))
-            return await trainer.adev(agent, [self.make_task(i) for i in range(n_tasks)])
+            backend = RemoteBackend(llm.base_url, return_token_ids=True)  # the fake LLM returns token ids
+            try:
+                trainer = Trainer(model=backend, n_runners=max(2, n_tasks))
+                return await trainer.adev(agent, [self.make_task(i) for i in range(n_tasks)])
+            finally:
+                await backend.close()
 
     # -- the suite ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,180 @@
+"""The runner and Trainer.dev, end to end over real HTTP: a toy adapter whose agents are plain dicts and
+which calls the proxy URL it is given, the proxy, a store, and the scripted fake LLM."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+
+import tether
+from tether.adapters import Adapter
+from tether.models.remote import RemoteBackend
+from tether.plugins import build, reset_plugins
+from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
+from tether.types import Resources, RolloutStatus, SpanKind
+
+
+class _DictAgentAdapter(Adapter):
+    """Agents are dicts {"name": ..., "calls": n}: each run makes n chat calls to the rollout's endpoint,
+    emits a tool span per tool call, and returns the last answer."""
+
+    name = "dict-agent"
+
+    def __init__(self) -> None:
+        self.sink: Any = None
+
+    def accepts(self, agent: Any) -> bool:
+        return isinstance(agent, dict) and "calls" in agent
+
+    def instrument(self, sink: Any) -> None:
+        self.sink = sink
+
+    def uninstrument(self) -> None:
+        self.sink = None
+
+    async def run(self, agent: dict[str, Any], task: Any, resources: Resources) -> Any:
+        if agent.get("raise"):
+            raise RuntimeError(agent["raise"])
+        assert resources.llm is not None
+        answer = None
+        async with aiohttp.ClientSession() as session:
+            for _ in range(agent["calls"]):
+                body = {"model": "m", "messages": [{"role": "user", "content": str(task)}]}
+                headers = {"X-Tether-Agent": agent["name"]}
+                async with session.post(
+                    f"{resources.llm.base_url}/chat/completions", json=body, headers=headers
+                ) as r:
+                    data = await r.json()
+                    assert r.status == 200, data
+                message = data["choices"][0]["message"]
+                for call in message.get("tool_calls") or []:
+                    self.sink.emit(
+                        SpanKind.TOOL,
+                        call["function"]["name"],
+                        {"tool.name": call["function"]["name"], "tool.arguments": call["function"]["arguments"]},
+                        agent_name=agent["name"],
+                    )
+                answer = message.get("content")
+        if agent.get("emit"):
+            tether.emit_reward(agent["emit"])
+        return answer
+
+
+class _Plugin:
+    @tether.hookimpl
+    def register_adapters(self, register: Any) -> None:
+        register(_DictAgentAdapter())
+
+
+@pytest.fixture(autouse=True)
+def _plugins() -> Any:
+    plugins = build(entry_points=False)
+    plugins.register(_Plugin(), name="dict-agent")
+    reset_plugins(plugins)
+    yield
+    reset_plugins()
+
+
+def _echo(request: dict[str, Any]) -> Reply:
+    question = request["messages"][-1]["content"]
+    if "tool" in question:
+        return tool_call("add", {"a": 1, "b": 2})
+    return text(f"answer to {question}")
+
+
+async def _dev(agent: Any, tasks: list[Any], **trainer: Any) -> Any:
+    async with FakeLLM(handler=_echo) as llm:
+        backend = RemoteBackend(llm.base_url, return_token_ids=True)
+        try:
+            return await tether.Trainer(model=backend, **trainer).adev(agent, tasks)
+        finally:
+            await backend.close()
+
+
+async def test_dev_captures_calls_rewards_and_token_ids() -> None:
+    agent = tether.wrap({"name": "solver", "calls": 2}, reward=lambda task, out: float(out == f"answer to {task}"))
+    report = await _dev(agent, ["q1", "q2 tool"])
+    by_input = {r.rollout.input: r for r in report}
+    ok, tooly = by_input["q1"], by_input["q2 tool"]
+    assert ok.status == RolloutStatus.SUCCEEDED and ok.reward == 1.0 and ok.output == "answer to q1"
+    assert [t.agent_name for t in ok.transitions] == ["solver", "solver"]
+    assert all(t.response_token_ids and t.prompt_token_ids for t in ok.transitions)
+    assert bytes(ok.transitions[0].response_token_ids).decode() == "answer to q1"
+    assert tooly.reward == 0.0
+    tools = [s for s in tooly.spans if s.kind == SpanKind.TOOL]
+    assert [s.attributes["tool.name"] for s in tools] == ["add", "add"]
+    assert "solver → LLM: calls add(" in str(tooly) and "tool add(" in str(tooly)
+    assert report.metrics()["llm_calls_per_rollout"] == 2.0
+
+
+async def test_a_failing_rollout_does_not_stop_the_others() -> None:
+    good = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0)
+    bad = tether.wrap({"name": "a", "calls": 1, "raise": "boom"}, reward=lambda t, o: 1.0)
+    report = await _dev(bad, ["x"])
+    (failed,) = report.rollouts
+    assert failed.status == RolloutStatus.FAILED
+    assert "RuntimeError: boom" in (failed.error or "") and "Traceback" in (failed.error or "")
+    report = await _dev(good, ["x", "y", "z"])
+    assert [r.status for r in report] == [RolloutStatus.SUCCEEDED] * 3
+
+
+async def test_non_finite_or_non_numeric_reward_is_an_error_not_a_zero() -> None:
+    for bad in (float("nan"), "1.0", None.__class__):
+        agent = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o, bad=bad: bad)
+        (rollout,) = (await _dev(agent, ["x"])).rollouts
+        assert rollout.status == RolloutStatus.FAILED
+        assert "reward must be a finite number" in (rollout.error or "")
+
+
+async def test_emit_reward_scores_a_rollout_without_reward_function() -> None:
+    agent = tether.wrap({"name": "a", "calls": 1, "emit": 0.5})
+    (rollout,) = (await _dev(agent, ["x"])).rollouts
+    assert rollout.reward == 0.5
+    assert any(s.kind == SpanKind.REWARD and s.attributes["reward.value"] == 0.5 for s in rollout.spans)
+
+
+async def test_missing_reward_and_missing_llm_calls_are_reported() -> None:
+    report = await _dev(tether.wrap({"name": "a", "calls": 0}), ["x"])
+    problems = " ".join(report.all_problems)
+    assert "has no reward" in problems and "made no LLM call" in problems
+
+
+async def test_unknown_optimize_name_is_reported_with_captured_agents() -> None:
+    report = await _dev(tether.wrap({"name": "solver", "calls": 1}, optimize=["writer"]), ["x"])
+    assert report.problems == ["unknown sub-agent 'writer' in optimize=; captured agents are: solver"]
+
+
+async def test_timeout_fails_the_attempt_and_retries_up_to_max_attempts() -> None:
+    def slow(request: dict[str, Any]) -> Reply:
+        return text("late", delay_s=0.5)
+
+    agent = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0)
+    async with FakeLLM(handler=slow) as llm:
+        trainer = tether.Trainer(model=llm.base_url, timeout_s=0.1, max_attempts=2)
+        (rollout,) = (await trainer.adev(agent, ["x"])).rollouts
+    assert rollout.status == RolloutStatus.FAILED and rollout.attempts == 2
+    assert "TimeoutError" in (rollout.error or "")
+
+
+async def test_rollouts_run_concurrently() -> None:
+    def slow(request: dict[str, Any]) -> Reply:
+        return text("ok", delay_s=0.3)
+
+    agent = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0)
+    async with FakeLLM(handler=slow) as llm:
+        trainer = tether.Trainer(model=llm.base_url, n_runners=8)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        report = await trainer.adev(agent, [f"t{i}" for i in range(8)])
+        elapsed = loop.time() - started
+    assert all(r.status == RolloutStatus.SUCCEEDED for r in report)
+    # eight 0.3 s calls in sequence would take 2.4 s; concurrently they overlap
+    assert elapsed < 2.0
+
+
+def test_emit_reward_outside_a_rollout_raises() -> None:
+    with pytest.raises(RuntimeError, match="outside a tether rollout"):
+        tether.emit_reward(1.0)
