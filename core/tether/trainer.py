@@ -172,7 +172,7 @@ class Trainer:
 
         store = open_store(store_url or self.store or "memory:")
         owned = not isinstance(model, ModelBackend)  # a backend object passed in stays the caller's
-        backend = open_backend(model) if owned else model
+        backend = model if isinstance(model, ModelBackend) else open_backend(model)
         try:
             await backend.start()
             async with ProxyServer(store, backend) as proxy:

@@ -106,6 +106,12 @@ class LocalBackend(ModelBackend):
                 self.weights_version += 1
                 self.model.eval()
 
+    def save(self, directory: str) -> None:
+        """Write the current weights and tokenizer as a transformers checkpoint directory (under the lock)."""
+        with self.weights_lock:
+            self.model.save_pretrained(directory)
+            self.tokenizer.save_pretrained(directory)
+
     def decode(self, token_ids: list[int]) -> str:
         """The text of response token ids, exactly as ``chat`` returned it."""
         return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))

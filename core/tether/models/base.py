@@ -52,9 +52,7 @@ class ChatResult:
 
     @property
     def token_ids_available(self) -> bool:
-        return self.prompt_token_ids is not None and all(
-            c.response_token_ids is not None for c in self.choices
-        )
+        return self.prompt_token_ids is not None and all(c.response_token_ids is not None for c in self.choices)
 
 
 class ModelBackend(abc.ABC):

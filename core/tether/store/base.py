@@ -251,9 +251,7 @@ def validate_span(span: Span) -> None:
     try:
         SpanKind(span.kind)
     except ValueError:
-        raise InvalidInput(
-            f"span kind must be one of {[k.value for k in SpanKind]}, got {span.kind!r}"
-        ) from None
+        raise InvalidInput(f"span kind must be one of {[k.value for k in SpanKind]}, got {span.kind!r}") from None
     if not isinstance(span.name, str) or not span.name:
         raise InvalidInput("span name must be a non-empty string")
     if not isinstance(span.attributes, dict):

@@ -329,10 +329,7 @@ def stale_reason(rollout: Rollout, attempt: Attempt, now: float) -> str | None:
     """Why a running attempt counts as dead at ``now``, or None if it is alive. Shared by the backends."""
     if rollout.timeout_s is not None and now - attempt.started_at > rollout.timeout_s:
         return f"attempt timed out after {rollout.timeout_s:g} s"
-    if (
-        rollout.heartbeat_timeout_s is not None
-        and now - attempt.last_heartbeat_at > rollout.heartbeat_timeout_s
-    ):
+    if rollout.heartbeat_timeout_s is not None and now - attempt.last_heartbeat_at > rollout.heartbeat_timeout_s:
         return f"no heartbeat for {rollout.heartbeat_timeout_s:g} s"
     return None
 

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.models.embedded.backend import EmbeddedBackend
     from tether.models.embedded.model import PRESETS, EmbeddedModel, create_embedded
-    from tether.models.embedded.sft import sft
+    from tether.models.embedded.supervised import sft
 
 _LAZY = {
     "EmbeddedBackend": "tether.models.embedded.backend",
     "EmbeddedModel": "tether.models.embedded.model",
     "PRESETS": "tether.models.embedded.model",
     "create_embedded": "tether.models.embedded.model",
-    "sft": "tether.models.embedded.sft",
+    "sft": "tether.models.embedded.supervised",
 }
 
 __all__ = ["PRESETS", "EmbeddedBackend", "EmbeddedModel", "create_embedded", "sft"]

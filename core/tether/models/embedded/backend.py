@@ -52,8 +52,3 @@ class EmbeddedBackend(LocalBackend):
 
     def parse(self, text: str) -> dict[str, Any]:
         return template.parse(text)
-
-    def save(self, directory: str) -> None:
-        """Save the current weights (under the weights lock) as a transformers checkpoint directory."""
-        with self.weights_lock:
-            self.embedded.save(directory)

@@ -27,7 +27,7 @@ def train_tokenizer(corpus: Iterable[str], *, vocab_size: int = 768) -> PreTrain
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
     )
     tok.decoder = decoders.ByteLevel()
-    specials = [AddedToken(t, special=True, normalized=False) for t in template.TURN_TOKENS + (template.PAD,)]
+    specials = [AddedToken(t, special=True, normalized=False) for t in (*template.TURN_TOKENS, template.PAD)]
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
