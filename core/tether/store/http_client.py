@@ -66,7 +66,9 @@ class HttpStore(Store):
             raise ValueError(f"HttpStore needs an http://host:port URL, got {url!r}")
         self.url = url.rstrip("/")
         token = token if token is not None else os.environ.get("TETHER_STORE_TOKEN") or None
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -87,17 +89,15 @@ class HttpStore(Store):
                 connector=aiohttp.TCPConnector(limit=256, ttl_dns_cache=300),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                 headers=self._headers,
+                skip_auto_headers=("User-Agent",),
             )
             self._loop = loop
         return self._session
 
     async def _call(self, method: str, path: str, payload: bytes | None = None, params: Any = None) -> Any:
         session = self._get_session()
-        headers = {"Content-Type": "application/json"} if payload is not None else None
         try:
-            async with session.request(
-                method, self.url + path, data=payload, params=params, headers=headers
-            ) as resp:
+            async with session.request(method, self.url + path, data=payload, params=params) as resp:
                 raw = await resp.read()
                 status = resp.status
         except aiohttp.ClientConnectorError as exc:
