@@ -260,3 +260,18 @@ async def test_closed_client_is_refused(served: tuple[MemoryStore, StoreServer])
 def test_bad_url() -> None:
     with pytest.raises(ValueError, match="http://host:port"):
         HttpStore("localhost:4747")
+
+
+async def test_stopping_the_server_ends_a_pending_wait() -> None:
+    server = await start_server(MemoryStore())
+    client = HttpStore(server.url)
+    (rollout,) = await client.enqueue([spec(1)])
+    waiting = asyncio.create_task(client.wait_for_rollouts([rollout.rollout_id]))  # no timeout: would poll forever
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await server.stop()
+    with pytest.raises(StoreUnavailable, match="stopping"):
+        await waiting
+    with pytest.raises(StoreUnavailable, match="no tether store"):
+        await client.get_rollout(rollout.rollout_id)
+    await client.close()

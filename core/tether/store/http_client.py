@@ -124,6 +124,8 @@ class HttpStore(Store):
                 f"the tether store at {self.url} refused the request ({message}); pass token= to "
                 "open_store/HttpStore or set TETHER_STORE_TOKEN to the token the server was started with"
             )
+        if status == 503:
+            raise StoreUnavailable(f"the tether store at {self.url} is unavailable: {message}")
         known = _wire.ERRORS.get(type_name)
         if known is not None and known[0] is not StoreError:
             raise known[0](message)

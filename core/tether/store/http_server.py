@@ -26,8 +26,10 @@ __all__ = ["StoreServer", "create_app", "serve", "start_server"]
 
 MAX_BODY_BYTES = 512 * 1024 * 1024  # span batches carry token ids; the aiohttp default of 1 MiB is too small
 MAX_WAIT_S = 60.0  # a wait request is a long poll; clients loop for longer waits
+_SHUTDOWN_S = 1.0  # on stop, in-flight requests (a long-polling wait) get this long before they are cut
 
 _STORE_KEY = web.AppKey("store", Store)
+_STOPPING_KEY = web.AppKey("stopping", asyncio.Event)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -141,7 +143,14 @@ async def _wait(request: web.Request) -> web.Response:
     poll_s = _wire.get_field(body, "poll_s", (int, float), 0.05)
     timeout = MAX_WAIT_S if timeout is None else min(max(timeout, 0.0), MAX_WAIT_S)
     poll_s = min(max(poll_s, 0.005), 1.0)
-    return _ok(await _store(request).wait_for_rollouts(ids or [], timeout=timeout, poll_s=poll_s))
+    waiting = asyncio.ensure_future(_store(request).wait_for_rollouts(ids or [], timeout=timeout, poll_s=poll_s))
+    stopping = asyncio.ensure_future(request.app[_STOPPING_KEY].wait())
+    await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if waiting.done():
+        return _ok(waiting.result())
+    waiting.cancel()  # the server is stopping: end the long poll now rather than hold up the shutdown
+    return _error(503, "Unavailable", "the store server is stopping")
 
 
 async def _add_spans(request: web.Request) -> web.Response:
@@ -230,10 +239,16 @@ def _errors_middleware(token: str | None) -> Any:
     return middleware
 
 
+async def _on_shutdown(app: web.Application) -> None:
+    app[_STOPPING_KEY].set()
+
+
 def create_app(store: Store, token: str | None = None) -> web.Application:
     """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token."""
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors_middleware(token)])
     app[_STORE_KEY] = store
+    app[_STOPPING_KEY] = asyncio.Event()
+    app.on_shutdown.append(_on_shutdown)
     for method, path, handler in _ROUTES:
         app.router.add_route(method, path, handler)
     return app
@@ -283,7 +298,9 @@ async def start_server(
 ) -> StoreServer:
     """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop."""
     check_bind(host, token)
-    runner = web.AppRunner(create_app(store, token), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        create_app(store, token), access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_S
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     try:
