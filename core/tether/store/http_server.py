@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,6 +28,7 @@ MAX_BODY_BYTES = 512 * 1024 * 1024  # span batches carry token ids; the aiohttp 
 MAX_WAIT_S = 60.0  # a wait request is a long poll; clients loop for longer waits
 _SHUTDOWN_S = 1.0  # on stop, in-flight requests (a long-polling wait) get this long before they are cut
 
+_log = logging.getLogger("tether.store.http_server")
 _STORE_KEY = web.AppKey("store", Store)
 _STOPPING_KEY = web.AppKey("stopping", asyncio.Event)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -231,9 +232,8 @@ def _errors_middleware(token: str | None) -> Any:
         except Exception as exc:
             type_name = _wire.error_type(exc)
             if type_name == "InternalError":
-                message = f"{type(exc).__name__}: {exc}"
-                print(f"tether store server: {request.method} {request.path} failed: {message}", file=sys.stderr)
-                return _error(500, type_name, message)
+                _log.exception("%s %s failed", request.method, request.path)
+                return _error(500, type_name, f"{type(exc).__name__}: {exc}")
             return _error(_wire.ERRORS[type_name][1], type_name, str(exc))
 
     return middleware
