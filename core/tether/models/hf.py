@@ -1,0 +1,153 @@
+"""``model="hf:<path>"``: any local transformers causal-LM checkpoint, served in-process.
+
+Prompts are rendered with the checkpoint's own chat template (``tokenizer.chat_template``, tools passed to
+``apply_chat_template``); checkpoints written by the embedded model use its compact template. Replies are
+parsed for tool calls in the Hermes/Qwen form ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+or in the embedded form. Sampling, batching and in-place weight updates are shared with the embedded
+backend (``tether.models._local``). Nothing is downloaded: the path must be a local directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tether.models._local import LocalBackend
+from tether.models.base import BadRequest
+from tether.models.embedded import template
+
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+
+def parse_hermes(text: str) -> dict[str, Any]:
+    """Text with ``<tool_call>{json}</tool_call>`` blocks → OpenAI assistant message; malformed → content."""
+    if "<tool_call>" not in text:
+        return {"role": "assistant", "content": text}
+    calls = []
+    for body in _HERMES.findall(text):
+        try:
+            value = json.loads(body)
+        except ValueError:
+            return {"role": "assistant", "content": text}
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            return {"role": "assistant", "content": text}
+        args = value.get("arguments", value.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                json.loads(args)
+            except ValueError:
+                return {"role": "assistant", "content": text}
+        else:
+            args = json.dumps(args, ensure_ascii=False)
+        calls.append(
+            {
+                "id": template.new_call_id(),
+                "type": "function",
+                "function": {"name": value["name"], "arguments": args},
+            }
+        )
+    content = _HERMES.sub("", text).strip()
+    return {"role": "assistant", "content": content or None, "tool_calls": calls}
+
+
+def parse_reply(text: str) -> dict[str, Any]:
+    """Generated text → OpenAI assistant message, recognising either tool-call format."""
+    if template.CALL in text:
+        return template.parse(text)
+    return parse_hermes(text)
+
+
+def _for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages as chat templates expect them: arguments as objects, no null content."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("content") is None:
+            m["content"] = ""
+        if m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                fn = dict(call.get("function", {}))
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        fn["arguments"] = json.loads(fn["arguments"])
+                    except ValueError:
+                        pass
+                calls.append({**call, "function": fn})
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+class HFBackend(LocalBackend):
+    name = "hf"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        device: str = "cpu",
+        dtype: str | torch.dtype | None = None,
+        threads: int | None = None,
+        max_batch_rows: int = 64,
+        default_max_tokens: int = 256,
+    ) -> None:
+        super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
+        where = Path(path).expanduser()
+        if not (where / "config.json").is_file():
+            raise FileNotFoundError(
+                f"hf:{path} is not a local checkpoint directory (no config.json); tether never downloads models: "
+                "save one with save_pretrained and pass its path"
+            )
+        self.path = str(where)
+        self.tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        if dtype is None:
+            dtype = torch.float32 if device == "cpu" else "auto"
+        self.model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=True).to(device)
+        self.model.eval()
+        vocab = self.tokenizer.get_vocab()
+        self.embedded_format = all(m in vocab for m in template.MARKERS)
+        if self.tokenizer.pad_token_id is None:  # padding is masked out; any id will do
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self._stops = self._find_stops()
+
+    def _find_stops(self) -> list[int]:
+        stops: set[int] = set()
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        for value in (eos, self.model.config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(value, int):
+                stops.add(value)
+            elif isinstance(value, list):
+                stops.update(int(v) for v in value)
+        if self.embedded_format:
+            stops.update(int(self.tokenizer.convert_tokens_to_ids(t)) for t in template.TURN_TOKENS)
+        return sorted(stops)
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        return self._stops
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        if self.embedded_format:
+            text = template.render(messages, tools)
+        elif self.tokenizer.chat_template:
+            try:
+                text = self.tokenizer.apply_chat_template(
+                    _for_template(messages), tools=tools or None, add_generation_prompt=True, tokenize=False
+                )
+            except jinja2.TemplateError as exc:
+                raise BadRequest(f"the checkpoint's chat template rejected these messages: {exc}") from exc
+        else:
+            raise BadRequest(
+                f"the checkpoint at {self.path} has no chat template: set tokenizer.chat_template and save again"
+            )
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def parse(self, text: str) -> dict[str, Any]:
+        return parse_reply(text)

@@ -1,0 +1,61 @@
+"""Fixtures for the torch tests: tiny embedded models built once per session (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tether.models.embedded import EmbeddedModel, create_embedded  # noqa: E402
+
+torch.set_num_threads(1)
+
+CALC_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "calc",
+        "description": "Evaluate arithmetic",
+        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
+    },
+}
+SYSTEM = {"role": "system", "content": "Use calc, then answer with the number."}
+
+
+def calc_conversation(rng: random.Random) -> list[dict[str, Any]]:
+    """A demonstration: question → calc tool call → tool result → the number."""
+    a, b = rng.randint(0, 99), rng.randint(0, 99)
+    expr = f"{a}+{b}"
+    call = {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": json.dumps({"expr": expr})}}
+    return [
+        SYSTEM,
+        {"role": "user", "content": f"What is {expr}?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": str(a + b)},
+        {"role": "assistant", "content": str(a + b)},
+    ]
+
+
+@pytest.fixture(scope="session")
+def calc_tool() -> dict[str, Any]:
+    return CALC_TOOL
+
+
+@pytest.fixture(scope="session")
+def make_calc_conversation() -> Any:
+    return calc_conversation
+
+
+@pytest.fixture(scope="session")
+def nano() -> EmbeddedModel:
+    """A ~140k-parameter model; tests must not train it (session-shared)."""
+    return create_embedded(["What is 12+7? The answer is 19."], preset="nano", seed=0)
+
+
+@pytest.fixture(scope="session")
+def nano_dir(nano: EmbeddedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return nano.save(tmp_path_factory.mktemp("nano"))
