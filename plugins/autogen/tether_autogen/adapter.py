@@ -32,6 +32,7 @@ from tether.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
 
 from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
+from tether_autogen.loop_clients import LoopClients
 
 TASK_KEYS = ("task", "question", "input", "prompt")
 
@@ -82,6 +83,7 @@ class AutoGenAdapter(Adapter):
         self._handler: EventHandler | None = None
         self._logger_state: tuple[int, bool] | None = None  # the event logger's level and propagate
         self._original_stream: Any = None
+        self._clients = LoopClients()
 
     def accepts(self, agent: Any) -> bool:
         if isinstance(agent, type):
@@ -122,6 +124,7 @@ class AutoGenAdapter(Adapter):
         )
 
     def uninstrument(self) -> None:
+        self._clients.close_for_running_loop()
         if self._handler is None:
             return
         from autogen_agentchat.agents import AssistantAgent
@@ -146,7 +149,7 @@ class AutoGenAdapter(Adapter):
     async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
         from tether_autogen.isolate import fresh_copy
 
-        runnable = fresh_copy(agent)
+        runnable = fresh_copy(agent, self._clients.model_client)
         with _redirect_held():
             result = await runnable.run(task=task_text(task))
         return summarize(result)

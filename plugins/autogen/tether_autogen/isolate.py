@@ -17,27 +17,43 @@ Objects this cannot copy are rejected with an error that names ``run=`` as the w
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
+
+ClientMap = Callable[[Any], Any]
+
+
+def _same(client: Any) -> Any:
+    return client
 
 
 class CannotIsolate(TypeError):
     """An AutoGen object the adapter cannot copy for a rollout."""
 
 
-def fresh_copy(obj: Any) -> Any:
-    """A copy of an AutoGen agent or team that shares no run state with ``obj``."""
+def fresh_copy(obj: Any, clients: ClientMap = _same) -> Any:
+    """A copy of an AutoGen agent or team that shares no run state with ``obj``; ``clients`` maps each model
+    client the copy uses to the one it should use instead (see ``tether_autogen.loop_clients``)."""
     from autogen_agentchat.base import ChatAgent, Team
     from autogen_agentchat.teams import BaseGroupChat
 
     if isinstance(obj, BaseGroupChat):
-        return _team_copy(obj)
+        return _with_clients(_team_copy(obj, clients), clients)
     if isinstance(obj, ChatAgent):
-        return _agent_copy(obj)
+        return _with_clients(_agent_copy(obj), clients)
     kind = "team" if isinstance(obj, Team) else "object"
     raise CannotIsolate(
         f"tether cannot copy the AutoGen {kind} {type(obj).__qualname__} for each rollout; pass "
         "run=lambda agent, task: build_my_team().run(task=...) to tether.wrap to build a fresh one per task"
     )
+
+
+def _with_clients(clone: Any, clients: ClientMap) -> Any:
+    """Point the copy's model client (an agent's, or a selector team's) at its replacement."""
+    model_client = getattr(clone, "_model_client", None)
+    if model_client is not None:
+        clone._model_client = clients(model_client)
+    return clone
 
 
 def _agent_copy(agent: Any) -> Any:
@@ -57,7 +73,7 @@ def _fresh_context(context: Any) -> Any:
         return copy.deepcopy(context)
 
 
-def _team_copy(team: Any) -> Any:
+def _team_copy(team: Any, clients: ClientMap) -> Any:
     from autogen_agentchat.teams import BaseGroupChat
 
     clone = copy.copy(team)
@@ -65,7 +81,7 @@ def _team_copy(team: Any) -> Any:
         clone,
         name=team._name,
         description=team._description,
-        participants=[fresh_copy(p) for p in team._participants],
+        participants=[fresh_copy(p, clients) for p in team._participants],
         group_chat_manager_name=team._group_chat_manager_name,
         group_chat_manager_class=team._base_group_chat_manager_class,
         termination_condition=copy.deepcopy(team._termination_condition),

@@ -1,0 +1,30 @@
+"""A two-agent AutoGen team, written as an AutoGen user writes it (no tether import): a solver with a
+calculator tool and a checker, taking turns until the checker says APPROVED."""
+
+from __future__ import annotations
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+from autogen_calc_agent import calculator
+
+client = OpenAIChatCompletionClient(model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="x")
+
+solver = AssistantAgent(
+    "solver",
+    model_client=client,
+    tools=[calculator],
+    system_message="You are the solver. Use the calculator tool, then state the answer.",
+    reflect_on_tool_use=True,
+)
+checker = AssistantAgent(
+    "checker",
+    model_client=client,
+    system_message="You are the checker. Reply APPROVED if the solver's answer is right.",
+)
+team = RoundRobinGroupChat(
+    [solver, checker],
+    termination_condition=TextMentionTermination("APPROVED") | MaxMessageTermination(8),
+)

@@ -1,0 +1,50 @@
+"""The shared adapter conformance suite, run on an AutoGen calculator agent and on a two-agent team."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import autogen_calc_agent
+import autogen_calc_team
+from autogen_agentchat.agents import AssistantAgent
+from autogen_core import EVENT_LOGGER_NAME
+from autogen_script import reply, task
+
+from tether.testing.adapter_conformance import AdapterConformance
+from tether.testing.fake_llm import Reply
+
+
+class _AutoGenConformance(AdapterConformance):
+    adapter_name = "autogen"
+    tool_name = "calculator"
+    framework_module = "autogen_agentchat"
+
+    def reply(self, request: dict[str, Any]) -> Reply:
+        return reply(request)
+
+    def make_task(self, i: int) -> Any:
+        return task(i)
+
+    def instrumentation_state(self) -> Any:
+        logger = logging.getLogger(EVENT_LOGGER_NAME)
+        return (
+            AssistantAgent.__dict__["on_messages_stream"],
+            tuple(logger.handlers),
+            logger.level,
+            logger.propagate,
+        )
+
+
+class TestCalculatorAgent(_AutoGenConformance):
+    expected_agents = {"calculator_agent"}
+
+    def make_agent(self) -> Any:
+        return autogen_calc_agent.calculator_agent
+
+
+class TestTwoAgentTeam(_AutoGenConformance):
+    expected_agents = {"solver", "checker"}
+
+    def make_agent(self) -> Any:
+        return autogen_calc_team.team
