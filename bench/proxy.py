@@ -1,0 +1,178 @@
+"""Proxy overhead: per-call latency calling the fake LLM directly vs through the proxy (RemoteBackend → FakeLLM).
+
+    .venv/bin/python bench/proxy.py [--quick] [--calls N]
+
+The fake LLM and the proxy (with a memory store, spans recorded as in a rollout) each run in their own
+process, as in a real run; the clients run here on one event loop with one aiohttp session. Direct and
+proxied rounds alternate so that machine noise hits both alike. Prints p50/p99 per call for 1 and 32
+concurrent clients and the overhead the proxy adds, and the proxy process's CPU time per call.
+
+With a backend that answers instantly, 32 clients in a closed loop saturate the machine (2 shared cores
+here): latency is then queueing behind the proxy's CPU cost per call, not a fixed per-call overhead. The
+last row therefore also gives the fake LLM a 50 ms answer time (a fast real model), where 32 clients
+no longer saturate the proxy and the added latency is the proxy's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+ROLLOUTS = 32
+BODY = {
+    "model": "m",
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant. Answer briefly."},
+        {"role": "user", "content": "What is the capital of France? Reply with one word."},
+    ],
+    "temperature": 0.7,
+    "max_tokens": 32,
+}
+
+
+def _serve_fake(queue: Any) -> None:
+    from tether.testing.fake_llm import FakeLLM, text
+
+    def answer(request: dict[str, Any]) -> Any:
+        delay_ms = (request.get("metadata") or {}).get("bench_delay_ms", 0)
+        return text("Paris is the capital of France.", delay_s=delay_ms / 1000.0)
+
+    async def main() -> None:
+        llm = FakeLLM(handler=answer)
+        await llm.start()
+        queue.put(llm.base_url)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def _serve_proxy(fake_url: str, queue: Any) -> None:
+    from tether.models.remote import RemoteBackend
+    from tether.proxy import ProxyServer
+    from tether.store.memory import MemoryStore
+    from tether.types import RolloutSpec
+
+    async def main() -> None:
+        store = MemoryStore()
+        await store.enqueue([RolloutSpec(input=i) for i in range(ROLLOUTS)])
+        claimed = await store.dequeue("bench", limit=ROLLOUTS)
+        proxy = await ProxyServer(store, RemoteBackend(fake_url, model="m")).start()
+        queue.put([proxy.url_for(r.rollout_id, a.attempt_id) for r, a in claimed])
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def _round(
+    session: aiohttp.ClientSession, urls: list[str], clients: int, calls: int, delay_ms: float = 0
+) -> list[float]:
+    """``clients`` concurrent clients (client k uses ``urls[k]``) making ``calls`` sequential calls each."""
+    payload = orjson.dumps({**BODY, "metadata": {"bench_delay_ms": delay_ms}})
+    headers = {"Content-Type": "application/json"}
+    latencies: list[float] = []
+
+    async def client(url: str) -> None:
+        for _ in range(calls):
+            started = time.perf_counter()
+            async with session.post(f"{url}/chat/completions", data=payload, headers=headers) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"{url}: {resp.status} {body[:200]!r}")
+            latencies.append((time.perf_counter() - started) * 1000.0)
+
+    await asyncio.gather(*(client(urls[k % len(urls)]) for k in range(clients)))
+    return latencies
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds used so far by process ``pid`` (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+CASES = [(1, 0.0), (32, 0.0), (32, 50.0)]  # (concurrent clients, fake LLM answer time in ms)
+
+
+async def _measure(
+    direct_url: str, proxy_urls: list[str], proxy_pid: int, calls: int, rounds: int
+) -> list[dict[str, Any]]:
+    rows = []
+    connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=60)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for clients, delay in CASES:
+            per_round = max(1, calls // clients // rounds)
+            if delay:
+                per_round = max(1, per_round // 4)  # slow answers: fewer calls
+            await _round(session, [direct_url], clients, 10, delay)  # warm up connections
+            await _round(session, proxy_urls, clients, 10, delay)
+            direct: list[float] = []
+            proxied: list[float] = []
+            cpu = 0.0
+            for _ in range(rounds):
+                direct += await _round(session, [direct_url], clients, per_round, delay)
+                before = _cpu_s(proxy_pid)
+                proxied += await _round(session, proxy_urls, clients, per_round, delay)
+                cpu += _cpu_s(proxy_pid) - before
+            row = {"clients": clients, "delay": delay, "direct": direct, "proxied": proxied}
+            row["cpu_ms"] = cpu * 1000.0 / len(proxied)
+            rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
+    parser.add_argument("--calls", type=int, default=None, help="calls per concurrency level and path")
+    args = parser.parse_args()
+    calls = args.calls or (400 if args.quick else 4000)
+    rounds = 4 if args.quick else 10
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    fake = ctx.Process(target=_serve_fake, args=(queue,), daemon=True)
+    fake.start()
+    fake_url = queue.get(timeout=60)
+    proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue), daemon=True)
+    proxy.start()
+    proxy_urls = queue.get(timeout=60)
+    try:
+        assert proxy.pid is not None
+        rows = asyncio.run(_measure(fake_url, proxy_urls, proxy.pid, calls, rounds))
+    finally:
+        for process in (proxy, fake):
+            process.terminate()
+            process.join(10)
+
+    print(f"proxy overhead ({calls} calls per row at most, {rounds} alternating rounds, python {sys.version[:6]})")
+    header = f"{'clients':>7} {'backend':>8} | {'direct p50':>10} {'direct p99':>10} | {'proxy p50':>10}"
+    header += f" {'proxy p99':>10} | {'added p50':>10} {'added p99':>10} | {'proxy CPU/call':>14}"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        d50, d99 = _pct(row["direct"], 0.5), _pct(row["direct"], 0.99)
+        p50, p99 = _pct(row["proxied"], 0.5), _pct(row["proxied"], 0.99)
+        print(
+            f"{row['clients']:>7} {row['delay']:>6.0f}ms | {d50:>8.3f}ms {d99:>8.3f}ms | {p50:>8.3f}ms"
+            f" {p99:>8.3f}ms | {p50 - d50:>8.3f}ms {p99 - d99:>8.3f}ms | {row['cpu_ms']:>12.3f}ms"
+        )
+    mean_direct = statistics.fmean(rows[0]["direct"])
+    print(f"(1 client: mean direct {mean_direct:.3f} ms; targets: added p50 < 1 ms, added p99 < 5 ms)")
+
+
+if __name__ == "__main__":
+    main()
