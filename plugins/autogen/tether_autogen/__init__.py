@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 from tether.adapters import Adapter
 from tether.hookspecs import hookimpl
-
 from tether_autogen.adapter import AutoGenAdapter, AutoGenOutput, task_text
 
 EXTRA = "autogen"

@@ -30,7 +30,6 @@ from typing import Any
 
 from tether.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
-
 from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
 from tether_autogen.loop_clients import LoopClients
 

@@ -112,9 +112,8 @@ class EventHandler(logging.Handler):
             attributes["request.tools"] = plain(kwargs["tools"])
         if streamed:
             attributes["streamed"] = True
-        self.sink.emit(
-            SpanKind.LLM, LLM_SPAN_NAME, attributes, agent_name=current_agent_name(), start_time=start, end_time=end
-        )
+        agent = current_agent_name()
+        self.sink.emit(SpanKind.LLM, LLM_SPAN_NAME, attributes, agent_name=agent, start_time=start, end_time=end)
 
 
 class _TurnToolErrors:

@@ -28,7 +28,7 @@ class LoopClients:
     def model_client(self, client: Any) -> Any:
         """The running loop's copy of ``client``, or ``client`` itself when it is not an OpenAI client."""
         async_openai = getattr(client, "_client", None)
-        if not _is_async_openai(async_openai):
+        if async_openai is None or not _is_async_openai(async_openai):
             return client
         loop = asyncio.get_running_loop()
         copies = self._copies.setdefault(loop, {})

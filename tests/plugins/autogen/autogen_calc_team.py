@@ -6,9 +6,8 @@ from __future__ import annotations
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_ext.models.openai import OpenAIChatCompletionClient
-
 from autogen_calc_agent import calculator
+from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 client = OpenAIChatCompletionClient(model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="x")
 

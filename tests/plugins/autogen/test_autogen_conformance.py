@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import autogen_calc_agent
 import autogen_calc_team
@@ -37,14 +37,14 @@ class _AutoGenConformance(AdapterConformance):
 
 
 class TestCalculatorAgent(_AutoGenConformance):
-    expected_agents = {"calculator_agent"}
+    expected_agents: ClassVar[set[str]] = {"calculator_agent"}
 
     def make_agent(self) -> Any:
         return autogen_calc_agent.calculator_agent
 
 
 class TestTwoAgentTeam(_AutoGenConformance):
-    expected_agents = {"solver", "checker"}
+    expected_agents: ClassVar[set[str]] = {"solver", "checker"}
 
     def make_agent(self) -> Any:
         return autogen_calc_team.team
