@@ -18,6 +18,7 @@ from tether.store.base import InvalidInput, NotFound, Store
 from tether.store.http_client import HttpStore, StoreUnauthorized, StoreUnavailable
 from tether.store.http_server import StoreServer, serve, start_server
 from tether.store.memory import MemoryStore
+from tether.store.sqlite import SqliteStore
 from tether.testing.store_conformance import StoreConformance, span, spec
 from tether.types import AttemptStatus, RolloutStatus
 
@@ -49,9 +50,7 @@ class TestHttpOverMemory(_ServedStore):
 
 class TestHttpOverSqlite(_ServedStore):
     async def make_backend(self, tmp_path: Path) -> Store:
-        sqlite = pytest.importorskip("tether.store.sqlite")
-        store: Store = sqlite.SqliteStore(tmp_path / "store.db")
-        return store
+        return SqliteStore(tmp_path / "store.db")
 
 
 # -- HTTP-only behaviour --------------------------------------------------------------------------------------
