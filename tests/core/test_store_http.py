@@ -56,9 +56,10 @@ class TestHttpOverSqlite(_ServedStore):
 # -- HTTP-only behaviour --------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def served() -> Any:
-    backend = MemoryStore()
+@pytest.fixture(params=["memory", "sqlite"])
+async def served(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A server on 127.0.0.1 and the store behind it (which tests use to check what really got stored)."""
+    backend: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "served.db")
     async with await start_server(backend) as server:
         yield backend, server
     await backend.close()
@@ -72,7 +73,7 @@ async def _raw(
             return resp.status, _json.loads(await resp.read())
 
 
-async def test_32_concurrent_writers_lose_no_span(served: tuple[MemoryStore, StoreServer]) -> None:
+async def test_32_concurrent_writers_lose_no_span(served: tuple[Store, StoreServer]) -> None:
     _, server = served
     shared = HttpStore(server.url)
     await shared.enqueue([spec(i) for i in range(8)])
@@ -172,7 +173,7 @@ _MALFORMED = [
 
 @pytest.mark.parametrize(("method", "path", "body", "message"), _MALFORMED)
 async def test_malformed_requests_get_400_and_change_nothing(
-    served: tuple[MemoryStore, StoreServer], method: str, path: str, body: bytes | None, message: str
+    served: tuple[Store, StoreServer], method: str, path: str, body: bytes | None, message: str
 ) -> None:
     backend, server = served
     await backend.enqueue([spec(1), spec(2)])
@@ -188,7 +189,7 @@ async def test_malformed_requests_get_400_and_change_nothing(
     assert (await backend.get_resources()) is None
 
 
-async def test_a_batch_with_one_malformed_span_stores_none(served: tuple[MemoryStore, StoreServer]) -> None:
+async def test_a_batch_with_one_malformed_span_stores_none(served: tuple[Store, StoreServer]) -> None:
     backend, server = served
     await backend.enqueue([spec(1)])
     ((rollout, attempt),) = await backend.dequeue("w")
@@ -199,7 +200,7 @@ async def test_a_batch_with_one_malformed_span_stores_none(served: tuple[MemoryS
     assert await backend.get_spans(attempt.attempt_id) == []
 
 
-async def test_errors_keep_their_class_and_message(served: tuple[MemoryStore, StoreServer]) -> None:
+async def test_errors_keep_their_class_and_message(served: tuple[Store, StoreServer]) -> None:
     backend, server = served
     client = HttpStore(server.url)
     with pytest.raises(NotFound) as remote:
@@ -246,7 +247,7 @@ async def test_unreachable_server_says_how_to_start_one() -> None:
     await client.close()
 
 
-async def test_closed_client_is_refused(served: tuple[MemoryStore, StoreServer]) -> None:
+async def test_closed_client_is_refused(served: tuple[Store, StoreServer]) -> None:
     _, server = served
     client = HttpStore(server.url + "/")
     assert client.url == server.url
