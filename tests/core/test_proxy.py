@@ -12,8 +12,10 @@ import openai
 import pytest
 
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.models.base import ChatRequest, ChatResult, Choice, ModelBackend
 from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
+from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, text, tool_call, tool_calls
 from tether.types import Attempt, RolloutSpec, SpanKind
@@ -176,7 +178,8 @@ async def test_sync_openai_client_in_a_thread(rig: Rig) -> None:
 async def test_models_endpoint(rig: Rig) -> None:
     async with aiohttp.ClientSession() as session, session.get(f"{rig.url}/models") as resp:
         assert resp.status == 200
-        assert (await resp.json())["object"] == "list"
+        data = await resp.json()
+    assert data["object"] == "list" and data["data"][0]["id"] == "remote"
 
 
 async def test_unrecorded_route(rig: Rig) -> None:
@@ -186,3 +189,37 @@ async def test_unrecorded_route(rig: Rig) -> None:
     assert out.choices[0].message.content == "free"
     assert await rig.spans() == []  # no rollout in the URL: served, not recorded
     await client.close()
+
+
+class _Mutating(ModelBackend):
+    """A backend that edits the request it was given and keeps its answer to edit it later."""
+
+    name = "mutating"
+
+    def __init__(self) -> None:
+        self.answers: list[dict] = []
+
+    async def chat(self, request: ChatRequest) -> ChatResult:
+        request.messages[0]["content"] = "edited by the backend"
+        message = {"role": "assistant", "content": "answer"}
+        self.answers.append(message)
+        return ChatResult([Choice(message, "stop", [5, 6], [-0.1, -0.2])], model="mut", prompt_token_ids=[1, 2])
+
+
+async def test_span_shares_nothing_with_backend_or_client() -> None:
+    store = MemoryStore()
+    await store.enqueue([RolloutSpec(input="q")])
+    ((_, attempt),) = await store.dequeue("w")
+    backend = _Mutating()
+    batcher = SpanBatcher(store, max_delay_s=3600)
+    async with ProxyServer(store, backend, batcher=batcher) as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.url_for(attempt.rollout_id, attempt.attempt_id), api_key="k")
+        out = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "original"}])
+        await client.close()
+        assert out.choices[0].message.content == "answer"
+        backend.answers[0]["content"] = "edited after the call"
+    (span,) = await store.get_spans(attempt.attempt_id)
+    assert span.attributes["request"]["messages"] == [{"role": "user", "content": "original"}]
+    assert span.attributes["choices"][0]["message"]["content"] == "answer"
+    assert span.attributes["prompt_token_ids"] == [1, 2] and span.attributes["token_ids_available"] is True
+    assert span.attributes["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}

@@ -120,8 +120,10 @@ class ProxyServer:
         return web.Response(text="ok")
 
     async def _models(self, request: web.Request) -> web.Response:
-        name = getattr(self.backend, "model", None) or self.backend.name or "tether"
-        data = [{"id": str(name), "object": "model", "created": 0, "owned_by": "tether"}]
+        name = getattr(self.backend, "model", None)  # a model id on remote backends; maybe a module elsewhere
+        if not isinstance(name, str) or not name:
+            name = self.backend.name or "tether"
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "tether"}]
         return _json({"object": "list", "data": data})
 
     async def _chat(self, request: web.Request) -> web.Response:
