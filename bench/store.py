@@ -1,0 +1,376 @@
+"""Store benchmark: throughput and latency of each backend on the calls a training run makes.
+
+Run: ``.venv/bin/python bench/store.py [--quick] [--backends memory,sqlite,http+memory,http+sqlite]``
+
+Workloads (each on a fresh store): enqueue (1 rollout a call), dequeue (1 a call), add_span with LLM-sized
+spans one per call and in batches of 100, get_spans of a 20-span attempt, and the full rollout lifecycle
+(enqueue -> dequeue -> add 3 LLM spans in one batch -> finish) at 1 and 16 concurrent workers (asyncio
+tasks). For ``http+X`` the store server runs in a separate process over an ``X`` store, as remote runners
+would see it. When ``agentlightning`` is importable (an optional comparison, never a dependency) the same
+workload also runs against its in-memory store and the ratios are printed; see ``bench/_agentlightning.py``.
+Prints one table: ops/s, p50 and p99 latency of one call (of one whole rollout for the lifecycle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether import open_store
+from tether.store.base import Store
+from tether.types import AttemptStatus, RolloutSpec, Span, SpanKind
+
+_WORDS = "the agent called a tool and then answered the question about the weather in paris with care".split()
+
+
+def _text(n_chars: int, seed: int) -> str:
+    words = [_WORDS[(seed + i * 7) % len(_WORDS)] for i in range(n_chars // 4)]
+    return " ".join(words)[:n_chars]
+
+
+def llm_attributes(i: int = 0) -> dict[str, Any]:
+    """16 attributes like an LLM call's span: 512 prompt + 128 response token ids, ~1.8 KB of text."""
+    return {
+        "gen_ai.system": "tether",
+        "gen_ai.request.model": "Qwen2.5-0.5B-Instruct",
+        "gen_ai.request.temperature": 0.7,
+        "gen_ai.request.max_tokens": 128,
+        "request.messages": [
+            {"role": "system", "content": _text(400, i)},
+            {"role": "user", "content": _text(800, i + 1)},
+        ],
+        "response": {"role": "assistant", "content": _text(600, i + 2)},
+        "prompt_token_ids": [(i * 31 + k * 17) % 151_000 for k in range(512)],
+        "response_token_ids": [(i * 13 + k * 29) % 151_000 for k in range(128)],
+        "finish_reason": "stop",
+        "usage.prompt_tokens": 512,
+        "usage.completion_tokens": 128,
+        "usage.total_tokens": 640,
+        "llm.request_id": f"req-{i}",
+        "llm.latency_ms": 412.5,
+        "proxy.route": "/r/ro/at/v1/chat/completions",
+        "step": i,
+    }
+
+
+def llm_span(rollout_id: str, attempt_id: str, i: int) -> Span:
+    return Span(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        kind=SpanKind.LLM,
+        name="chat.completions",
+        agent_name="solver",
+        attributes=llm_attributes(i),
+    )
+
+
+@dataclass
+class Result:
+    backend: str
+    workload: str
+    ops: int
+    seconds: float
+    latencies: list[float]
+    unit: str = "ops"
+    per_op: int = 1  # items (spans) per timed call
+
+    @property
+    def rate(self) -> float:
+        return self.ops * self.per_op / self.seconds
+
+    def pct(self, q: float) -> float:
+        data = sorted(self.latencies)
+        return data[min(len(data) - 1, int(q * len(data)))] * 1000
+
+
+async def _timed(n: int, call: Callable[[int], Awaitable[Any]]) -> tuple[float, list[float]]:
+    latencies = []
+    start = time.perf_counter()
+    for i in range(n):
+        t0 = time.perf_counter()
+        await call(i)
+        latencies.append(time.perf_counter() - t0)
+    return time.perf_counter() - start, latencies
+
+
+async def _running_attempts(store: Store, n: int) -> list[tuple[str, str]]:
+    await store.enqueue([RolloutSpec(input={"i": i}) for i in range(n)])
+    claimed = await store.dequeue("bench", limit=n)
+    return [(r.rollout_id, a.attempt_id) for r, a in claimed]
+
+
+async def bench_backend(
+    name: str, fresh: Callable[[], AbstractAsyncContextManager[Any]], sizes: dict[str, int]
+) -> list[Result]:
+    """Every workload on ``name``; ``fresh()`` opens a new empty store (anything with the Store methods)."""
+    results = []
+    n = sizes["calls"]
+    async with fresh() as store:
+        secs, lat = await _timed(n, lambda i: store.enqueue([RolloutSpec(input={"i": i})]))
+        results.append(Result(name, "enqueue", n, secs, lat, "rollouts"))
+        secs, lat = await _timed(n, lambda i: store.dequeue("w"))
+        results.append(Result(name, "dequeue", n, secs, lat, "rollouts"))
+
+    async with fresh() as store:
+        attempts = await _running_attempts(store, 50)
+        spans = [llm_span(*attempts[i % 50], i) for i in range(max(n, sizes["batches"] * 100))]
+        secs, lat = await _timed(n, lambda i: store.add_spans([spans[i]]))
+        results.append(Result(name, "add_span x1", n, secs, lat, "spans"))
+        nb = sizes["batches"]
+        secs, lat = await _timed(nb, lambda i: store.add_spans(spans[i * 100 : (i + 1) * 100]))
+        results.append(Result(name, "add_span x100", nb, secs, lat, "spans", per_op=100))
+
+    async with fresh() as store:
+        attempts = await _running_attempts(store, 20)
+        for k, (rid, aid) in enumerate(attempts):
+            await store.add_spans([llm_span(rid, aid, k * 20 + j) for j in range(20)])
+        nq = sizes["queries"]
+        secs, lat = await _timed(nq, lambda i: store.get_spans(attempts[i % 20][1]))
+        results.append(Result(name, "get_spans (20)", nq, secs, lat, "queries"))
+
+    for workers in (1, 16):
+        async with fresh() as store:
+            total = sizes["rollouts"] * (4 if workers > 1 else 1)
+            secs, lat = await lifecycle(store, workers, total)
+            results.append(Result(name, f"lifecycle x{workers}", total, secs, lat, "rollouts"))
+    return results
+
+
+async def lifecycle(store: Store, workers: int, total: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    per_worker = total // workers
+
+    async def worker(w: int) -> None:
+        for i in range(per_worker):
+            t0 = time.perf_counter()
+            await store.enqueue([RolloutSpec(input={"w": w, "i": i})])
+            claimed: list[Any] = []
+            while not claimed:
+                claimed = await store.dequeue(f"w{w}")
+            rollout, attempt = claimed[0]
+            await store.add_spans([llm_span(rollout.rollout_id, attempt.attempt_id, k) for k in range(3)])
+            await store.finish_attempt(attempt.attempt_id, AttemptStatus.SUCCEEDED, reward=1.0)
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(workers)))
+    return time.perf_counter() - start, latencies
+
+
+# -- backends -------------------------------------------------------------------------------------------
+
+_SERVER = """
+import asyncio, sys
+from tether import open_store
+from tether.store.http_server import start_server
+
+async def main():
+    server = await start_server(open_store(sys.argv[1]), host="127.0.0.1", port=0, token=None)
+    print(server.url, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await server.stop()
+
+asyncio.run(main())
+"""
+
+
+def _factory(backend: str, tmp: Path) -> Callable[[], AbstractAsyncContextManager[Store]]:
+    counter = iter(range(1_000_000))
+
+    def url_for(kind: str) -> str:
+        return "memory:" if kind == "memory" else f"sqlite:///{tmp}/bench-{next(counter)}.db"
+
+    @asynccontextmanager
+    async def local() -> AsyncIterator[Store]:
+        store = open_store(url_for(backend))
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    @asynccontextmanager
+    async def http() -> AsyncIterator[Store]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, url_for(backend.removeprefix("http+"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        url = proc.stdout.readline().strip()
+        if not url:
+            proc.kill()
+            raise RuntimeError("the store server did not start")
+        store = open_store(url)
+        try:
+            yield store
+        finally:
+            await store.close()
+            proc.stdin.close()
+            proc.wait(timeout=30)
+
+    return http if backend.startswith("http+") else local
+
+
+def _http_available() -> str | None:
+    try:
+        from tether.store.http_server import start_server  # noqa: F401
+    except ImportError as exc:
+        return f"HTTP backends skipped: tether.store.http_server is not available ({exc})"
+    return None
+
+
+# -- Agent Lightning 0.3 (optional comparison) ----------------------------------------------------------
+
+
+class _Ref:
+    def __init__(self, rollout_id: str, attempt_id: str = "") -> None:
+        self.rollout_id, self.attempt_id = rollout_id, attempt_id
+
+
+class _AglStore:
+    """The bench's calls mapped onto an agentlightning LightningStore (its public API, 0.3.0)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.rollout_of: dict[str, str] = {}
+
+    async def enqueue(self, specs: list[RolloutSpec]) -> list[_Ref]:
+        return [_Ref((await self.store.enqueue_rollout(input=s.input, mode="train")).rollout_id) for s in specs]
+
+    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[_Ref, _Ref]]:
+        claimed = await self.store.dequeue_many_rollouts(limit=limit, worker_id=worker_id)
+        out = []
+        for ar in claimed:
+            self.rollout_of[ar.attempt.attempt_id] = ar.rollout_id
+            out.append((_Ref(ar.rollout_id), _Ref(ar.rollout_id, ar.attempt.attempt_id)))
+        return out
+
+    async def add_spans(self, spans: list[Span]) -> None:
+        from agentlightning.types import OtelResource, TraceStatus
+        from agentlightning.types import Span as AglSpan
+
+        seqs = await self.store.get_many_span_sequence_ids([(s.rollout_id, s.attempt_id) for s in spans])
+        converted = [
+            AglSpan(
+                rollout_id=s.rollout_id, attempt_id=s.attempt_id, sequence_id=seq, trace_id=s.rollout_id,
+                span_id=s.span_id, parent_id=None, name=s.name, status=TraceStatus(status_code="OK"),
+                attributes={k: v if isinstance(v, str | int | float | list) and not (
+                    isinstance(v, list) and v and isinstance(v[0], dict)) else orjson_str(v)
+                    for k, v in s.attributes.items()},
+                events=[], links=[], start_time=s.start_time, end_time=s.end_time, context=None, parent=None,
+                resource=OtelResource(attributes={}, schema_url=""),
+            )
+            for s, seq in zip(spans, seqs, strict=True)
+        ]  # fmt: skip
+        if len(converted) == 1:
+            await self.store.add_span(converted[0])
+        else:
+            await self.store.add_many_spans(converted)
+
+    async def get_spans(self, attempt_id: str) -> Any:
+        return await self.store.query_spans(self.rollout_of[attempt_id], attempt_id)
+
+    async def finish_attempt(self, attempt_id: str, status: AttemptStatus, reward: float | None = None) -> None:
+        await self.store.update_attempt(self.rollout_of[attempt_id], attempt_id, status=status.value)
+
+
+def orjson_str(value: Any) -> str:
+    from tether import _json
+
+    return _json.dumps(value).decode()
+
+
+def _agl_factory(mode: str) -> Callable[[], AbstractAsyncContextManager[Any]]:
+    @asynccontextmanager
+    async def fresh() -> AsyncIterator[Any]:
+        from agentlightning.store.memory import InMemoryLightningStore
+
+        store = InMemoryLightningStore()
+        if mode == "memory":
+            yield _AglStore(store)
+            return
+        import socket
+
+        from agentlightning.store.client_server import LightningStoreClient, LightningStoreServer
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = LightningStoreServer(store, host="127.0.0.1", port=port, launch_mode="thread")
+        await server.start()
+        client = LightningStoreClient(server.endpoint)
+        try:
+            yield _AglStore(client)
+        finally:
+            await client.close()
+            await server.stop()
+
+    return fresh
+
+
+# -- report ---------------------------------------------------------------------------------------------
+
+
+def print_table(results: list[Result]) -> None:
+    header = f"{'backend':<14} {'workload':<16} {'calls':>7} {'rate':>16} {'p50 ms':>9} {'p99 ms':>9}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        rate = f"{r.rate:,.0f} {r.unit}/s"
+        print(f"{r.backend:<14} {r.workload:<16} {r.ops:>7} {rate:>16} {r.pct(0.5):>9.2f} {r.pct(0.99):>9.2f}")
+
+
+def print_ratios(results: list[Result], baseline: str) -> None:
+    base = {r.workload: r for r in results if r.backend == baseline}
+    print(f"\nthroughput ratio against {baseline} (higher is better for tether):")
+    for r in results:
+        if not r.backend.startswith("agl") and r.workload in base:
+            print(f"  {r.backend:<14} {r.workload:<16} x{r.rate / base[r.workload].rate:,.1f}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in a few seconds")
+    parser.add_argument("--backends", default="memory,sqlite,http+memory,http+sqlite")
+    args = parser.parse_args()
+    sizes = (
+        {"calls": 200, "batches": 5, "queries": 50, "rollouts": 64}
+        if args.quick
+        else {"calls": 2000, "batches": 50, "queries": 400, "rollouts": 400}
+    )
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if note := _http_available():
+        print(note)
+        backends = [b for b in backends if not b.startswith("http+")]
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, sizes {sizes}\n")
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+        for backend in backends:
+            results += await bench_backend(backend, _factory(backend, Path(tmp)), sizes)
+    agl_results: list[Result] = []
+    try:
+        import agentlightning  # noqa: F401
+    except ImportError:
+        print("agentlightning is not installed: no comparison (pip install agentlightning==0.3.0 to add one)\n")
+    else:
+        for mode in ("memory", "http"):
+            agl_results += await bench_backend(f"agl {mode}", _agl_factory(mode), sizes)
+    print_table(results + agl_results)
+    if agl_results:  # in-process backends against its memory store, HTTP ones against its HTTP store
+        print_ratios([r for r in results if not r.backend.startswith("http")] + agl_results, "agl memory")
+        print_ratios([r for r in results if r.backend.startswith("http")] + agl_results, "agl http")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
