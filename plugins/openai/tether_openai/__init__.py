@@ -13,7 +13,6 @@ from typing import Any
 
 from tether.adapters import Adapter
 from tether.hookspecs import hookimpl
-
 from tether_openai import redirect
 from tether_openai.adapter import OpenAIFunctionAdapter
 

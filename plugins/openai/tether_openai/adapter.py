@@ -17,7 +17,6 @@ from typing import Any
 
 from tether.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
-
 from tether_openai import redirect
 
 

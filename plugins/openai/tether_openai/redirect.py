@@ -194,7 +194,7 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
     _check_served(suffix, scope)
 
     old_netloc = url.netloc
-    new_url = type(url)(scope.base_url.rstrip("/") + "/" + suffix)
+    new_url = _parse_url(type(url), scope.base_url.rstrip("/") + "/" + suffix)
     request.url = new_url
     headers = request.headers
     if headers.get("Host", "").encode("ascii") == old_netloc:
@@ -207,6 +207,12 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
         headers[CALL_ID_HEADER] = "call-" + uuid.uuid4().hex
     last_call_id.set(headers[CALL_ID_HEADER])
     return request
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_url(url_type: type, url: str) -> Any:
+    # URL objects are immutable in httpx and httpx2; a rollout's calls reuse a few, and parsing is the main cost.
+    return url_type(url)
 
 
 def _strip_azure_deployment(suffix: str) -> str:
