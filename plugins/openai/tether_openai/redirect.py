@@ -210,7 +210,7 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_url(url_type: type, url: str) -> Any:
+def _parse_url(url_type: Any, url: str) -> Any:
     # URL objects are immutable in httpx and httpx2; a rollout's calls reuse a few, and parsing is the main cost.
     return url_type(url)
 
