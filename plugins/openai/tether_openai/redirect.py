@@ -194,7 +194,7 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
     _check_served(suffix, scope)
 
     old_netloc = url.netloc
-    new_url = _parse_url(type(url), scope.base_url.rstrip("/") + "/" + suffix)
+    new_url = _parse_url(url.__class__, scope.base_url.rstrip("/") + "/" + suffix)
     request.url = new_url
     headers = request.headers
     if headers.get("Host", "").encode("ascii") == old_netloc:
