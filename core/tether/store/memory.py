@@ -79,7 +79,7 @@ class MemoryStore(Store):
         return out
 
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
-        out = []
+        out: list[tuple[Rollout, Attempt]] = []
         with self._lock:
             while self._queue and len(out) < limit:
                 rid, _ = self._queue.popitem(last=False)
@@ -205,7 +205,7 @@ class MemoryStore(Store):
                         f"{attempt.rollout_id}, not {span.rollout_id}"
                     )
             now = time.time()
-            sequences = []
+            sequences: list[int] = []
             for span, attributes in prepared:
                 stored = self._spans[span.attempt_id]
                 copy = Span(
@@ -222,11 +222,11 @@ class MemoryStore(Store):
                     sequence=len(stored),
                 )
                 stored.append(copy)
-                sequences.append(copy.sequence)
+                sequences.append(len(stored) - 1)
                 attempt = self._attempts[span.attempt_id]
                 if attempt.status == AttemptStatus.RUNNING:
                     attempt.last_heartbeat_at = now
-            return sequences  # type: ignore[return-value]
+            return sequences
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         with self._lock:
