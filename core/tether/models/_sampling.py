@@ -80,7 +80,7 @@ def _cut_at_stop(
     tokenizer: PreTrainedTokenizerBase, ids: list[int], stop: tuple[str, ...], start: int
 ) -> int | None:
     """If the decoded ``ids`` contain a stop string (at or after char ``start``), the number of ids to keep."""
-    text = tokenizer.decode(ids, skip_special_tokens=True)
+    text = str(tokenizer.decode(ids, skip_special_tokens=True))
     hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
     if not hits:
         return None
@@ -155,10 +155,12 @@ def generate(
             if finish is None:
                 keep.append(b)
                 continue
-            text = tokenizer.decode(out_ids[i], skip_special_tokens=True)
-            results[i] = Sample(out_ids[i], out_lp[i], text, finish)
+            sample = Sample(
+                out_ids[i], out_lp[i], str(tokenizer.decode(out_ids[i], skip_special_tokens=True)), finish
+            )
+            results[i] = sample
             if on_finish is not None:
-                on_finish(i, results[i])
+                on_finish(i, sample)
         if not keep:
             break
         step += 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 import torch
@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tether.models._local import LocalBackend
 from tether.models.base import BadRequest
 from tether.models.embedded import template
+from tether.models.embedded.model import turn_token_ids
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
@@ -109,7 +110,8 @@ class HFBackend(LocalBackend):
         self.tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
         if dtype is None:
             dtype = torch.float32 if device == "cpu" else "auto"
-        self.model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=True).to(device)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=True)
+        self.model = loaded.to(device)
         self.model.eval()
         vocab = self.tokenizer.get_vocab()
         self.embedded_format = all(m in vocab for m in template.MARKERS)
@@ -126,7 +128,7 @@ class HFBackend(LocalBackend):
             elif isinstance(value, list):
                 stops.update(int(v) for v in value)
         if self.embedded_format:
-            stops.update(int(self.tokenizer.convert_tokens_to_ids(t)) for t in template.TURN_TOKENS)
+            stops.update(turn_token_ids(self.tokenizer))
         return sorted(stops)
 
     @property
@@ -139,7 +141,10 @@ class HFBackend(LocalBackend):
         elif self.tokenizer.chat_template:
             try:
                 text = self.tokenizer.apply_chat_template(
-                    _for_template(messages), tools=tools or None, add_generation_prompt=True, tokenize=False
+                    _for_template(messages),
+                    tools=cast(Any, tools or None),
+                    add_generation_prompt=True,
+                    tokenize=False,
                 )
             except jinja2.TemplateError as exc:
                 raise BadRequest(f"the checkpoint's chat template rejected these messages: {exc}") from exc

@@ -85,13 +85,24 @@ class EmbeddedModel:
                 f"{path} has no embedded chat markers ({', '.join(missing)}): it is not an embedded checkpoint; "
                 f"serve it with model='hf:{path}'"
             )
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
-        model.eval()
+        model = _to(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), device)
         return cls(model=model, tokenizer=tokenizer)
 
 
+def token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
+    value: Any = tokenizer.convert_tokens_to_ids(token)
+    return int(value)
+
+
 def turn_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    return [int(tokenizer.convert_tokens_to_ids(t)) for t in template.TURN_TOKENS]
+    return [token_id(tokenizer, t) for t in template.TURN_TOKENS]
+
+
+def _to(model: Any, device: str) -> PreTrainedModel:
+    """The model on ``device``, in eval mode."""
+    moved: PreTrainedModel = model.to(device)
+    moved.eval()
+    return moved
 
 
 def create_embedded(
@@ -123,5 +134,4 @@ def create_embedded(
         model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = stops
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.to(device).eval()
-    return EmbeddedModel(model=model, tokenizer=tokenizer)
+    return EmbeddedModel(model=_to(model, device), tokenizer=tokenizer)
