@@ -1,0 +1,119 @@
+"""The adapter for compiled LangGraph graphs.
+
+Capture has two parts, both installed by ``instrument`` and removed exactly by ``uninstrument``:
+
+- A global LangChain callback handler (``tether_langgraph.handler``), registered with
+  ``langchain_core.tracers.context.register_configure_hook``. LangChain adds the handler of every registered
+  context variable whose value is not None to each callback manager it configures; our variable's *default*
+  is the handler, so it is attached to every run in the process, whatever the context. LangChain has no
+  public way to unregister a hook, so ``uninstrument`` removes our entry from LangChain's hook list
+  (``_configure_hooks``, private); should a release move that list, the hook stays registered but is made
+  inert — the handler drops every event once it has no sink — and is reused, not registered twice, by the
+  next ``instrument``.
+- An agent-name resolver (``tether.context.add_agent_resolver``) that reads the running graph node from
+  LangChain's config context variable (``var_child_runnable_config`` → metadata ``langgraph_node``). The
+  ``openai`` plugin's redirect calls it for the ``X-Tether-Agent`` header of every SDK request, so the proxy's
+  span of the call — the one with token ids — is named after the node.
+
+``run`` feeds a task to the graph with ``ainvoke``: a dict is the graph's input state, a string becomes
+``{"messages": [("user", task)]}``. It holds the endpoint redirect for the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from tether.adapters import Adapter, SpanSink
+from tether.context import add_agent_resolver, remove_agent_resolver
+from tether.types import Resources
+
+if TYPE_CHECKING:
+    from tether_langgraph.handler import TetherCallbackHandler
+
+#: (module, class) of compiled graphs: ``CompiledStateGraph`` and functional-API entrypoints are ``Pregel``s
+_GRAPH_TYPES = (("langgraph.pregel.main", "Pregel"), ("langgraph.pregel", "Pregel"))
+
+
+def node_name() -> str | None:
+    """The LangGraph node running in this context (None outside a node, or when LangChain isn't loaded)."""
+    config_module = sys.modules.get("langchain_core.runnables.config")
+    if config_module is None:
+        return None
+    config = config_module.var_child_runnable_config.get()
+    if not config:
+        return None
+    node = (config.get("metadata") or {}).get("langgraph_node")
+    return node if isinstance(node, str) and node else None
+
+
+class LangGraphAdapter(Adapter):
+    """Runs compiled LangGraph graphs; captures model and tool calls with the node that made them."""
+
+    name = "langgraph"
+    extra = "langgraph"
+
+    def __init__(self) -> None:
+        self._handler: TetherCallbackHandler | None = None
+        self._hook_var: ContextVar[Any | None] | None = None
+        self._hook_entry: tuple[Any, ...] | None = None
+        self._registered = False  # our hook entry is in LangChain's hook list
+        self._sink: SpanSink | None = None
+
+    def accepts(self, agent: Any) -> bool:
+        for module_name, class_name in _GRAPH_TYPES:
+            cls = getattr(sys.modules.get(module_name), class_name, None)
+            if isinstance(cls, type) and isinstance(agent, cls):
+                return True
+        return False
+
+    @property
+    def instrumented(self) -> bool:
+        return self._sink is not None
+
+    def instrument(self, sink: SpanSink) -> None:
+        if self._sink is sink:
+            return
+        from langchain_core.tracers import context as tracers_context
+
+        from tether_langgraph.handler import TetherCallbackHandler
+
+        if self._handler is None or self._hook_var is None:
+            self._handler = TetherCallbackHandler()
+            self._hook_var = ContextVar("tether_langgraph_handler", default=self._handler)
+            self._hook_entry = (self._hook_var, True, None, None)  # what register_configure_hook appends
+        self._handler.sink = sink
+        if not self._registered:
+            tracers_context.register_configure_hook(self._hook_var, inheritable=True)
+            self._registered = True
+        add_agent_resolver(node_name)
+        self._sink = sink
+
+    def uninstrument(self) -> None:
+        if self._sink is None:
+            return
+        self._sink = None
+        remove_agent_resolver(node_name)
+        if self._handler is not None:
+            self._handler.sink = None  # inert even if the hook cannot be unlinked below
+        hooks = getattr(sys.modules.get("langchain_core.tracers.context"), "_configure_hooks", None)
+        if isinstance(hooks, list) and self._hook_entry in hooks:
+            hooks.remove(self._hook_entry)
+            self._registered = False
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
+        from tether_openai import redirect
+
+        if isinstance(task, dict):
+            state: Any = task
+        elif isinstance(task, str):
+            state = {"messages": [("user", task)]}
+        else:
+            raise TypeError(
+                f"the langgraph adapter feeds a dict task to the graph as its input state and a str task as a "
+                f"user message; got {type(task).__name__}: pass run=lambda graph, task: graph.ainvoke(...) "
+                "to tether.wrap to say how"
+            )
+        with redirect.installed():
+            return await agent.ainvoke(state)
