@@ -46,3 +46,13 @@ calculator_agent = AssistantAgent(
     system_message="You are a calculator agent. Use the calculator tool, then state the answer.",
     reflect_on_tool_use=True,
 )
+
+# the same agent, streaming its model calls
+streaming_agent = AssistantAgent(
+    "streaming_agent",
+    model_client=model_client,
+    tools=[calculator],
+    system_message="You are a calculator agent. Use the calculator tool, then state the answer.",
+    reflect_on_tool_use=True,
+    model_client_stream=True,
+)

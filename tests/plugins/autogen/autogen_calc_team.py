@@ -9,7 +9,19 @@ from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_calc_agent import calculator
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-client = OpenAIChatCompletionClient(model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="x")
+# a model name the OpenAI client does not know needs its capabilities spelled out
+client = OpenAIChatCompletionClient(
+    model="calc-model",
+    base_url="http://127.0.0.1:9/v1",
+    api_key="x",
+    model_info={
+        "vision": False,
+        "function_calling": True,
+        "json_output": False,
+        "structured_output": False,
+        "family": "unknown",
+    },
+)
 
 solver = AssistantAgent(
     "solver",

@@ -7,12 +7,16 @@ from typing import Any, ClassVar
 
 import autogen_calc_agent
 import autogen_calc_team
+import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_core import EVENT_LOGGER_NAME
 from autogen_script import reply, task
 
 from tether.testing.adapter_conformance import AdapterConformance
 from tether.testing.fake_llm import Reply
+
+# the fake LLM answers with its own model name; AutoGen warns that it differs from the one it asked for
+pytestmark = pytest.mark.filterwarnings("ignore:Resolved model mismatch:UserWarning")
 
 
 class _AutoGenConformance(AdapterConformance):
