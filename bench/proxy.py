@@ -3,7 +3,8 @@
     .venv/bin/python bench/proxy.py [--quick] [--calls N]
 
 The fake LLM and the proxy (with a memory store, spans recorded as in a rollout) each run in their own
-process, as in a real run; the clients run here on one event loop with one aiohttp session. Direct and
+process; the clients run here on one event loop with one aiohttp session. ``--in-process`` runs the proxy
+in the clients' event loop instead, as the trainer runs it next to its agents. Direct and
 proxied rounds alternate so that machine noise hits both alike. Prints p50/p99 per call for 1 and 32
 concurrent clients and the overhead the proxy adds, and the proxy process's CPU time per call.
 
@@ -20,7 +21,6 @@ import asyncio
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -55,18 +55,24 @@ def _serve_fake(queue: Any) -> None:
     asyncio.run(main())
 
 
-def _serve_proxy(fake_url: str, queue: Any) -> None:
+async def _start_proxy(fake_url: str) -> tuple[Any, list[str]]:
+    """A proxy on a memory store with ``ROLLOUTS`` running attempts, and their URLs."""
     from tether.models.remote import RemoteBackend
     from tether.proxy import ProxyServer
     from tether.store.memory import MemoryStore
     from tether.types import RolloutSpec
 
+    store = MemoryStore()
+    await store.enqueue([RolloutSpec(input=i) for i in range(ROLLOUTS)])
+    claimed = await store.dequeue("bench", limit=ROLLOUTS)
+    proxy = await ProxyServer(store, RemoteBackend(fake_url, model="m"), close_backend=True).start()
+    return proxy, [proxy.url_for(r.rollout_id, a.attempt_id) for r, a in claimed]
+
+
+def _serve_proxy(fake_url: str, queue: Any) -> None:
     async def main() -> None:
-        store = MemoryStore()
-        await store.enqueue([RolloutSpec(input=i) for i in range(ROLLOUTS)])
-        claimed = await store.dequeue("bench", limit=ROLLOUTS)
-        proxy = await ProxyServer(store, RemoteBackend(fake_url, model="m")).start()
-        queue.put([proxy.url_for(r.rollout_id, a.attempt_id) for r, a in claimed])
+        _, urls = await _start_proxy(fake_url)
+        queue.put(urls)
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -109,8 +115,12 @@ CASES = [(1, 0.0), (32, 0.0), (32, 50.0)]  # (concurrent clients, fake LLM answe
 
 
 async def _measure(
-    direct_url: str, proxy_urls: list[str], proxy_pid: int, calls: int, rounds: int
+    direct_url: str, proxy_urls: list[str] | None, proxy_pid: int, calls: int, rounds: int
 ) -> list[dict[str, Any]]:
+    """Alternate direct and proxied rounds. ``proxy_urls`` None: run the proxy here, in the clients' loop."""
+    proxy = None
+    if proxy_urls is None:
+        proxy, proxy_urls = await _start_proxy(direct_url)
     rows = []
     connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=60)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -124,13 +134,17 @@ async def _measure(
             proxied: list[float] = []
             cpu = 0.0
             for _ in range(rounds):
-                direct += await _round(session, [direct_url], clients, per_round, delay)
                 before = _cpu_s(proxy_pid)
+                direct += await _round(session, [direct_url], clients, per_round, delay)
+                middle = _cpu_s(proxy_pid)
                 proxied += await _round(session, proxy_urls, clients, per_round, delay)
-                cpu += _cpu_s(proxy_pid) - before
+                # in-process, the clients' own CPU is in both rounds: count only what the proxied round added
+                cpu += _cpu_s(proxy_pid) - middle - ((middle - before) if proxy is not None else 0.0)
             row = {"clients": clients, "delay": delay, "direct": direct, "proxied": proxied}
             row["cpu_ms"] = cpu * 1000.0 / len(proxied)
             rows.append(row)
+    if proxy is not None:
+        await proxy.stop()
     return rows
 
 
@@ -138,6 +152,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
     parser.add_argument("--calls", type=int, default=None, help="calls per concurrency level and path")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the proxy in the clients' process and event loop (as the trainer runs it next to its agents)",
+    )
     args = parser.parse_args()
     calls = args.calls or (400 if args.quick else 4000)
     rounds = 4 if args.quick else 10
@@ -147,18 +166,25 @@ def main() -> None:
     fake = ctx.Process(target=_serve_fake, args=(queue,), daemon=True)
     fake.start()
     fake_url = queue.get(timeout=60)
-    proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue), daemon=True)
-    proxy.start()
-    proxy_urls = queue.get(timeout=60)
-    try:
+    processes = [fake]
+    proxy_urls = None
+    proxy_pid = os.getpid()
+    if not args.in_process:
+        proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue), daemon=True)
+        proxy.start()
+        processes.insert(0, proxy)
+        proxy_urls = queue.get(timeout=60)
         assert proxy.pid is not None
-        rows = asyncio.run(_measure(fake_url, proxy_urls, proxy.pid, calls, rounds))
+        proxy_pid = proxy.pid
+    try:
+        rows = asyncio.run(_measure(fake_url, proxy_urls, proxy_pid, calls, rounds))
     finally:
-        for process in (proxy, fake):
+        for process in processes:
             process.terminate()
             process.join(10)
 
-    print(f"proxy overhead ({calls} calls per row at most, {rounds} alternating rounds, python {sys.version[:6]})")
+    layout = "proxy in the clients' process" if args.in_process else "proxy in its own process"
+    print(f"proxy overhead, {layout} ({calls} calls per row at most, {rounds} alternating rounds)")
     header = f"{'clients':>7} {'backend':>8} | {'direct p50':>10} {'direct p99':>10} | {'proxy p50':>10}"
     header += f" {'proxy p99':>10} | {'added p50':>10} {'added p99':>10} | {'proxy CPU/call':>14}"
     print(header)
