@@ -96,7 +96,7 @@ class LangGraphAdapter(Adapter):
         self._sink = None
         remove_agent_resolver(node_name)
         if self._handler is not None:
-            self._handler.sink = None  # inert even if the hook cannot be unlinked below
+            self._handler.detach()  # inert even if the hook cannot be unlinked below
         hooks = getattr(sys.modules.get("langchain_core.tracers.context"), "_configure_hooks", None)
         if isinstance(hooks, list) and self._hook_entry in hooks:
             hooks.remove(self._hook_entry)

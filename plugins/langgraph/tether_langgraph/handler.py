@@ -45,6 +45,12 @@ class TetherCallbackHandler(BaseCallbackHandler):
         self._llm_calls: dict[UUID, tuple[float, str | None, str, list[dict[str, Any]], Any]] = {}
         self._tool_calls: dict[UUID, tuple[float, str | None, str, Any, Any]] = {}
 
+    def detach(self) -> None:
+        """Stop capturing and forget calls still open (a rollout cancelled mid-call never ends them)."""
+        self.sink = None
+        self._llm_calls.clear()
+        self._tool_calls.clear()
+
     def _active_sink(self) -> SpanSink | None:
         return self.sink if current_scope.get() is not None else None
 
