@@ -5,25 +5,37 @@ It does not capture LLM spans itself: the endpoint redirect (``tether_openai.red
 request made inside the rollout to tether's proxy, which records the request, the response, the token ids and
 the ``X-Tether-Agent`` header on its own span. Sync functions run in a worker thread via ``asyncio.to_thread``,
 which copies the context, so the rollout scope (and hence the redirect) carries over.
+
+The sub-agent name of the function's calls is the function's ``__name__`` unless the caller (or the function,
+with ``tether.context.agent_scope``) names one. Tool calls are reported as ``tool`` spans from the tool results
+the function sends back to the model (``tether_openai.tools``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import sys
 from typing import Any
 
 from tether.adapters import Adapter, SpanSink
+from tether.context import agent_scope, current_agent_name
 from tether.types import Resources, Task
 from tether_openai import redirect
+from tether_openai.tools import ToolResultTracker, tracking_run
 
 
 def _unwrap_partial(obj: Any) -> Any:
     while isinstance(obj, functools.partial):
         obj = obj.func
     return obj
+
+
+def _default_name(agent: Any) -> str | None:
+    name = getattr(_unwrap_partial(agent), "__name__", None)
+    return name if isinstance(name, str) and name.isidentifier() else None  # not "<lambda>"
 
 
 class OpenAIFunctionAdapter(Adapter):
@@ -34,6 +46,7 @@ class OpenAIFunctionAdapter(Adapter):
 
     def __init__(self) -> None:
         self._installed = False
+        self._tools = ToolResultTracker()
 
     def accepts(self, agent: Any) -> bool:
         if "openai" not in sys.modules:
@@ -44,13 +57,17 @@ class OpenAIFunctionAdapter(Adapter):
         return not (inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func))
 
     def instrument(self, sink: SpanSink) -> None:
+        self._tools.sink = sink
         if not self._installed:
             redirect.install()
+            redirect.add_listener(self._tools)
             self._installed = True
 
     def uninstrument(self) -> None:
         if self._installed:
             self._installed = False
+            redirect.remove_listener(self._tools)
+            self._tools.sink = None
             redirect.uninstall()
 
     @property
@@ -59,7 +76,9 @@ class OpenAIFunctionAdapter(Adapter):
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
         payload = task.input if isinstance(task, Task) else task
-        with redirect.installed():  # the redirect is what captures this agent's calls: hold it for the run
+        naming = contextlib.nullcontext() if current_agent_name() else agent_scope(_default_name(agent))
+        # the redirect is what captures this agent's calls: hold it for the run
+        with redirect.installed(), tracking_run(), naming:
             if inspect.iscoroutinefunction(_unwrap_partial(agent)) or inspect.iscoroutinefunction(agent):
                 return await agent(payload)
             result = await asyncio.to_thread(agent, payload)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -51,6 +52,12 @@ UNSERVED_PATHS: dict[str, str] = {
 last_call_id: ContextVar[str | None] = ContextVar("tether_openai_last_call_id", default=None)
 
 
+#: Called as ``listener(json_body, scope, call_id)`` for each redirected request, in the caller's context.
+RequestListener = Callable[[Any, RolloutScope, str], None]
+
+log = logging.getLogger(__name__)
+
+
 class SeamMissing(RuntimeError):
     """The installed ``openai`` SDK no longer has the private request-building method tether patches."""
 
@@ -64,6 +71,7 @@ _count = 0
 _original: Callable[..., Any] | None = None
 _wrapper: Callable[..., Any] | None = None
 _active = False  # False when uninstalled but the wrapper could not be unlinked (someone patched over it)
+_listeners: list[RequestListener] = []
 
 
 def seam() -> tuple[type, Callable[..., Any]]:
@@ -151,6 +159,20 @@ def installed() -> Iterator[None]:
         uninstall()
 
 
+def add_listener(listener: RequestListener) -> None:
+    """Call ``listener`` with the JSON body of every redirected request (idempotent). Used to read what the
+    proxy cannot know, such as tool results a plain function sends back to the model."""
+    with _lock:
+        if listener not in _listeners:
+            _listeners.append(listener)
+
+
+def remove_listener(listener: RequestListener) -> None:
+    with _lock:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+
 def _is_ours(current: Callable[..., Any], wrapper: Callable[..., Any]) -> bool:
     """True if ``wrapper`` is ``current`` or is reached from it through ``__wrapped__`` links."""
     seen = 0
@@ -169,10 +191,23 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         scope = current_scope.get()
         if scope is None or not _active:
             return request
-        return redirect_request(self.base_url, request, scope)
+        before = request.url
+        request = redirect_request(self.base_url, request, scope)
+        if _listeners and request.url is not before:
+            _notify(options, scope, request.headers[CALL_ID_HEADER])
+        return request
 
     _build_request.__tether_redirect__ = True  # type: ignore[attr-defined]
     return _build_request
+
+
+def _notify(options: Any, scope: RolloutScope, call_id: str) -> None:
+    body = getattr(options, "json_data", None)
+    for listener in tuple(_listeners):
+        try:
+            listener(body, scope, call_id)
+        except Exception:  # a capture bug must not fail the agent's model call
+            log.exception("tether_openai request listener %r failed", listener)
 
 
 def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) -> Any:

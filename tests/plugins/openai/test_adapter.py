@@ -3,6 +3,7 @@ instrumentation, running sync and async functions inside a rollout scope, and th
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import subprocess
 import sys
@@ -15,9 +16,9 @@ from openai._base_client import BaseClient
 
 import tether
 import tether_openai
-from tether.context import AGENT_HEADER, RolloutScope, agent_scope, rollout_scope
+from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, agent_scope, rollout_scope
 from tether.testing.fake_llm import FakeLLM, text
-from tether.types import Resources, Rollout, Task
+from tether.types import Resources, Rollout, SpanKind, Task
 from tether_openai import OpenAIFunctionAdapter, redirect
 
 
@@ -189,3 +190,58 @@ def test_plugin_is_loaded_through_its_entry_point() -> None:
     assert isinstance(adapter, OpenAIFunctionAdapter) and adapter.extra == "openai"
     found = tether.get_plugins().adapter_for(plain)
     assert isinstance(found, OpenAIFunctionAdapter) and found.name == "openai"
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.spans: list[tuple[Any, str, dict[str, Any], str | None]] = []
+
+    def emit(
+        self, kind: Any, name: str, attributes: dict[str, Any], *, agent_name: str | None = None, **_: Any
+    ) -> None:
+        self.spans.append((kind, name, attributes, agent_name))
+
+
+async def test_tool_results_are_reported_once_and_only_inside_the_adapters_runs(agent_module: ModuleType) -> None:
+    history = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"k": 1}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "v1"},
+    ]
+
+    def two_calls(task: Any) -> str:
+        for _ in range(2):  # the same tool result is sent twice: one span
+            agent_module.client.chat.completions.create(model="m", messages=history)
+        return "done"
+
+    adapter, sink = OpenAIFunctionAdapter(), _Collect()
+    adapter.instrument(sink)
+    try:
+        async with FakeLLM(handler=_echo) as llm:
+            with rollout_scope(_scope(llm)):
+                await asyncio.to_thread(two_calls, None)  # not a run of this adapter (e.g. another framework's)
+                assert sink.spans == []
+                assert await adapter.run(two_calls, "task", Resources(version=1)) == "done"
+    finally:
+        adapter.uninstrument()
+    assert sink.spans == [
+        (
+            SpanKind.TOOL,
+            "lookup",
+            {
+                "tool.name": "lookup",
+                "tool.arguments": {"k": 1},
+                "tool.call_id": "c1",
+                "tool.result": "v1",
+                "llm.call_id": llm.requests[2].headers[CALL_ID_HEADER],
+            },
+            "two_calls",
+        )
+    ]
+    assert {r.headers[AGENT_HEADER] for r in llm.requests[2:]} == {"two_calls"}

@@ -270,3 +270,29 @@ def test_uninstall_under_a_foreign_patch_turns_ours_into_a_pass_through(agent_mo
         assert calls == ["/chat/completions", "/chat/completions"]
     finally:
         BaseClient._build_request = original  # type: ignore[method-assign]
+
+
+def test_listeners_see_each_redirected_body_and_cannot_break_the_call(
+    agent_module: ModuleType, redirected: None
+) -> None:
+    bodies: list[tuple[str, str, str]] = []
+
+    def record(body: Any, scope: RolloutScope, call_id: str) -> None:
+        bodies.append((body["messages"][0]["content"], scope.rollout_id, call_id))
+
+    def broken(body: Any, scope: RolloutScope, call_id: str) -> None:
+        raise RuntimeError("capture bug")
+
+    redirect.add_listener(broken)
+    redirect.add_listener(record)
+    redirect.add_listener(record)  # idempotent
+    try:
+        with FakeLLM(handler=_echo) as llm:
+            with rollout_scope(_scope(llm.base_url, rollout="ro-l")):
+                assert agent_module.answer("seen") == "echo: seen"
+            with pytest.raises(openai.APIConnectionError):
+                agent_module.answer("outside: not redirected, not seen")
+    finally:
+        redirect.remove_listener(broken)
+        redirect.remove_listener(record)
+    assert bodies == [("seen", "ro-l", llm.requests[0].headers[CALL_ID_HEADER])]

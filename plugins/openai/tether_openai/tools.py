@@ -1,0 +1,96 @@
+"""Tool spans for plain functions that call the openai client, read from the requests they send.
+
+A plain function runs its tools itself, out of tether's sight; what tether does see is the next chat request,
+whose ``role="tool"`` messages carry each tool's result, answering an earlier assistant message's
+``tool_calls`` (name and arguments). ``ToolResultTracker`` listens to the redirected requests of runs started
+by ``OpenAIFunctionAdapter.run`` and emits one ``tool`` span per tool result the first time a request carries
+it: ``tool.name``, ``tool.arguments`` (parsed JSON when it parses), ``tool.call_id``, ``tool.result``, with the
+sub-agent of that request. Limits, inherent to this layer: a tool whose result is never sent back to the
+model is not seen, and a tool error is only whatever text the function put in the tool message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from tether.adapters import SpanSink
+from tether.context import RolloutScope, current_agent_name
+from tether.types import SpanKind
+
+#: The tool-call ids already reported in the current run (a fresh set per ``OpenAIFunctionAdapter.run``;
+#: worker threads started with ``asyncio.to_thread`` see the same set through the copied context).
+_reported: ContextVar[set[str] | None] = ContextVar("tether_openai_reported_tools", default=None)
+
+
+@contextmanager
+def tracking_run() -> Iterator[None]:
+    """Mark the current context as one run of a plain function whose tool results are to be reported."""
+    token = _reported.set(set())
+    try:
+        yield
+    finally:
+        _reported.reset(token)
+
+
+class ToolResultTracker:
+    """A redirect listener that turns newly seen tool results into ``tool`` spans on ``sink``."""
+
+    def __init__(self) -> None:
+        self.sink: SpanSink | None = None
+
+    def __call__(self, body: Any, scope: RolloutScope, call_id: str) -> None:
+        reported = _reported.get()
+        sink = self.sink
+        if reported is None or sink is None or not isinstance(body, Mapping):
+            return
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return
+        calls: dict[str, tuple[str, Any]] = {}
+        agent = current_agent_name()
+        for message in messages:
+            if not isinstance(message, Mapping):
+                continue
+            if message.get("role") == "assistant":
+                for call in message.get("tool_calls") or ():
+                    function = call.get("function") if isinstance(call, Mapping) else None
+                    if isinstance(function, Mapping) and isinstance(call.get("id"), str):
+                        calls[call["id"]] = (str(function.get("name")), _arguments(function.get("arguments")))
+            elif message.get("role") == "tool":
+                call_key = message.get("tool_call_id")
+                if not isinstance(call_key, str) or call_key in reported:
+                    continue
+                reported.add(call_key)
+                name, arguments = calls.get(call_key, (str(message.get("name") or "unknown"), None))
+                sink.emit(
+                    SpanKind.TOOL,
+                    name,
+                    {
+                        "tool.name": name,
+                        "tool.arguments": arguments,
+                        "tool.call_id": call_key,
+                        "tool.result": _content(message.get("content")),
+                        "llm.call_id": call_id,  # the request that carried the result back
+                    },
+                    agent_name=agent,
+                )
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _content(content: Any) -> Any:
+    if isinstance(content, list):  # content parts: keep the text
+        texts = [str(p["text"]) for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+        return "".join(texts) if texts else content
+    return content

@@ -1,0 +1,52 @@
+"""A user's calculator agent written against the plain openai client, with no knowledge of tether: the client is
+built at import time with a hard-coded base URL, and the function runs the tool loop itself."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+
+client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-user", max_retries=0)
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression such as '2 + 3'.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+
+
+def calculator(expression: str) -> str:
+    left, op, right = expression.split()
+    if op != "+":
+        raise ValueError(f"unsupported operator {op!r}")
+    return str(int(left) + int(right))
+
+
+def solve(question: str) -> str:
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a calculator agent. Use the calculator tool."},
+        {"role": "user", "content": question},
+    ]
+    for _ in range(4):
+        reply = client.chat.completions.create(model="gpt-test", messages=messages, tools=TOOLS)
+        message = reply.choices[0].message
+        if not message.tool_calls:
+            return message.content or ""
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:
+            try:
+                result = calculator(**json.loads(call.function.arguments))
+            except Exception as exc:
+                result = f"error: {exc}"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    return "gave up"
