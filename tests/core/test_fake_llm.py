@@ -8,6 +8,7 @@ import json
 import aiohttp
 import openai
 import pytest
+
 from tether.testing.fake_llm import FakeLLM, error, text, tool_call, tool_calls
 
 

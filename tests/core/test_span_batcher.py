@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 
 import pytest
+
 from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
 from tether.types import Attempt, RolloutSpec, Span, SpanKind
