@@ -4,12 +4,13 @@ built at import time with a hard-coded base URL, and the function runs the tool 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-user", max_retries=0)
 
-TOOLS = [
+TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {
@@ -33,7 +34,7 @@ def calculator(expression: str) -> str:
 
 
 def solve(question: str) -> str:
-    messages: list[dict] = [
+    messages: list[Any] = [
         {"role": "system", "content": "You are a calculator agent. Use the calculator tool."},
         {"role": "user", "content": question},
     ]
@@ -43,7 +44,8 @@ def solve(question: str) -> str:
         if not message.tool_calls:
             return message.content or ""
         messages.append(message.model_dump(exclude_none=True))
-        for call in message.tool_calls:
+        calls: list[Any] = list(message.tool_calls)
+        for call in calls:
             try:
                 result = calculator(**json.loads(call.function.arguments))
             except Exception as exc:
