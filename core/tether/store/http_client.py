@@ -89,7 +89,9 @@ class HttpStore(Store):
                 connector=aiohttp.TCPConnector(limit=256, ttl_dns_cache=300),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                 headers=self._headers,
-                skip_auto_headers=("User-Agent",),
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),  # no compression either way
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
             )
             self._loop = loop
         return self._session
