@@ -5,16 +5,19 @@ and a run against the embedded model."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import langgraph_calc_graph
+import openai
 import pytest
-from langchain_core.callbacks.manager import CallbackManager
-from langchain_core.tracers.langchain import LangChainTracer
+import pytest_asyncio
+from langchain_core.tracers.langchain import wait_for_all_tracers
 from langgraph.graph import StateGraph
 from langgraph_script import reply, task
 
@@ -150,25 +153,56 @@ def test_plugin_import_does_not_import_the_framework() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-async def test_langsmith_tracing_is_off_inside_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest_asyncio.fixture(loop_scope="session")
+async def langsmith_server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[list[str]]:
+    """LangSmith tracing switched on by the environment, uploading to a local server that records requests."""
+    from aiohttp import web
+    from langsmith import run_trees, utils
+
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        seen.append(f"{request.method} {request.path}")
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    utils.get_env_var.cache_clear()  # LangSmith caches the environment it read
     monkeypatch.setenv("LANGSMITH_TRACING", "true")
     monkeypatch.setenv("LANGSMITH_API_KEY", "not-a-key")
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(run_trees, "_CLIENT", None)  # a fresh client for this endpoint
+    try:
+        yield seen
+    finally:
+        await asyncio.to_thread(wait_for_all_tracers)
+        monkeypatch.undo()
+        utils.get_env_var.cache_clear()
+        await runner.cleanup()
 
-    def tracers() -> list[Any]:
-        return [h for h in CallbackManager.configure().handlers if isinstance(h, LangChainTracer)]
 
-    assert tracers(), "with LANGSMITH_TRACING=true LangChain attaches its LangSmith tracer"
-    seen: list[int] = []
+async def test_langsmith_tracing_is_off_inside_rollouts(langsmith_server: list[str]) -> None:
+    def uploads() -> list[str]:
+        return [r for r in langsmith_server if r.startswith("POST /runs")]
 
-    async def run(graph: Any, task: Any) -> Any:
-        seen.append(len(tracers()))
-        return await graph.ainvoke(task)
+    # outside a rollout the user's setting applies: even a failed run (nothing listens at the graph's own
+    # base_url) is uploaded
+    with pytest.raises(openai.APIConnectionError):
+        await langgraph_calc_graph.chatbot.ainvoke({"messages": [("user", "hi")]})
+    await asyncio.to_thread(wait_for_all_tracers)
+    assert uploads(), langsmith_server
+    langsmith_server.clear()
 
-    report = await _dev(langgraph_calc_graph.graph, [task(1)], run=run)
+    report = await _dev(langgraph_calc_graph.graph, [task(1)])
     assert report.rollouts[0].status == RolloutStatus.SUCCEEDED, report.rollouts[0].error
-    assert seen == [0]
-    assert tracers(), "outside rollouts the user's tracing setting is left alone"
+    await asyncio.to_thread(wait_for_all_tracers)
+    assert uploads() == [], langsmith_server
 
 
 @pytest.mark.skipif(
