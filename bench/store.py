@@ -123,11 +123,11 @@ async def bench_backend(
 
     async with fresh() as store:
         attempts = await _running_attempts(store, 50)
-        spans = [llm_span(*attempts[i % 50], i) for i in range(max(n, sizes["batches"] * 100))]
+        nb = sizes["batches"]
+        spans = [llm_span(*attempts[i % 50], i) for i in range(n + nb * 100)]
         secs, lat = await _timed(n, lambda i: store.add_spans([spans[i]]))
         results.append(Result(name, "add_span x1", n, secs, lat, "spans"))
-        nb = sizes["batches"]
-        secs, lat = await _timed(nb, lambda i: store.add_spans(spans[i * 100 : (i + 1) * 100]))
+        secs, lat = await _timed(nb, lambda i: store.add_spans(spans[n + i * 100 : n + (i + 1) * 100]))
         results.append(Result(name, "add_span x100", nb, secs, lat, "spans", per_op=100))
 
     async with fresh() as store:
@@ -364,6 +364,9 @@ async def main() -> None:
     except ImportError:
         print("agentlightning is not installed: no comparison (pip install agentlightning==0.3.0 to add one)\n")
     else:
+        import logging
+
+        logging.getLogger("agentlightning").setLevel(logging.ERROR)
         for mode in ("memory", "http"):
             agl_results += await bench_backend(f"agl {mode}", _agl_factory(mode), sizes)
     print_table(results + agl_results)
