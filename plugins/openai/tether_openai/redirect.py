@@ -15,6 +15,9 @@ returns is an ``httpx`` (openai 2.x) or ``httpx2`` (openai 3.x) ``Request``; onl
 used. The seam is private: ``seam()`` checks it and raises ``SeamMissing`` naming the SDK version if a
 release moves it.
 
+``add_listener(fn)`` calls ``fn(json_body, scope, call_id)`` for each redirected request, in the caller's
+context (the plain-function adapter reads tool results from it). Agent names go out UTF-8 encoded.
+
 ``install()`` / ``uninstall()`` are reference-counted (the openai adapter, each rollout context and framework
 plugins may each hold the patch); the last ``uninstall()`` restores the original function object exactly.
 """
@@ -191,10 +194,9 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         scope = current_scope.get()
         if scope is None or not _active:
             return request
-        before = request.url
-        request = redirect_request(self.base_url, request, scope)
-        if _listeners and request.url is not before:
-            _notify(options, scope, request.headers[CALL_ID_HEADER])
+        call_id = redirect_request(self.base_url, request, scope)
+        if call_id is not None and _listeners:
+            _notify(options, scope, call_id)
         return request
 
     _build_request.__tether_redirect__ = True  # type: ignore[attr-defined]
@@ -210,9 +212,10 @@ def _notify(options: Any, scope: RolloutScope, call_id: str) -> None:
             log.exception("tether_openai request listener %r failed", listener)
 
 
-def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) -> Any:
-    """Point ``request`` (an httpx or httpx2 ``Request`` built against ``client_base_url``) at the scope's
-    URL and add the tether headers. Requests to another origin than the client's base URL are left alone."""
+def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) -> str | None:
+    """Point ``request`` (an httpx or httpx2 ``Request`` built against ``client_base_url``) at the scope's URL
+    and add the tether headers; return the request's call id. A request to another origin than the client's
+    base URL is left alone (None)."""
     url = request.url
     base_path = client_base_url.raw_path.split(b"?", 1)[0]
     if not base_path.endswith(b"/"):
@@ -223,7 +226,7 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
         client_base_url.port,
     )
     if not same_origin or not url.raw_path.startswith(base_path):
-        return request
+        return None
     suffix = url.raw_path[len(base_path) :].decode("ascii")
     suffix = _strip_azure_deployment(suffix)
     _check_served(suffix, scope)
@@ -231,17 +234,25 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
     old_netloc = url.netloc
     new_url = _parse_url(url.__class__, scope.base_url.rstrip("/") + "/" + suffix)
     request.url = new_url
-    headers = request.headers
-    if headers.get("Host", "").encode("ascii") == old_netloc:
-        headers["Host"] = new_url.netloc.decode("ascii")
-    if AGENT_HEADER not in headers:
+    # One pass over the raw headers and one rebuild: httpx's per-key get/set re-decodes every header each time.
+    raw = request.headers.raw
+    present = {name.lower(): value for name, value in raw}
+    new_raw = [(n, new_url.netloc if n.lower() == b"host" and v == old_netloc else v) for n, v in raw]
+    if _AGENT_KEY not in present:
         agent = current_agent_name()
         if agent:
-            headers[AGENT_HEADER] = agent
-    if CALL_ID_HEADER not in headers:  # a caller may pass its own id in extra_headers to join its spans
-        headers[CALL_ID_HEADER] = "call-" + uuid.uuid4().hex
-    last_call_id.set(headers[CALL_ID_HEADER])
-    return request
+            new_raw.append((AGENT_HEADER.encode(), agent.encode("utf-8")))
+    supplied = present.get(_CALL_ID_KEY)  # a caller may pass its own id in extra_headers to join its spans
+    call_id = supplied.decode("latin-1") if supplied is not None else "call-" + uuid.uuid4().hex
+    if supplied is None:
+        new_raw.append((CALL_ID_HEADER.encode(), call_id.encode("ascii")))
+    request.headers = request.headers.__class__(new_raw)
+    last_call_id.set(call_id)
+    return call_id
+
+
+_AGENT_KEY = AGENT_HEADER.lower().encode()
+_CALL_ID_KEY = CALL_ID_HEADER.lower().encode()
 
 
 @functools.lru_cache(maxsize=1024)

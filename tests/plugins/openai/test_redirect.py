@@ -296,3 +296,9 @@ def test_listeners_see_each_redirected_body_and_cannot_break_the_call(
         redirect.remove_listener(broken)
         redirect.remove_listener(record)
     assert bodies == [("seen", "ro-l", llm.requests[0].headers[CALL_ID_HEADER])]
+
+
+def test_non_ascii_agent_names_reach_the_server(agent_module: ModuleType, redirected: None) -> None:
+    with FakeLLM(handler=_echo) as llm, rollout_scope(_scope(llm.base_url)), agent_scope("rédacteur"):
+        assert agent_module.answer("q") == "echo: q"
+    assert llm.requests[0].headers[AGENT_HEADER] == "rédacteur"
