@@ -25,7 +25,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
 
-#: one torch thread: bench/embedded.py measured small models faster with 1 thread than 2 on 2 shared cores
+#: torch threads for the process (``torch.set_num_threads`` is process-wide). ``bench/embedded.py`` on 2 shared
+#: cores, tiny preset: 1 thread sampled 1,500-2,500 tok/s at batch 16 and updated 32x128 in 0.7-1.5 s; 2 threads
+#: fell to 68 tok/s and 2.1 s when the other core was busy (OpenMP threads wait on each other). So: 1.
 DEFAULT_THREADS = 1
 
 
@@ -205,7 +207,6 @@ class LocalBackend(ModelBackend):
                 self._thread.start()
 
     def _work(self) -> None:
-        torch.set_num_threads(self.threads)  # OpenMP thread counts are per calling thread
         while True:
             job = self._queue.get()
             if job is None:
