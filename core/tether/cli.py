@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -33,7 +34,7 @@ def plugins() -> None:
         for col in ("name", "reason", "install"):
             missing.add_column(col)
         for u in manager.unavailable:
-            missing.add_row(u.name, u.reason, u.hint or "-")
+            missing.add_row(escape(u.name), escape(u.reason), escape(u.hint or "-"))
         console.print(missing)
 
 

@@ -69,9 +69,9 @@ class Runner:
         self._instrumented: list[Tracer] = []
 
     async def __aenter__(self) -> Runner:
-        from tether.span_batcher import SpanBatcher
-
-        self._batcher = SpanBatcher(self.store)
+        # one batcher for the proxy's spans and the adapters': the store numbers spans in arrival order, so
+        # a single queue keeps an LLM call before the tool call it requested
+        self._batcher = self.proxy.batcher
         self.sink = RolloutSink(self._batcher, asyncio.get_running_loop())
         for tracer in [self.agent.adapter, *get_plugins().tracers()]:
             tracer.instrument(self.sink)
@@ -83,7 +83,7 @@ class Runner:
             tracer.uninstrument()
         self._instrumented.clear()
         if self._batcher is not None:
-            await self._batcher.close()
+            await self._batcher.flush()  # the proxy owns the batcher and closes it
 
     async def run_until_idle(self) -> RunnerStats:
         """Run rollouts until the queue is empty and none is in flight."""
@@ -171,9 +171,23 @@ class Runner:
         return resources
 
 
-def _jsonable(value: Any) -> Any:
-    """The output as stored: itself when JSON-serialisable, else its text (framework result objects)."""
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    """The output as stored: itself when JSON-serialisable; else containers are converted item by item,
+    pydantic models (framework messages) by ``model_dump``, and anything else becomes its text."""
     try:
         return _json.clone(value)
     except TypeError:
+        pass
+    if depth > 20:
         return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v, depth + 1) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return _jsonable(dump(mode="json"), depth + 1)
+        except Exception:
+            pass
+    return str(value)

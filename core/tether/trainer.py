@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether._loop import run_sync
 from tether.adapters import WrappedAgent
 from tether.dev_report import DevReport, DevRollout
 from tether.fit import FitResult
@@ -55,7 +56,7 @@ class Trainer:
         self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
     ) -> DevReport:
         """Run each task once, untrained, and report everything captured. Sync wrapper of ``adev``."""
-        return asyncio.run(self.adev(agent, tasks, model=model))
+        return run_sync(self.adev(agent, tasks, model=model))
 
     async def adev(
         self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
@@ -89,7 +90,7 @@ class Trainer:
         continues from it.
         """
         try:
-            return asyncio.run(self.afit(agent, train, val, resume=resume))
+            return run_sync(self.afit(agent, train, val, resume=resume))
         except KeyboardInterrupt:
             run = RunDir.create(self.run_root, self.name or "run")
             print(f"interrupted: the last checkpoint is in {run.checkpoint_path}; fit(..., resume=True) continues")
