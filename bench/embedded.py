@@ -74,7 +74,9 @@ def hf_generate_tokens_per_s(model: EmbeddedModel, batch: int, repeats: int, new
     return batch * new_tokens / _best(run, repeats)
 
 
-def update_seconds(model: EmbeddedModel, repeats: int, batch: int = 32, prompt: int = 64, response: int = 64) -> float:
+def update_seconds(
+    model: EmbeddedModel, repeats: int, batch: int = 32, prompt: int = 64, response: int = 64
+) -> float:
     net = model.model
     vocab = net.config.vocab_size
     gen = torch.Generator().manual_seed(0)

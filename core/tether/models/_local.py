@@ -26,8 +26,9 @@ from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
 
 #: torch threads for the process (``torch.set_num_threads`` is process-wide). ``bench/embedded.py`` on 2 shared
-#: cores, tiny preset: 1 thread sampled 1,500-2,500 tok/s at batch 16 and updated 32x128 in 0.7-1.5 s; 2 threads
-#: fell to 68 tok/s and 2.1 s when the other core was busy (OpenMP threads wait on each other). So: 1.
+#: cores, tiny preset (0.9M params), three runs under varying load: 1 thread sampled 1,500-5,500 tok/s at batch
+#: 16 (350-770 at batch 1) and did a 32x128 update in 0.34-1.45 s; 2 threads were slower in every run (68-2,100
+#: tok/s, 2.1-3.6 s): the OpenMP threads wait on each other when the other core is busy. So: 1.
 DEFAULT_THREADS = 1
 
 

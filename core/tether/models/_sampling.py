@@ -61,7 +61,9 @@ def choose(
     if bool((top_p < 1).any()):
         probs, order = probs.sort(dim=-1, descending=True)
         # drop a token when the mass before it already reaches top_p (the most likely token always stays)
-        probs = probs.masked_fill((probs.cumsum(-1) - probs) >= top_p.unsqueeze(1), 0.0)
+        # (rows with top_p=1 keep everything: rounding in the cumulative sum must not cut their tail)
+        limit = torch.where(top_p >= 1, torch.inf, top_p).unsqueeze(1)
+        probs = probs.masked_fill((probs.cumsum(-1) - probs) >= limit, 0.0)
     cum = probs.cumsum(-1)
     total = cum[:, -1]
     pick = torch.searchsorted(cum, (u * total).unsqueeze(1), right=True).clamp(max=probs.shape[1] - 1)
