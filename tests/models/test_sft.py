@@ -89,3 +89,16 @@ async def test_sft_teaches_the_tool_call_format(
         text = backend.decode(choice.response_token_ids)
         assert text.startswith("<|call|>calc{") and template.parse(text)["tool_calls"]
         await backend.close()
+
+
+async def test_sft_on_a_live_backend_updates_what_it_serves(make_calc_conversation: Any, calc_tool: Any) -> None:
+    backend = EmbeddedBackend(model=create_embedded(preset="nano", seed=2))
+    greedy = ChatRequest(messages=make_calc_conversation(random.Random(3))[:2], tools=[calc_tool], temperature=0.0)
+    before = await backend.chat(greedy)
+    version = backend.weights_version
+    demos = [make_calc_conversation(random.Random(i)) for i in range(8)]
+    sft(backend, demos, [calc_tool], epochs=2, batch_size=4, progress=False)
+    assert backend.weights_version == version + 1 and not backend.model.training
+    after = await backend.chat(greedy)
+    assert after.choices[0].response_token_ids != before.choices[0].response_token_ids
+    await backend.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
@@ -30,6 +31,18 @@ from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult
 #: 16 (350-770 at batch 1) and did a 32x128 update in 0.34-1.45 s; 2 threads were slower in every run (68-2,100
 #: tok/s, 2.1-3.6 s): the OpenMP threads wait on each other when the other core is busy. So: 1.
 DEFAULT_THREADS = 1
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No transformers progress bars (loading/writing shards) inside: tether shows its own progress."""
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 @dataclass(slots=True)
@@ -111,7 +124,7 @@ class LocalBackend(ModelBackend):
 
     def save(self, directory: str) -> None:
         """Write the current weights and tokenizer as a transformers checkpoint directory (under the lock)."""
-        with self.weights_lock:
+        with self.weights_lock, quiet():
             self.model.save_pretrained(directory)
             self.tokenizer.save_pretrained(directory)
 

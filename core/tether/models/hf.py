@@ -18,7 +18,7 @@ import jinja2
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tether.models._local import LocalBackend
+from tether.models._local import LocalBackend, quiet
 from tether.models.base import BadRequest
 from tether.models.embedded import template
 from tether.models.embedded.model import turn_token_ids
@@ -110,7 +110,8 @@ class HFBackend(LocalBackend):
         self.tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
         if dtype is None:
             dtype = torch.float32 if device == "cpu" else "auto"
-        loaded: Any = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=True)
+        with quiet():
+            loaded: Any = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=True)
         self.model = loaded.to(device)
         self.model.eval()
         vocab = self.tokenizer.get_vocab()

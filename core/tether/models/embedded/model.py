@@ -24,6 +24,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from tether.models._local import quiet
 from tether.models.embedded import template
 from tether.models.embedded.corpus import builtin_corpus
 from tether.models.embedded.tokenizer import train_tokenizer
@@ -63,7 +64,8 @@ class EmbeddedModel:
         """Write a transformers checkpoint directory (created if missing); returns its path."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
+        with quiet():
+            self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         return path
 
@@ -85,7 +87,8 @@ class EmbeddedModel:
                 f"{path} has no embedded chat markers ({', '.join(missing)}): it is not an embedded checkpoint; "
                 f"serve it with model='hf:{path}'"
             )
-        model = _to(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), device)
+        with quiet():
+            model = _to(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), device)
         return cls(model=model, tokenizer=tokenizer)
 
 
