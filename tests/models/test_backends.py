@@ -78,11 +78,12 @@ async def test_stop_and_length_finish_reasons(backend: EmbeddedBackend) -> None:
     assert all(c.finish_reason in ("length", "stop") and len(c.response_token_ids) <= 3 for c in result.choices)
     free = await backend.chat(ChatRequest(messages=USER, max_tokens=20, seed=9))
     text = backend.decode(free.choices[0].response_token_ids)
-    if len(text) > 4:
-        stopped = await backend.chat(ChatRequest(messages=USER, max_tokens=20, seed=9, stop=[text[2:4]]))
-        assert stopped.choices[0].finish_reason == "stop"
-        assert text[2:4] not in (stopped.choices[0].message["content"] or "")
-        _check_choices(backend, stopped)
+    assert len(text) > 4  # this seed gives a long enough reply to cut
+    stopped = await backend.chat(ChatRequest(messages=USER, max_tokens=20, seed=9, stop=[text[2:4]]))
+    assert stopped.choices[0].finish_reason == "stop"
+    assert text[2:4] not in (stopped.choices[0].message["content"] or "")
+    assert text.startswith(stopped.choices[0].message["content"])
+    _check_choices(backend, stopped)
     await backend.close()
 
 
