@@ -38,6 +38,33 @@ def plugins() -> None:
         console.print(missing)
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """Train the AutoGen calculator agent with the embedded model on CPU (examples/calc_autogen).
+
+    Extra options go to the example's train.py (see `tether demo --help-example`).
+    """
+    import importlib.util
+    import runpy
+    import sys
+    from pathlib import Path
+
+    missing = [
+        m for m in ("torch", "transformers", "autogen_agentchat", "matplotlib") if not importlib.util.find_spec(m)
+    ]
+    if missing:
+        raise click.ClickException(f'the demo needs {", ".join(missing)}: pip install -e ".[demo]"')
+    script = Path(__file__).resolve().parents[2] / "examples" / "calc_autogen" / "train.py"
+    if not script.is_file():
+        raise click.ClickException(
+            'the demo runs examples/calc_autogen from a source checkout: clone tether and pip install -e ".[demo]"'
+        )
+    args = ["--help" if a == "--help-example" else a for a in ctx.args]
+    sys.argv = [str(script), *args]
+    runpy.run_path(str(script), run_name="__main__")
+
+
 @main.group()
 def store() -> None:
     """Work with tether stores."""

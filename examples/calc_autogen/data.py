@@ -92,10 +92,16 @@ def splits(n_train: int = 400, n_val: int = 64, n_test: int = 100, seed: int = 0
     return out
 
 
+#: the operation a careless demonstrator writes instead of the right one
+CONFUSED = {"+": "-", "-": "+", "*": "/", "/": "*"}
+
+
 def demonstration_expression(problem: Problem, rng: random.Random, p_correct: float) -> str:
-    """The expression a noisy demonstrator writes: the right operation with probability ``p_correct``,
-    otherwise another one (the numbers are always the problem's, in order)."""
-    op = problem.op if rng.random() < p_correct else rng.choice([o for o in OPS if o != problem.op])
+    """The expression a careless demonstrator writes: the right operation with probability ``p_correct``,
+    otherwise its usual confusion (+ for -, * for /, and back). The numbers are always the problem's, in
+    order. With ``p_correct`` below one half an imitator prefers the wrong operation: the warm-started
+    model knows the format, and only reward can teach it which operation is right."""
+    op = problem.op if rng.random() < p_correct else CONFUSED[problem.op]
     return f"{problem.a}{op}{problem.b}"
 
 
