@@ -98,4 +98,4 @@ def store_serve(store_url: str, host: str, port: int, token: str | None) -> None
     try:
         serve(store_url, host=host, port=port, token=token)
     except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None

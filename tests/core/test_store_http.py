@@ -275,3 +275,9 @@ async def test_stopping_the_server_ends_a_pending_wait() -> None:
     with pytest.raises(StoreUnavailable, match="no tether store"):
         await client.get_rollout(rollout.rollout_id)
     await client.close()
+
+
+async def test_port_in_use_is_named() -> None:
+    async with await start_server(MemoryStore()) as first:
+        with pytest.raises(OSError, match=f"127.0.0.1:{first.port}.*pick another --port"):
+            await start_server(MemoryStore(), port=first.port)

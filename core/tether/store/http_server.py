@@ -9,9 +9,11 @@ same exception class with the same message. The server binds loopback unless giv
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import ipaddress
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -307,7 +309,10 @@ async def start_server(
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise OSError(exc.errno, f"cannot serve the store on {host}:{port}: {exc.strerror}") from None
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            reason += " (another server has it: pick another --port, or 0 for a free one)"
+        raise OSError(exc.errno, f"cannot serve the store on {host}:{port}: {reason}") from None
     bound_port = runner.addresses[0][1] if runner.addresses else port
     return StoreServer(runner, host, bound_port)
 
