@@ -1,0 +1,190 @@
+"""The CrewAI adapter: runs a ``Crew`` on tasks and captures its model and tool calls.
+
+``CrewAIAdapter.run(crew, task, resources)`` runs ``crew.copy().kickoff(inputs=...)`` in a worker thread
+(``asyncio.to_thread``, which copies the context, so the rollout's endpoint redirect and scope carry over).
+A ``Crew`` keeps run state (its tasks interpolate the inputs in place, its agents keep executors and
+usage counters), so each rollout runs on CrewAI's own per-input copy — as ``Crew.kickoff_for_each`` does
+— and the user's crew is never run. The inputs are the task itself when it is a dict (its keys fill the
+``{placeholders}`` of the agents' and tasks' texts), ``{"input": text}`` for a string.
+
+It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
+
+- ``"text"`` — the crew's final answer (``CrewOutput.raw``),
+- ``"tasks"`` — each task's ``{"agent", "description", "text"}`` in order,
+- ``"token_usage"`` — CrewAI's usage counters,
+
+and the raw ``CrewOutput`` as ``.crew_output``. ``str(output)`` is the final text.
+
+Capture is in ``tether_crewai.capture``; model requests reach tether's proxy through the openai plugin's
+redirect (CrewAI's native OpenAI provider is an ``openai`` SDK client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tether.adapters import Adapter, SpanSink
+from tether.types import Resources, Task
+from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper, plain
+
+#: seconds to wait for CrewAI's handler thread pool after a kickoff
+FLUSH_TIMEOUT_S = 30.0
+
+_PATCHED = ("execute_task", "aexecute_task")
+
+
+class CrewAIOutput(dict[str, Any]):
+    """What ``CrewAIAdapter.run`` returns: ``{"text", "tasks", "token_usage"}`` plus ``.crew_output``."""
+
+    crew_output: Any = None
+
+    @property
+    def text(self) -> str:
+        return str(self.get("text") or "")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def crew_inputs(task: Any) -> dict[str, Any]:
+    """The ``inputs=`` of ``kickoff`` for a task input (see the module docstring)."""
+    if isinstance(task, Task):
+        task = task.input
+    if isinstance(task, dict):
+        return dict(task)
+    if isinstance(task, str):
+        return {"input": task}
+    raise TypeError(
+        f"a CrewAI task must be a dict of the crew's inputs (its {{placeholders}}) or a string (given as "
+        f'{{"input": ...}}), got {type(task).__name__}; pass run=lambda crew, task: crew.copy().kickoff('
+        "inputs=...) to tether.wrap to feed it yourself"
+    )
+
+
+class CrewAIAdapter(Adapter):
+    """Runs and captures CrewAI crews."""
+
+    name = "crewai"
+    extra = "crewai"
+
+    def __init__(self) -> None:
+        self._sink: SpanSink | None = None
+        self._requests = RequestLog()
+        self._handlers: list[tuple[type, Callable[[Any, Any], None]]] = []
+        self._originals: dict[str, Any] = {}
+
+    def accepts(self, agent: Any) -> bool:
+        crew_type = getattr(sys.modules.get("crewai.crew"), "Crew", None)
+        return isinstance(crew_type, type) and not isinstance(agent, type) and isinstance(agent, crew_type)
+
+    # -- capture ------------------------------------------------------------------------------------------
+
+    @property
+    def instrumented(self) -> bool:
+        return bool(self._handlers)
+
+    def instrument(self, sink: SpanSink) -> None:
+        self._sink = sink  # spans go to the latest sink
+        if self._handlers:
+            return
+        from crewai import Agent
+        from crewai.events import crewai_event_bus
+
+        handlers = EventHandlers(lambda: self._sink, self._requests).handlers()
+        for event_type, handler in handlers:
+            crewai_event_bus.on(event_type)(handler)
+        self._handlers = handlers
+        for attr in _PATCHED:
+            original = Agent.__dict__.get(attr)
+            if original is not None and not getattr(original, "__tether_crewai__", False):
+                self._originals[attr] = original
+                setattr(Agent, attr, make_execute_wrapper(original))
+        _add_request_listener(self._requests)
+
+    def uninstrument(self) -> None:
+        if not self._handlers:
+            return
+        from crewai import Agent
+        from crewai.events import crewai_event_bus
+
+        _remove_request_listener(self._requests)
+        for event_type, handler in self._handlers:
+            crewai_event_bus.off(event_type, handler)
+        for attr, original in self._originals.items():
+            if getattr(Agent.__dict__.get(attr), "__tether_crewai__", False):
+                setattr(Agent, attr, original)
+        self._handlers = []
+        self._originals = {}
+        self._requests.clear()
+        self._sink = None
+
+    # -- running ------------------------------------------------------------------------------------------
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> CrewAIOutput:
+        inputs = crew_inputs(task)
+        with _redirect_held():
+            result = await asyncio.to_thread(_kickoff, agent, inputs)
+        return summarize(result)
+
+
+def _kickoff(crew: Any, inputs: dict[str, Any]) -> Any:
+    from crewai.events import crewai_event_bus
+
+    try:
+        return crew.copy().kickoff(inputs=inputs)
+    finally:
+        # CrewAI's handlers run on its thread pool: let them emit this rollout's spans before it closes
+        crewai_event_bus.flush(timeout=FLUSH_TIMEOUT_S)
+
+
+def summarize(result: Any) -> CrewAIOutput:
+    """A ``CrewAIOutput`` from a CrewAI ``CrewOutput``."""
+    tasks = [
+        {
+            "agent": getattr(t, "agent", None),
+            "description": getattr(t, "description", None),
+            "text": getattr(t, "raw", None),
+        }
+        for t in getattr(result, "tasks_output", None) or []
+    ]
+    usage = getattr(result, "token_usage", None)
+    output = CrewAIOutput(
+        text=str(getattr(result, "raw", result) or ""),
+        tasks=tasks,
+        token_usage=plain(usage.model_dump()) if hasattr(usage, "model_dump") else None,
+    )
+    output.crew_output = result
+    return output
+
+
+def _add_request_listener(listener: RequestLog) -> None:
+    try:
+        from tether_openai import redirect
+    except ImportError:
+        return
+    redirect.add_listener(listener)
+
+
+def _remove_request_listener(listener: RequestLog) -> None:
+    try:
+        from tether_openai import redirect
+    except ImportError:
+        return
+    redirect.remove_listener(listener)
+
+
+@contextlib.contextmanager
+def _redirect_held() -> Iterator[None]:
+    """Hold the openai plugin's endpoint redirect for the run (its rollout context holds it too; this keeps
+    the adapter working when it is used on its own)."""
+    try:
+        from tether_openai import redirect
+    except ImportError:  # the openai plugin is part of tether; without it calls are not redirected
+        yield
+        return
+    with redirect.installed():
+        yield
