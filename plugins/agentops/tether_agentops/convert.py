@@ -46,14 +46,39 @@ def plain(value: Any) -> Any:
     return value
 
 
+def kind_of(attrs: Mapping[str, Any]) -> str | None:
+    """AgentOps' own kind of a span (``agent``, ``tool``, ``llm``, …); some instrumentations write the enum's
+    repr (``AgentOpsSpanKindValues.TOOL``) instead of its value."""
+    value = attrs.get(KIND_ATTR)
+    return str(value).rsplit(".", 1)[-1].lower() if value is not None else None
+
+
 def is_llm(attrs: Mapping[str, Any]) -> bool:
-    if attrs.get(KIND_ATTR) == "llm":
+    if kind_of(attrs) == "llm":
         return True
     return "gen_ai.request.model" in attrs or "gen_ai.system" in attrs or any(k.startswith(_PROMPT) for k in attrs)
 
 
 def is_tool(attrs: Mapping[str, Any]) -> bool:
-    return attrs.get(KIND_ATTR) == "tool" or "tool.name" in attrs
+    return kind_of(attrs) == "tool" or "tool.name" in attrs
+
+
+def is_tool_call_request(attrs: Mapping[str, Any]) -> bool:
+    """A span AgentOps' LLM instrumentation opens under a model call for each tool call the model *asked
+    for* (``tool.call.id``, no result): part of that call's response, not a tool execution."""
+    return is_tool(attrs) and "tool.call.id" in attrs and "tool.result" not in attrs
+
+
+def tool_call_of(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI-style tool call a tool-call request span describes."""
+    return _tool_call(
+        {
+            "id": attrs.get("tool.call.id"),
+            "type": attrs.get("tool.call.type", "function"),
+            "name": attrs.get("tool.name"),
+            "arguments": attrs.get("tool.parameters"),
+        }
+    )
 
 
 def agent_name_of(span_name: str, attrs: Mapping[str, Any]) -> str | None:
@@ -61,15 +86,18 @@ def agent_name_of(span_name: str, attrs: Mapping[str, Any]) -> str | None:
     own = attrs.get(AGENT_NAME_ATTR)
     if isinstance(own, str) and own:
         return own
-    if attrs.get(KIND_ATTR) == "agent":
+    if kind_of(attrs) == "agent":
         return _entity_name(span_name, attrs, suffix=".agent")
     return None
 
 
-def convert(span_name: str, attrs: Mapping[str, Any], error: str | None) -> Converted:
-    """The tether span for an ended AgentOps span (``error``: its failure, if its status is ERROR)."""
+def convert(
+    span_name: str, attrs: Mapping[str, Any], error: str | None, tool_calls: list[dict[str, Any]] | None = None
+) -> Converted:
+    """The tether span for an ended AgentOps span (``error``: its failure, if its status is ERROR;
+    ``tool_calls``: for an LLM span, the tool calls its request spans described)."""
     if is_llm(attrs):
-        out = Converted(SpanKind.LLM, span_name, _llm_attributes(attrs))
+        out = Converted(SpanKind.LLM, span_name, _llm_attributes(attrs, tool_calls or []))
     elif is_tool(attrs):
         out = Converted(SpanKind.TOOL, _entity_name(span_name, attrs, suffix=".tool"), _tool_attributes(attrs))
     else:
@@ -87,7 +115,7 @@ def _entity_name(span_name: str, attrs: Mapping[str, Any], *, suffix: str) -> st
     return span_name.removesuffix(suffix)
 
 
-def _llm_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
+def _llm_attributes(attrs: Mapping[str, Any], tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     messages = _messages(attrs, _PROMPT)
     if messages:
@@ -98,6 +126,8 @@ def _llm_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     completions = _messages(attrs, _COMPLETION)
     if completions:
         out["response"] = completions[0]
+    if tool_calls and not out.get("response", {}).get("tool_calls"):
+        out.setdefault("response", {"role": "assistant"})["tool_calls"] = tool_calls
     usage = {short: attrs[key] for key, short in _USAGE.items() if key in attrs}
     if usage:
         out["usage"] = usage

@@ -47,7 +47,10 @@ def offline_problems() -> list[str]:
     if config is None or not getattr(client, "initialized", False):
         return []
     problems = []
-    for setting, variable in (("endpoint", "AGENTOPS_API_ENDPOINT"), ("exporter_endpoint", "AGENTOPS_EXPORTER_ENDPOINT")):
+    for setting, variable in (
+        ("endpoint", "AGENTOPS_API_ENDPOINT"),
+        ("exporter_endpoint", "AGENTOPS_EXPORTER_ENDPOINT"),
+    ):
         url = getattr(config, setting, None)
         if isinstance(url, str) and not _is_loopback(url):
             problems.append(f"AgentOps {setting} is {url} (set {variable} to a loopback URL)")

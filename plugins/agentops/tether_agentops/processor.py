@@ -5,12 +5,18 @@ for each span, the rollout it belongs to (tether's ``current_scope`` in the call
 (its own, else its parent's, else the sub-agent tether knows is running); ``on_end`` converts the span and sends
 it to the sink under that rollout, whatever thread ends it. Spans started outside any rollout are ignored. With
 no sink (after ``uninstrument``) the processor does nothing.
+
+While an AgentOps ``agent`` span is open inside a rollout, its name is also tether's current sub-agent
+(``tether.context.current_agent``, restored when the span ends), so the model calls the agent makes reach the
+proxy under that name and ``optimize=`` can select AgentOps agents. The tool-call spans AgentOps' LLM
+instrumentation opens for each tool call the model asked for are folded into that call's ``response``.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from contextvars import Token
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.context import Context
@@ -18,14 +24,17 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from tether.adapters import SpanSink
-from tether.context import RolloutScope, current_agent_name, current_scope
-from tether_agentops.convert import agent_name_of, convert
+from tether.context import RolloutScope, current_agent, current_agent_name, current_scope
+from tether_agentops.convert import agent_name_of, convert, is_llm, is_tool_call_request, kind_of, tool_call_of
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class _Open:
     scope: RolloutScope | None
     agent: str | None
+    span: Span | None = None
+    agent_token: Token[str | None] | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 class TetherSpanProcessor(SpanProcessor):
@@ -46,8 +55,12 @@ class TetherSpanProcessor(SpanProcessor):
             agent = parent.agent if parent is not None else None
         if agent is None:
             agent = current_agent_name()
+        scope = current_scope.get()
+        opened = _Open(scope, agent, span=span)
+        if scope is not None and agent is not None and kind_of(attrs) == "agent":
+            opened.agent_token = current_agent.set(agent)
         with self._lock:
-            self._open[span.context.span_id] = _Open(current_scope.get(), agent)
+            self._open[span.context.span_id] = opened
 
     def _on_ending(self, span: Span) -> None:
         pass
@@ -58,19 +71,33 @@ class TetherSpanProcessor(SpanProcessor):
             return
         with self._lock:
             opened = self._open.pop(context.span_id, None)
+        if opened is not None and opened.agent_token is not None:
+            _restore_agent(opened.agent_token)
         sink = self.sink
         if sink is None or opened is None or opened.scope is None:
             return
         attrs = span.attributes or {}
-        converted = convert(span.name, attrs, _error_of(span))
+        if is_tool_call_request(attrs) and span.parent is not None:
+            parent = self._open.get(span.parent.span_id)
+            if parent is not None and parent.span is not None and is_llm(parent.span.attributes or {}):
+                parent.tool_calls.append(tool_call_of(attrs))
+                return
+        converted = convert(span.name, attrs, _error_of(span), opened.tool_calls)
         converted.attributes.update(_ids(span))
+        converted.attributes["source"] = "agentops"
         agent = agent_name_of(span.name, attrs) or opened.agent
         start = span.start_time / 1e9 if span.start_time is not None else None
         end = span.end_time / 1e9 if span.end_time is not None else None
         token = current_scope.set(opened.scope)  # the span may end on another thread or task
         try:
-            sink.emit(converted.kind, converted.name, converted.attributes, agent_name=agent, start_time=start,
-                      end_time=end)
+            sink.emit(
+                converted.kind,
+                converted.name,
+                converted.attributes,
+                agent_name=agent,
+                start_time=start,
+                end_time=end,
+            )
         finally:
             current_scope.reset(token)
 
@@ -87,6 +114,13 @@ class TetherSpanProcessor(SpanProcessor):
     @property
     def open_spans(self) -> int:
         return len(self._open)
+
+
+def _restore_agent(token: Token[str | None]) -> None:
+    try:
+        current_agent.reset(token)
+    except (ValueError, RuntimeError):  # ended in another context (thread or task): that one never saw it
+        pass
 
 
 def _error_of(span: ReadableSpan) -> str | None:
