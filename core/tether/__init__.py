@@ -37,10 +37,15 @@ def __getattr__(name: str) -> object:
         from tether.algorithms import GRPO
 
         return GRPO
+    if name == "APO":
+        from tether.algorithms.apo import APO
+
+        return APO
     raise AttributeError(f"module 'tether' has no attribute {name!r}")
 
 
 __all__ = [
+    "APO",
     "GRPO",
     "Adapter",
     "AdapterNotFound",

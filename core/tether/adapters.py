@@ -70,7 +70,7 @@ class Adapter(Tracer):
 
 
 RewardFn = Callable[[Any, Any], float | Awaitable[float]]
-RunFn = Callable[[Any, Any], Any]
+RunFn = Callable[..., Any]  # run(agent, task) or run(agent, task, resources)
 
 
 @dataclass(slots=True)
@@ -85,12 +85,14 @@ class WrappedAgent:
     run: RunFn | None = None
 
     async def run_task(self, task: Any, resources: Resources) -> Any:
-        """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's."""
+        """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's.
+        A ``run`` with a third parameter also gets the rollout's resources (prompt templates, endpoint)."""
         if self.run is None:
             return await self.adapter.run(self.agent, task, resources)
+        args = (self.agent, task, resources) if _takes_resources(self.run) else (self.agent, task)
         if inspect.iscoroutinefunction(self.run):
-            return await self.run(self.agent, task)
-        result = await asyncio.to_thread(self.run, self.agent, task)
+            return await self.run(*args)
+        result = await asyncio.to_thread(self.run, *args)
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -120,7 +122,8 @@ def wrap(
 
     ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
     the sub-agents whose calls are trained (default: all); ``adapter`` picks the adapter by name when the
-    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent.
+    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent
+    (``run(agent, task, resources)`` also gets the rollout's resources, e.g. the prompt templates APO tunes).
     """
     from tether.plugins import get_plugins
 
@@ -138,6 +141,18 @@ def wrap(
     else:
         raise TypeError(f'adapter must be an adapter name such as "langgraph" or an Adapter, got {adapter!r}')
     return WrappedAgent(agent=agent, adapter=chosen, reward=reward, optimize=_agent_names(optimize), run=run)
+
+
+def _takes_resources(run: RunFn) -> bool:
+    """True if ``run`` accepts a third positional argument (the resources)."""
+    try:
+        params = list(inspect.signature(run).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3
 
 
 def _agent_names(optimize: Iterable[str] | str | None) -> frozenset[str] | None:

@@ -118,6 +118,9 @@ class Trainer:
         async with self._session(model, store_url=self.store or run.store_url) as (store, proxy):
             from tether.runner import Runner
 
+            search = getattr(self.algorithm, "optimize_prompts", None)
+            if search is not None:  # APO: searches prompt templates, leaves the model as it is
+                return await search(self, agent, store, proxy, run, train_tasks, val_tasks)
             backend = proxy.backend
             if not hasattr(backend, "policy"):
                 raise ValueError(

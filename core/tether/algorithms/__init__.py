@@ -1,4 +1,4 @@
-"""Algorithms that improve an agent from its transitions: ``GRPO`` (weights, needs torch) and, later, APO.
+"""Algorithms that improve an agent: ``GRPO`` (weights, needs torch) and ``APO`` (prompt templates).
 
 Modules that need torch load on first use: ``from tether.algorithms import GRPO`` imports it then.
 """
@@ -10,12 +10,17 @@ from typing import TYPE_CHECKING, Any
 from tether.algorithms.advantages import AdvantageStats, assign, group_advantages
 
 if TYPE_CHECKING:
+    from tether.algorithms.apo import APO
     from tether.algorithms.grpo import GRPO
 
-__all__ = ["GRPO", "AdvantageStats", "assign", "group_advantages"]
+__all__ = ["APO", "GRPO", "AdvantageStats", "assign", "group_advantages"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "APO":
+        from tether.algorithms.apo import APO
+
+        return APO
     if name == "GRPO":
         try:
             from tether.algorithms.grpo import GRPO
