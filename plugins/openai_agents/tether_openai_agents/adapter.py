@@ -1,0 +1,198 @@
+"""The adapter for OpenAI Agents SDK agents (``agents.Agent``), handoffs included.
+
+``run(agent, task, resources)`` is ``await Runner.run(agent, input=<task text>, run_config=...)`` and
+returns the run's ``final_output``. The task text is the task when it is a string (a list is passed on as
+the SDK's input items); for a dict, the first string among its ``"task"``, ``"question"``, ``"input"`` and
+``"prompt"`` keys, else the dict as JSON. The run's ``RunConfig`` gives it:
+
+- a model provider that makes every agent whose ``model`` is a name (or unset) call the Chat Completions
+  API — the API tether's proxy serves — at the rollout's endpoint, through an ``AsyncOpenAI`` client made
+  for the running event loop. The SDK's own default client shares one HTTP pool bound to the first event
+  loop that used it, which fails in the next one; the user's global settings are not touched for this.
+  Agents built with an explicit model object keep it (its requests are redirected by the openai plugin);
+- tracing on, with sensitive data, since nothing leaves the process (``tether_openai_agents.gate``);
+- a ``tool_error_formatter`` that only records a failing tool's exception for its span (the model still
+  gets the SDK's default message).
+
+A ``run=`` function that calls ``Runner.run`` itself can pass ``rollout_run_config(resources)`` to get the
+same. While instrumented the adapter also makes Chat Completions the SDK's default API
+(``set_default_openai_api("chat_completions")``), so agents run by a ``run=`` function without that config
+reach the proxy too; ``uninstrument`` restores the previous default.
+
+Capture (``instrument``) holds the gate — tether's trace processor in place of the SDK's, see
+``tether_openai_agents.capture`` — and registers an agent resolver so the openai plugin's ``X-Tether-Agent``
+header names the agent making each model request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+import weakref
+from typing import Any
+
+from tether.adapters import Adapter, SpanSink
+from tether.context import add_agent_resolver, current_scope, remove_agent_resolver
+from tether.types import Resources, Task
+from tether_openai_agents import gate
+
+TASK_KEYS = ("task", "question", "input", "prompt")
+
+#: (module, class) of the agents the adapter runs; looked up in sys.modules only
+_AGENT_TYPES = (("agents.agent", "Agent"), ("agents", "Agent"))
+
+
+def agent_name() -> str | None:
+    """The OpenAI Agents SDK agent running in this context, while tether captures (an agent resolver)."""
+    processor = gate.held()
+    return processor.agent_name() if processor is not None else None
+
+
+def task_input(task: Any) -> Any:
+    """What ``Runner.run(agent, input=...)`` receives for a task (see the module docstring)."""
+    if isinstance(task, Task):
+        task = task.input
+    if isinstance(task, str | list):
+        return task
+    if isinstance(task, dict):
+        for key in TASK_KEYS:
+            if isinstance(task.get(key), str):
+                return str(task[key])
+        return json.dumps(task, ensure_ascii=False, default=str)
+    return str(task)
+
+
+class _LoopClients:
+    """One ``AsyncOpenAI`` per event loop (its HTTP pool binds to the loop that first uses it)."""
+
+    def __init__(self) -> None:
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self._closing: set[asyncio.Task[Any]] = set()
+
+    def client(self, base_url: str) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            from openai import AsyncOpenAI
+
+            client = AsyncOpenAI(base_url=base_url, api_key="tether")
+            self._clients[loop] = client
+        return client if str(client.base_url) == base_url.rstrip("/") + "/" else client.copy(base_url=base_url)
+
+    def close_for_running_loop(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            task = loop.create_task(client.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+
+_clients = _LoopClients()
+
+
+def _record_tool_error(args: Any) -> None:
+    """A ``RunConfig.tool_error_formatter`` that gives a failing tool's span its exception text and leaves the
+    message to the model as the SDK's default (returns None)."""
+    processor = gate.held()
+    if processor is not None and getattr(args, "kind", None) == "tool_exception":
+        processor.record_tool_error(getattr(args, "error", None))
+    return None
+
+
+def rollout_run_config(resources: Resources | None = None, **overrides: Any) -> Any:
+    """The ``agents.RunConfig`` the adapter runs with (see the module docstring); ``overrides`` are further
+    ``RunConfig`` fields. Call it inside a rollout (from a ``run=`` function, in the running event loop)."""
+    from agents import OpenAIProvider, RunConfig
+
+    base_url = resources.llm.base_url if resources is not None and resources.llm is not None else None
+    if base_url is None:
+        scope = current_scope.get()
+        if scope is None:
+            raise RuntimeError(
+                "rollout_run_config() is for code running inside a tether rollout (a run= function); "
+                "outside one, pass the Resources whose llm endpoint the agent should call"
+            )
+        base_url = scope.base_url
+    provider = OpenAIProvider(openai_client=_clients.client(base_url), use_responses=False)
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    settings: dict[str, Any] = {"model_provider": provider, "tracing_disabled": False}
+    if "trace_include_sensitive_data" in fields:
+        settings["trace_include_sensitive_data"] = True
+    if "tool_error_formatter" in fields:
+        settings["tool_error_formatter"] = _record_tool_error
+    settings.update(overrides)
+    return RunConfig(**settings)
+
+
+class OpenAIAgentsAdapter(Adapter):
+    """Runs OpenAI Agents SDK agents; captures model and tool calls with the agent that made them."""
+
+    name = "openai_agents"
+    extra = "openai-agents"
+
+    def __init__(self) -> None:
+        self._sink: SpanSink | None = None
+        self._responses_default: bool | None = None
+
+    def accepts(self, agent: Any) -> bool:
+        if isinstance(agent, type):
+            return False
+        for module_name, class_name in _AGENT_TYPES:
+            cls = getattr(sys.modules.get(module_name), class_name, None)
+            if isinstance(cls, type) and isinstance(agent, cls):
+                return True
+        return False
+
+    @property
+    def instrumented(self) -> bool:
+        return self._sink is not None
+
+    def instrument(self, sink: SpanSink) -> None:
+        if self._sink is not None:
+            self._sink = sink  # spans go to the latest sink; nothing else changes
+            processor = gate.held()
+            if processor is not None:
+                processor.sink = sink
+            return
+        import agents
+        from agents.models import _openai_shared
+
+        processor = gate.hold()
+        processor.sink = sink
+        add_agent_resolver(agent_name)
+        self._responses_default = _openai_shared.get_use_responses_by_default()
+        agents.set_default_openai_api("chat_completions")
+        self._sink = sink
+
+    def uninstrument(self) -> None:
+        _clients.close_for_running_loop()
+        if self._sink is None:
+            return
+        from agents.models import _openai_shared
+
+        self._sink = None
+        remove_agent_resolver(agent_name)
+        if self._responses_default is not None:
+            _openai_shared.set_use_responses_by_default(self._responses_default)
+            self._responses_default = None
+        gate.release()
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
+        from agents import Runner
+
+        from tether_openai import redirect
+
+        config = rollout_run_config(resources)
+        gate.hold()  # nothing about this run may reach the SDK's uploader, even when not instrumented
+        try:
+            with redirect.installed():
+                result = await Runner.run(agent, input=task_input(task), run_config=config)
+        finally:
+            gate.release()
+        return result.final_output
