@@ -1,0 +1,135 @@
+"""The room_openai example: its request generator and reward, its demonstrations, and the unchanged agent
+function running through tether (multi-turn tool loop, prompt taken from resources) against the fake LLM."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import tether
+from tether.models.remote import RemoteBackend
+from tether.testing.fake_llm import FakeLLM, text, tool_call
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "room_openai"
+
+
+@pytest.fixture(scope="module")
+def room() -> Iterator[dict[str, ModuleType]]:
+    """The example's modules, imported from its folder as its scripts do (``import data``), then taken out of
+    ``sys.modules`` again so that other examples' ``data`` / ``agent`` modules are not confused with them."""
+    names = ("offices", "data", "agent", "train")
+    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        yield {name: importlib.import_module(name) for name in names}
+    finally:
+        sys.path.remove(str(EXAMPLE))
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+
+
+def test_splits_are_fixed_disjoint_and_answerable(room: dict[str, ModuleType]) -> None:
+    data, offices = room["data"], room["offices"]
+    first, again = data.splits(seed=3), data.splits(seed=3)
+    assert {k: len(v) for k, v in first.items()} == {"train": 400, "val": 64, "test": 100}
+    assert first == again and data.splits(seed=4)["test"] != first["test"]
+    keys = [{(r.office, r.text) for r in first[split]} for split in ("train", "val", "test")]
+    assert not (keys[0] & keys[1]) and not (keys[0] & keys[2]) and not (keys[1] & keys[2])
+    for request in first["test"]:
+        gold = next(r for r in offices.ROOMS[request.office] if r.name == request.room)
+        assert gold.floor == request.floor and gold.seats >= request.seats and request.equipment in gold.equipment
+        assert f"floor {request.floor}" in request.text and str(request.seats) in request.text
+        assert any(need in request.text for need in data.NEEDS[request.equipment])
+        smaller = offices.find_rooms(request.office, request.floor, request.seats, request.equipment)
+        assert smaller[0].name == request.room  # the smallest room that fits
+
+
+def test_reward_is_one_only_for_the_right_room(room: dict[str, ModuleType]) -> None:
+    data = room["data"]
+    task = data.splits(n_train=1, n_val=0, n_test=0)["train"][0].task()
+    assert data.reward(task, {"room": task["room"], "reply": "booked"}) == 1.0
+    assert data.reward(task, {"room": "9Z", "reply": "booked"}) == 0.0
+    assert data.reward(task, {"room": None, "reply": "no room"}) == 0.0
+    assert data.reward(task, f"booked {task['room']}") == 0.0  # the booking is what counts, not the text
+
+
+def test_demonstrations_confuse_the_equipment_only(room: dict[str, ModuleType]) -> None:
+    data, train, agent = room["data"], room["train"], room["agent"]
+    requests = data.splits(n_train=200, n_val=0, n_test=0)["train"]
+    rng = random.Random(0)
+    calls = [data.demonstration_call(r, rng, 0.4) for r in requests]
+    assert all((c["floor"], c["seats"]) == (r.floor, r.seats) for c, r in zip(calls, requests, strict=True))
+    confused = sum(c["equipment"] == data.CONFUSED[r.equipment] for c, r in zip(calls, requests, strict=True))
+    assert 0.4 < confused / len(requests) < 0.7
+    demos, accuracy = train.demonstrations(agent, requests, 0.4, seed=0)
+    assert 0.3 < accuracy < 0.8
+    roles = [m["role"] for m in demos[0]["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    assert demos[0]["messages"][0]["content"] == agent.SYSTEM_PROMPT.format(office=requests[0].office)
+
+
+def _fake_room_model(data: ModuleType) -> Any:
+    """Books the right room when the system prompt maps needs to equipment, else always asks for video."""
+
+    def handler(request: dict[str, Any]) -> Any:
+        messages = request["messages"]
+        results = [m for m in messages if m["role"] == "tool"]
+        if results:
+            return tool_call("book_room", {"room": json.loads(results[-1]["content"])[0]["room"]})
+        ask = messages[1]["content"]
+        need = next(e for e, phrases in data.NEEDS.items() if any(p in ask for p in phrases))
+        equipment = need if "slides mean projector" in messages[0]["content"] else "video"
+        floor, seats = _numbers(ask)
+        if not data.find_rooms(_office(messages[0]["content"]), floor, seats, equipment):
+            return text("No room fits.")
+        return tool_call("find_rooms", {"floor": floor, "seats": seats, "equipment": equipment})
+
+    return handler
+
+
+def _numbers(ask: str) -> tuple[int, int]:
+    floor = re.search(r"floor (\d+)", ask)
+    seats = re.search(r"(\d+) people|We are (\d+)", ask)
+    assert floor is not None and seats is not None, ask
+    return int(floor.group(1)), int(seats.group(1) or seats.group(2))
+
+
+def _office(system: str) -> str:
+    return system.split(" the ")[1].split(" office")[0]
+
+
+async def test_agent_books_through_tether_with_the_prompt_from_resources(room: dict[str, ModuleType]) -> None:
+    data, agent, train = room["data"], room["agent"], room["train"]
+    tasks = [r.task() for r in data.splits(n_train=12, n_val=0, n_test=0)["train"]]
+    better = agent.SYSTEM_PROMPT + " Needs: slides mean projector, sketching whiteboard, remote calls video."
+    async with FakeLLM(handler=_fake_room_model(data)) as llm:
+        backend = RemoteBackend(llm.base_url)
+        try:
+            trainer = tether.Trainer(model=backend, progress=False)
+            plain = tether.wrap(
+                agent.book_meeting, reward=data.reward, run=train.prompt_runner(agent.SYSTEM_PROMPT)
+            )
+            tuned = tether.wrap(agent.book_meeting, reward=data.reward, run=train.prompt_runner(better))
+            before = await trainer.adev(plain, tasks)
+            after = await trainer.adev(tuned, tasks)
+        finally:
+            await backend.close()
+    rewards = [r.rollout.reward for r in after.rollouts]
+    assert rewards == [1.0] * len(tasks)
+    assert before.metrics()["mean_reward"] < 1.0
+    first = after.rollouts[0]
+    assert len(first.transitions) == 2  # find_rooms, then book_room after seeing the result
+    assert first.transitions[1].messages[-1]["role"] == "tool"
+    assert first.rollout.output["room"] == tasks[0]["room"]
+    sent = llm.chat_requests[-1]["messages"][0]["content"]
+    assert "slides mean projector" in sent and tasks[-1]["office"] in sent
