@@ -11,7 +11,6 @@ It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
 
 - ``"text"`` — the crew's final answer (``CrewOutput.raw``),
 - ``"tasks"`` — each task's ``{"agent", "description", "text"}`` in order,
-- ``"token_usage"`` — CrewAI's usage counters,
 
 and the raw ``CrewOutput`` as ``.crew_output``. ``str(output)`` is the final text.
 
@@ -29,7 +28,7 @@ from typing import Any
 
 from tether.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
-from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper, plain
+from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper
 
 #: seconds to wait for CrewAI's handler thread pool after a kickoff
 FLUSH_TIMEOUT_S = 30.0
@@ -38,7 +37,7 @@ _PATCHED = ("execute_task", "aexecute_task")
 
 
 class CrewAIOutput(dict[str, Any]):
-    """What ``CrewAIAdapter.run`` returns: ``{"text", "tasks", "token_usage"}`` plus ``.crew_output``."""
+    """What ``CrewAIAdapter.run`` returns: ``{"text", "tasks"}`` plus ``.crew_output``."""
 
     crew_output: Any = None
 
@@ -151,12 +150,8 @@ def summarize(result: Any) -> CrewAIOutput:
         }
         for t in getattr(result, "tasks_output", None) or []
     ]
-    usage = getattr(result, "token_usage", None)
-    output = CrewAIOutput(
-        text=str(getattr(result, "raw", result) or ""),
-        tasks=tasks,
-        token_usage=plain(usage.model_dump()) if hasattr(usage, "model_dump") else None,
-    )
+    # not CrewOutput.token_usage: a copied crew's agents share their LLM's counters with every other copy
+    output = CrewAIOutput(text=str(getattr(result, "raw", result) or ""), tasks=tasks)
     output.crew_output = result
     return output
 
