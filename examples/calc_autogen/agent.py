@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_ext.models.openai import OpenAIChatCompletionClient
@@ -36,7 +37,10 @@ def calculator(expression: str) -> str:
             return -evaluate(node.operand)
         raise ValueError(f"unsupported expression: {expression!r}")
 
-    value = evaluate(ast.parse(expression.strip(), mode="eval"))
+    with warnings.catch_warnings():  # a garbled expression should fail quietly, not warn
+        warnings.simplefilter("ignore", SyntaxWarning)
+        tree = ast.parse(expression.strip(), mode="eval")
+    value = evaluate(tree)
     return str(int(value)) if float(value).is_integer() else f"{value:.4g}"
 
 
