@@ -30,7 +30,9 @@ def _offline_run(cwd: Path, mode: str) -> dict[str, Any]:
     done = _run([str(HERE / "agentops_offline_run.py")], cwd, OFFLINE_MODE=mode)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stdout + done.stderr
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    result["warned"] = "AgentOps is not offline" in done.stderr
+    return result
 
 
 def test_an_offline_rollout_attempts_no_outbound_connection_and_writes_no_log(tmp_path: Path) -> None:
@@ -46,6 +48,7 @@ def test_an_offline_rollout_attempts_no_outbound_connection_and_writes_no_log(tm
     assert any(a["port"] == 9 for a in result["attempts"])
     assert len(result["attempts"]) >= 3
     assert not result["agentops_log"]
+    assert not result["warned"]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -56,6 +59,31 @@ def test_without_offline_settings_agentops_calls_home_and_writes_its_log(tmp_pat
     assert result["agentops_log"] and (tmp_path / "agentops.log").exists()
     assert any("AGENTOPS_LOGGING_TO_FILE" in p for p in result["problems"])
     assert any("AGENTOPS_EXPORTER_ENDPOINT" in p for p in result["problems"])
+    assert result["warned"]  # the tracer said so when it attached
+
+
+def test_agentops_initialised_during_a_rollout_is_attached_from_the_next_one(tmp_path: Path) -> None:
+    probe = textwrap.dedent(
+        """
+        import tether, tether_agentops
+        from calc_script import reply
+        from tether.testing.fake_llm import FakeLLM
+
+        tether_agentops.use_offline()
+
+        def solve(question):
+            import agentops_calc_agent  # the user's module, and its agentops.init, load in the first rollout
+            return agentops_calc_agent.solve(question)
+
+        with FakeLLM(handler=reply) as llm:
+            trainer = tether.Trainer(model=llm.base_url, n_runners=1)
+            report = trainer.dev(tether.wrap(solve, adapter="openai"), ["What is 1 + 2?"] * 2)
+        print([[s.kind.value for s in r.spans if s.attributes.get("source") == "agentops"] for r in report])
+        """
+    )
+    done = _run(["-c", probe], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[[], ['llm', 'tool', 'llm', 'other']]"
 
 
 def test_an_agent_that_never_opted_in_does_not_import_agentops(tmp_path: Path) -> None:
