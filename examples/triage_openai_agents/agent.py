@@ -15,7 +15,7 @@ from agents import Agent, Runner, function_tool
 
 MODEL = "gpt-4o-mini"
 
-TRIAGE_PROMPT = "You route questions. Hand arithmetic to the math agent and questions about words to the words agent."
+TRIAGE_PROMPT = "You route questions: arithmetic goes to the math agent, questions about words to the words agent."
 MATH_PROMPT = "You solve arithmetic with the add and divide tools, then state the result as a number."
 WORDS_PROMPT = "You answer questions about words; use count_letters to count letters, then state the count."
 
