@@ -1,0 +1,92 @@
+"""The calculator demo: its data and reward, and `tether demo` end to end with a tiny budget."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples" / "calc_autogen"))
+
+import data  # noqa: E402
+
+
+def test_splits_are_deterministic_and_disjoint() -> None:
+    a, b = (
+        data.splits(n_train=200, n_val=20, n_test=50, seed=3),
+        data.splits(n_train=200, n_val=20, n_test=50, seed=3),
+    )
+    assert a == b
+    questions = [{p.question for p in a[name]} for name in ("train", "val", "test")]
+    assert questions[0].isdisjoint(questions[1]) and questions[0].isdisjoint(questions[2])
+    assert {p.op for p in a["train"]} == set(data.OPS)
+    assert all(float(p.answer).is_integer() for p in a["train"])  # divisions are exact
+
+
+def test_demonstrations_choose_the_right_operation_at_the_given_rate() -> None:
+    problems = data.splits(n_train=2000, n_val=0, n_test=0)["train"]
+    rng = random.Random(0)
+    right = sum(data.demonstration_expression(p, rng, 0.4) == p.expression for p in problems)
+    assert 0.36 < right / len(problems) < 0.44
+    wrong = [p for p in problems if data.demonstration_expression(p, rng, 0.0) != p.expression]
+    assert len(wrong) == len(problems)  # p_correct=0 always writes the confused operation
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ("84", 1.0),
+        ("The answer is 84.", 1.0),
+        ("84.0", 1.0),
+        ("83", 0.0),
+        ("no number", 0.0),
+        ({"text": "84"}, 1.0),
+    ],
+)
+def test_reward_reads_the_last_number(output: object, expected: float) -> None:
+    assert data.reward({"answer": 84}, output) == expected
+
+
+def test_calculator_tool() -> None:
+    from agent import calculator
+
+    assert calculator("12*7") == "84" and calculator("7/2") == "3.5" and calculator("(3+4)-10") == "-3"
+    with pytest.raises(ValueError, match="unsupported expression"):
+        calculator("__import__('os')")
+
+
+def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
+    args = [
+        "--run-dir",
+        str(tmp_path),
+        "--n-train",
+        "60",
+        "--n-test",
+        "8",
+        "--sft-epochs",
+        "1",
+        "--preset",
+        "nano",
+    ]
+    args += ["--tasks-per-step", "2", "--group-size", "4", "--runners", "8"]
+    first = subprocess.run(
+        ["tether", "demo", *args, "--steps", "2", "--eval-every", "1"], capture_output=True, text=True, timeout=600
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "accuracy (greedy)" in first.stdout and "demonstrations used for the warm start" in first.stdout
+    assert (tmp_path / "warmstart" / "config.json").exists()
+    assert (tmp_path / "grpo" / "checkpoint" / "trainer_state.json").read_text() == '{"step": 2}'
+    assert (tmp_path / "grpo" / "curve.png").stat().st_size > 1000
+    second = subprocess.run(
+        ["tether", "demo", *args, "--steps", "3", "--eval-every", "1", "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "warm start: reusing" in second.stdout
+    assert (tmp_path / "grpo" / "checkpoint" / "trainer_state.json").read_text() == '{"step": 3}'

@@ -1,0 +1,103 @@
+"""Trainer.fit end to end on the embedded model: a plain OpenAI-client agent (client built at import with a
+hard-coded URL) learns a toy preference by GRPO, and a run resumes from its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("tether_openai")
+
+import tether  # noqa: E402
+from tether.models.embedded import create_embedded, sft  # noqa: E402
+
+client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
+LETTERS = "abcdefgh"
+GOOD = {"a", "b"}
+
+
+def pick_letter(task: str) -> str:
+    """The user's agent: one chat call, returns the reply."""
+    reply = client.chat.completions.create(model="toy", messages=[{"role": "user", "content": task}])
+    return reply.choices[0].message.content or ""
+
+
+def reward(task: str, output: str) -> float:
+    return float(output.strip() in GOOD)
+
+
+def _tasks(n: int, offset: int = 0) -> list[str]:
+    return [f"Pick a letter, round {offset + i}." for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A nano model fine-tuned to answer one letter uniformly: about a quarter of its answers are good."""
+    rng = random.Random(0)
+    demos = [
+        [{"role": "user", "content": task}, {"role": "assistant", "content": rng.choice(LETTERS)}]
+        for task in _tasks(400)
+    ]
+    model = create_embedded([d[0]["content"] for d in demos] + list(LETTERS), preset="nano", seed=0)
+    sft(model, demos, epochs=3, lr=3e-3, batch_size=32, seed=0, progress=False)
+    return model.save(tmp_path_factory.mktemp("warm"))
+
+
+def _trainer(checkpoint: Path, run_root: Path, steps: int, **kwargs: Any) -> tether.Trainer:
+    return tether.Trainer(
+        model=f"embedded:{checkpoint}",
+        algorithm=tether.GRPO(group_size=8, tasks_per_step=4, lr=3e-3),
+        n_runners=8,
+        steps=steps,
+        name="toy",
+        run_root=str(run_root),
+        progress=False,
+        sampling={"max_tokens": 4},
+        **kwargs,
+    )
+
+
+def test_grpo_through_the_whole_stack_raises_reward(warm_start: Path, tmp_path: Path) -> None:
+    agent = tether.wrap(pick_letter, reward=reward)
+    result = _trainer(warm_start, tmp_path, steps=12, eval_every=12, seed=1).fit(
+        agent, train=_tasks(16), val=_tasks(32, offset=1000)
+    )
+    train = [h for h in result.history if h["kind"] == "train"]
+    assert len(train) == 12 and all(h["failed"] == 0 for h in train)
+    assert all(h["transitions"] == 32 for h in train)
+    start = sum(h["reward"] for h in train[:2]) / 2
+    end = sum(h["reward"] for h in train[-3:]) / 3
+    assert end > start + 0.25, [round(h["reward"], 2) for h in train]
+    before, after = result.before, result.after
+    assert before is not None and after is not None
+    assert after["sampled_accuracy"] > before["sampled_accuracy"]
+    lines = (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in lines].count("eval") == 2
+    assert (tmp_path / "toy" / "checkpoint" / "config.json").exists()
+
+
+def test_a_run_resumes_from_its_checkpoint(warm_start: Path, tmp_path: Path) -> None:
+    agent = tether.wrap(pick_letter, reward=reward)
+    first = _trainer(warm_start, tmp_path, steps=2, eval_every=1).fit(agent, train=_tasks(8))
+    assert [h["step"] for h in first.history] == [1, 2]
+    state = json.loads((tmp_path / "toy" / "checkpoint" / "trainer_state.json").read_text())
+    assert state == {"step": 2}
+    resumed = _trainer(warm_start, tmp_path, steps=4, eval_every=1).fit(agent, train=_tasks(8), resume=True)
+    assert [h["step"] for h in resumed.history] == [1, 2, 3, 4]
+    assert json.loads((tmp_path / "toy" / "checkpoint" / "trainer_state.json").read_text()) == {"step": 4}
+    assert (tmp_path / "toy" / "checkpoint" / "optimizer.pt").exists()
+
+
+def test_fit_needs_a_torch_backend_and_an_algorithm(tmp_path: Path) -> None:
+    agent = tether.wrap(pick_letter, reward=reward)
+    with pytest.raises(ValueError, match="needs an algorithm"):
+        tether.Trainer(model="embedded", run_root=str(tmp_path)).fit(agent, train=["x"])
+    with pytest.raises(ValueError, match="trains a model tether holds in torch"):
+        tether.Trainer(model="http://127.0.0.1:9/v1", algorithm=tether.GRPO(), run_root=str(tmp_path)).fit(
+            agent, train=["x"]
+        )
