@@ -1,23 +1,23 @@
 """``HttpStore``: the ``Store`` contract over HTTP, talking to ``tether store serve`` (``http://host:port``).
 
-One pooled ``aiohttp.ClientSession`` per store, created lazily on the running loop. Arguments are checked
+Requests go over a small keep-alive HTTP/1.1 client (``tether.store._http11``), its connections pooled per
+store on the running loop: a runner makes several store calls per rollout, and a general client's per-request
+overhead was most of their cost. Arguments are checked
 here the way every backend checks them, then again by the server; errors the server reports come back as
 the same exception class (``NotFound``, ``InvalidTransition``, ``InvalidInput``) with the same message.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
-
-import aiohttp
+from urllib.parse import quote, urlencode
 
 from tether import _json
 from tether.store import _wire
+from tether.store._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
 from tether.store.base import (
     Harvested,
     InvalidInput,
@@ -66,11 +66,10 @@ class HttpStore(Store):
             raise ValueError(f"HttpStore needs an http://host:port URL, got {url!r}")
         self.url = url.rstrip("/")
         token = token if token is not None else os.environ.get("TETHER_STORE_TOKEN") or None
-        self._headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json"}
         if token:
-            self._headers["Authorization"] = f"Bearer {token}"
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+            headers["Authorization"] = f"Bearer {token}"
+        self._pool = Http11Pool(self.url, headers)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -78,38 +77,21 @@ class HttpStore(Store):
 
     # -- transport ----------------------------------------------------------------------------------------
 
-    def _get_session(self) -> aiohttp.ClientSession:
+    async def _call(self, method: str, path: str, payload: bytes | None = None, params: Any = None) -> Any:
         if self._closed:
             raise StoreError(f"{self!r} is closed")
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._loop is not loop or self._session.closed:
-            if self._session is not None and not self._session.closed:
-                self._session.detach()  # bound to a loop that is gone; its sockets die with it
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, ttl_dns_cache=300),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-                headers=self._headers,
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),  # no compression either way
-                cookie_jar=aiohttp.DummyCookieJar(),
-                auto_decompress=False,
-            )
-            self._loop = loop
-        return self._session
-
-    async def _call(self, method: str, path: str, payload: bytes | None = None, params: Any = None) -> Any:
-        session = self._get_session()
+        if params:
+            path += "?" + urlencode(params)
         try:
-            async with session.request(method, self.url + path, data=payload, params=params) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except aiohttp.ClientConnectorError as exc:
+            status, raw = await self._pool.request(method, path, payload)
+        except ConnectFailed as exc:
             raise StoreUnavailable(
-                f"no tether store at {self.url}: start one with `tether store serve` ({exc.strerror or exc})"
+                f"no tether store at {self.url}: start one with `tether store serve` ({exc})"
             ) from None
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise StoreUnavailable(
-                f"lost the tether store at {self.url} during {method} {path}: {type(exc).__name__}: {exc}"
-            ) from None
+        except Lost as exc:
+            raise StoreUnavailable(f"lost the tether store at {self.url} during {method} {path}: {exc}") from None
+        except BadResponse as exc:
+            raise StoreError(f"the server at {self.url} is not a tether store? {exc}") from None
         if status == 200:
             return _json.loads(raw)
         self._raise(status, raw)
@@ -273,9 +255,4 @@ class HttpStore(Store):
 
     async def close(self) -> None:
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None and not session.closed:
-            if self._loop is asyncio.get_running_loop():
-                await session.close()
-            else:
-                session.detach()
+        self._pool.close()
