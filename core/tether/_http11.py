@@ -1,10 +1,11 @@
-"""A small HTTP/1.1 keep-alive client for ``HttpStore``: one request, one response, connections reused.
+"""A small HTTP/1.1 keep-alive client for tether's own hot paths: one request, one response, connections reused.
 
-The store's calls are small JSON exchanges with one server, several per rollout; a general client's per-request
-machinery (aiohttp's, ~0.15 ms of CPU) cost more than the work the store does. This one writes the request
-in one buffer and reads a ``Content-Length`` (or chunked) response from asyncio streams. Connections are
-pooled per event loop; an idle connection the server has closed is never reused, and one that fails before
-a single response byte arrived is retried on a fresh connection only for GET (a POST may have been applied).
+``HttpStore`` makes several small JSON calls per rollout and the proxy one upstream call per model call; a
+general client's per-request machinery (aiohttp's, ~0.1-0.15 ms of CPU) cost more than tether's own work.
+This one writes the request in one buffer and reads a ``Content-Length`` (or chunked) response from asyncio
+streams. Connections are pooled per event loop; an idle connection the server has closed is never reused,
+and one that fails before a single response byte arrived is retried on a fresh connection only for GET (a
+POST may have been applied).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class _Conn:
 class Http11Pool:
     """Keep-alive connections to the origin of ``url``, bound to the loop of their first use."""
 
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
+    def __init__(self, url: str, headers: dict[str, str], limit: int | None = None) -> None:
         parts = urlsplit(url)
         self._tls = parts.scheme == "https"
         self._host = parts.hostname or "127.0.0.1"
@@ -60,9 +61,18 @@ class Http11Pool:
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self._tls else None
         self._idle: list[_Conn] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._limit = limit
+        self._slots: asyncio.Semaphore | None = None  # at most ``limit`` requests (connections) at once
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         """``(status, body)``. Raises ``ConnectFailed``, ``Lost`` or ``BadResponse``."""
+        self._bind()
+        if self._slots is None:
+            return await self._request(method, path, body)
+        async with self._slots:
+            return await self._request(method, path, body)
+
+    async def _request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         head = f"{method} {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._head_tail
         data = head + (b"Content-Length: %d\r\n\r\n" % len(body) + body if body is not None else b"\r\n")
         conn = self._take()
@@ -87,11 +97,14 @@ class Http11Pool:
 
     # -- internals --------------------------------------------------------------------------------------------
 
-    def _take(self) -> _Conn | None:
+    def _bind(self) -> None:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # connections of another (maybe closed) loop cannot be used here
             self._idle = []
             self._loop = loop
+            self._slots = asyncio.Semaphore(self._limit) if self._limit else None
+
+    def _take(self) -> _Conn | None:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()

@@ -3,16 +3,19 @@
 The request goes upstream non-streaming (the proxy synthesises streams). Token ids are recorded when the
 server returns them the way vLLM does when asked with ``return_token_ids``: ``prompt_token_ids`` on the
 response and ``token_ids`` on each choice; logprobs when it returns ``logprobs.content``. Otherwise they
-stay ``None`` and the result says token ids are not available.
+stay ``None`` and the result says token ids are not available. Chat calls to a plain ``http://`` server go
+over ``tether._http11`` (a lean keep-alive client: the proxy's per-call CPU); ``https://`` ones over aiohttp.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 import orjson
 
+from tether._http11 import Http11Pool
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
 
 _FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -55,11 +58,18 @@ class RemoteBackend(ModelBackend):
         self._session: aiohttp.ClientSession | None = None
         self._chat_url = f"{self.base_url}/chat/completions"
         self._default_model: str | None = None
+        self._lean = (
+            Http11Pool(self.base_url, self._headers, limit=max_connections)
+            if self.base_url.startswith("http://")
+            else None
+        )
 
     async def start(self) -> None:
         self._ensure_session()
 
     async def close(self) -> None:
+        if self._lean is not None:
+            self._lean.close()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -123,12 +133,17 @@ class RemoteBackend(ModelBackend):
     async def chat(self, request: ChatRequest) -> ChatResult:
         body = self.payload(request, await self._model_for(request))
         try:
-            async with self._ensure_session().post(self._chat_url, data=orjson.dumps(body)) as resp:
-                raw = await resp.read()
-                status = resp.status
+            if self._lean is not None:  # plain http (a local server): the proxy's hot path, kept lean
+                status, raw = await asyncio.wait_for(
+                    self._lean.request("POST", "/chat/completions", orjson.dumps(body)), self.timeout_s
+                )
+            else:
+                async with self._ensure_session().post(self._chat_url, data=orjson.dumps(body)) as resp:
+                    raw = await resp.read()
+                    status = resp.status
         except TimeoutError:
             raise BackendError(f"{self._chat_url} did not answer within {self.timeout_s:g} s") from None
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise BackendError(f"cannot reach {self._chat_url}: {exc}") from None
         if status != 200:
             message = _error_message(raw)

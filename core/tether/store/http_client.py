@@ -1,6 +1,6 @@
 """``HttpStore``: the ``Store`` contract over HTTP, talking to ``tether store serve`` (``http://host:port``).
 
-Requests go over a small keep-alive HTTP/1.1 client (``tether.store._http11``), its connections pooled per
+Requests go over a small keep-alive HTTP/1.1 client (``tether._http11``), its connections pooled per
 store on the running loop: a runner makes several store calls per rollout, and a general client's per-request
 overhead was most of their cost. Arguments are checked
 here the way every backend checks them, then again by the server; errors the server reports come back as
@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from tether import _json
+from tether._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
 from tether.store import _wire
-from tether.store._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
 from tether.store.base import (
     Harvested,
     InvalidInput,
