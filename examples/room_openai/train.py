@@ -70,7 +70,7 @@ def demonstrations(
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    function = {"name": name, "arguments": json.dumps(arguments)}
+    function = {"name": name, "arguments": json.dumps(arguments, separators=(",", ":"))}
     return {
         "role": "assistant",
         "content": None,
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", default="runs/room", help="where the warm start, checkpoints and metrics go")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runners", type=int, default=16, help="rollouts run concurrently")
-    parser.add_argument("--n-train", type=int, default=400)
+    parser.add_argument("--n-train", type=int, default=1600, help="training requests (demonstrations, GRPO)")
     parser.add_argument("--n-val", type=int, default=32, help="validation requests (APO scores prompts on them)")
     parser.add_argument("--n-test", type=int, default=100, help="held-out requests for the before/after numbers")
     grpo = parser.add_argument_group("GRPO on the embedded model")
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     grpo.add_argument("--group-size", type=int, default=8)
     grpo.add_argument("--lr", type=float, default=5e-4)
     grpo.add_argument("--demo-accuracy", type=float, default=0.4, help="how often demonstrations are right")
-    grpo.add_argument("--sft-epochs", type=int, default=3)
+    grpo.add_argument("--sft-epochs", type=int, default=4)
     grpo.add_argument("--sft-lr", type=float, default=3e-3)
     grpo.add_argument("--preset", default="tiny")
     grpo.add_argument("--resume", action="store_true")
