@@ -126,18 +126,20 @@ class Http11Pool:
         got_bytes = False
         try:
             conn.writer.write(data)
-            line = await conn.reader.readline()
-            if not line:
-                raise _NothingBack("the server closed the connection")
+            try:
+                head = await conn.reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as exc:
+                if not exc.partial:
+                    raise _NothingBack("the server closed the connection") from None
+                got_bytes = True
+                raise Lost("the connection closed inside the response headers") from None
+            except asyncio.LimitOverrunError:
+                raise BadResponse("response headers over 1 MiB") from None
             got_bytes = True
-            status, keep = _status(line)
+            status_line, *headers = head[:-4].split(b"\r\n")
+            status, keep = _status(status_line)
             length, chunked = -1, False
-            while True:
-                header = await conn.reader.readline()
-                if header in (b"\r\n", b"\n"):
-                    break
-                if not header:
-                    raise Lost("the connection closed inside the response headers")
+            for header in headers:
                 name, _, value = header.partition(b":")
                 name = name.strip().lower()
                 if name == b"content-length":
