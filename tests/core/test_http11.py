@@ -144,7 +144,7 @@ async def test_a_post_the_server_drops_unanswered_is_not_replayed_but_a_get_is(r
 async def test_nothing_listening_and_not_http(raw: Maker) -> None:
     server, url = await raw(lambda request: b"SSH-2.0-OpenSSH\r\n\r\n")
     pool = Http11Pool(url, {})
-    with pytest.raises(BadResponse, match="not an HTTP/1.1 response"):
+    with pytest.raises(BadResponse, match=r"not an HTTP/1\.1 response"):
         await pool.request("GET", "/x")
     pool.close()
     await server.stop()
