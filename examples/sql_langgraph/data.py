@@ -1,0 +1,176 @@
+"""Questions about the shop database with gold SQL, the execution-match reward, and an imperfect demonstrator.
+
+Questions come from templates of increasing difficulty — a filter on one table, a sorted and limited list,
+an aggregate over a join, a two-join lookup — with every slot value and phrasing enumerated, so the pool is
+finite; a seeded shuffle cuts it into train / val / test splits that share no question. Every template comes
+in two senses that are easy to mix up (more/less, cheapest/dearest first, orders/units, what/who), and each
+question's gold result is non-empty and differs from the mixed-up query's.
+
+The demonstrator behind the warm start writes SQL in the right shape but picks the right sense only part of
+the time, sometimes misspells a column (so the checker has errors to catch and the rewriter has queries to
+fix), and checks queries by a rule (an error or no rows means FIX). A model that imitates it knows the SQL
+and the loop; which sense each wording asks for is what reinforcement learning has to teach it.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import shop
+
+LEVELS = ("filter", "sorted", "aggregate", "two_joins")
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    sql: str  # gold
+    confused: str  # the same query in the other sense: valid SQL, wrong result
+    typo: str  # the gold query with a misspelt column: an SQL error
+    level: str
+    ordered: bool = False  # does the question ask for an order?
+
+    def task(self) -> dict[str, Any]:
+        return {"question": self.text, "sql": self.sql, "ordered": self.ordered}
+
+
+def _pair(
+    level: str, texts: tuple[list[str], list[str]], sqls: tuple[str, str], typo: tuple[str, str], **kw: Any
+) -> list[Question]:
+    """Questions of both senses of one template: each sense's confusion is the other's gold SQL."""
+    out = []
+    for side in (0, 1):
+        gold, other = sqls[side], sqls[1 - side]
+        for text in texts[side]:
+            out.append(Question(text, gold, other, gold.replace(*typo), level, **kw))
+    return out
+
+
+def all_questions() -> list[Question]:
+    """Every question the templates make (in a fixed order), keeping those whose gold rows are non-empty
+    and differ from the confused query's."""
+    questions: list[Question] = []
+    for n in range(10, 92, 2):
+        questions += _pair(
+            "filter",
+            (
+                [f"Which products cost more than {n}?", f"Name the products priced above {n}."],
+                [f"Which products cost less than {n}?", f"Name the products priced below {n}."],
+            ),
+            (f"SELECT name FROM products WHERE price > {n}", f"SELECT name FROM products WHERE price < {n}"),
+            ("price", "cost"),
+        )
+    for cat in shop.CATEGORIES:
+        for k in (2, 3, 4):
+            base = f"SELECT name FROM products WHERE category = '{cat}' ORDER BY price"
+            cheap = [f"List the {k} cheapest {cat}, cheapest first.", f"Sort {cat} by price, {k} cheapest first."]
+            dear = [f"List the {k} dearest {cat}, dearest first.", f"Sort {cat} by price, {k} dearest first."]
+            cheap.append(f"Show {k} {cat} from the cheapest up.")
+            dear.append(f"Show {k} {cat} from the dearest down.")
+            sqls = (f"{base} ASC LIMIT {k}", f"{base} DESC LIMIT {k}")
+            questions += _pair("sorted", (cheap, dear), sqls, ("category", "type"), ordered=True)
+    join = "FROM orders o JOIN customers c ON c.id = o.customer_id"
+    for name in shop.CUSTOMERS:
+        orders = [f"How many orders did {name} place?", f"How many orders has {name} made?"]
+        units = [f"How many units did {name} buy?", f"How many items has {name} bought?"]
+        orders.append(f"Count the orders of {name}.")
+        units.append(f"Count the units {name} bought.")
+        where = f"WHERE c.name = '{name}'"
+        sqls = (f"SELECT COUNT(*) {join} {where}", f"SELECT SUM(o.qty) {join} {where}")
+        questions += _pair("aggregate", (orders, units), sqls, ("o.customer_id", "o.customer"))
+    joins = "FROM orders o JOIN products p ON p.id = o.product_id JOIN customers c ON c.id = o.customer_id"
+    bought_what = ["What did {} buy?", "Which products did {} order?", "List what {} bought."]
+    bought_who = ["Who bought the {}?", "Which customers ordered the {}?", "List who bought the {}."]
+    for names, texts, column, other in (
+        (shop.CUSTOMERS, bought_what, "p.name", "c.name"),
+        ([p for ps in shop.PRODUCTS.values() for p in ps], bought_who, "c.name", "p.name"),
+    ):
+        for name in names:
+            where = f"WHERE {other} = '{name}'"
+            gold = f"SELECT DISTINCT {column} {joins} {where}"
+            confused = f"SELECT DISTINCT {other} {joins} {where}"
+            typo = gold.replace("o.product_id", "o.product")
+            questions += [Question(t.format(name), gold, confused, typo, "two_joins") for t in texts]
+    return [q for q in questions if _well_posed(q)]
+
+
+def _well_posed(q: Question) -> bool:
+    gold = shop.run(q.sql)
+    return bool(gold) and not _same(gold, shop.run(q.confused), q.ordered)
+
+
+def splits(n_train: int = 300, n_val: int = 40, n_test: int = 100, seed: int = 0) -> dict[str, list[Question]]:
+    """Train / val / test questions from a seeded shuffle of the pool; no question is in two splits."""
+    pool = all_questions()
+    if n_train + n_val + n_test > len(pool):
+        raise ValueError(
+            f"the templates make {len(pool)} questions; n_train + n_val + n_test = {n_train + n_val + n_test}: "
+            "ask for fewer"
+        )
+    random.Random(seed).shuffle(pool)
+    return {
+        "train": pool[:n_train],
+        "val": pool[n_train : n_train + n_val],
+        "test": pool[n_train + n_val : n_train + n_val + n_test],
+    }
+
+
+# -- reward ----------------------------------------------------------------------------------------------------
+
+
+def final_query(output: Any) -> str:
+    """The agent's final query: ``output["query"]`` of the graph's final state, or the output itself."""
+    if isinstance(output, dict):
+        return str(output.get("query") or "")
+    return str(output or "")
+
+
+def reward(task: dict[str, Any], output: Any) -> float:
+    """1 if the final query's rows equal the gold query's (in order only when the question asks for an
+    order), 0 otherwise — including when the query fails."""
+    try:
+        rows = shop.run(final_query(output))
+    except (sqlite3.Error, ValueError):
+        return 0.0
+    return float(_same(rows, shop.run(task["sql"]), bool(task.get("ordered"))))
+
+
+def _same(rows: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], ordered: bool) -> bool:
+    a, b = [_normal(r) for r in rows], [_normal(r) for r in gold]
+    return a == b if ordered else Counter(a) == Counter(b)
+
+
+def _normal(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(round(v, 6) if isinstance(v, float) else v for v in row)
+
+
+# -- the demonstrator ------------------------------------------------------------------------------------------
+
+
+def outcome_is_bad(sql: str) -> bool:
+    """The demonstrator's check: a query that fails or returns no rows needs fixing."""
+    try:
+        return not shop.run(sql)
+    except sqlite3.Error:
+        return True
+
+
+def demo_write(q: Question, rng: random.Random, p_correct: float, p_typo: float) -> str:
+    """A first query: a misspelt column with probability ``p_typo``, else the right sense with probability
+    ``p_correct`` and the confused one otherwise."""
+    if rng.random() < p_typo:
+        return q.typo
+    return q.sql if rng.random() < p_correct else q.confused
+
+
+def demo_rewrite(q: Question, rng: random.Random, p_correct: float) -> str:
+    """A rewritten query: always valid SQL, the right sense with probability ``p_correct``."""
+    return q.sql if rng.random() < p_correct else q.confused
+
+
+def demo_check(sql: str) -> str:
+    return "FIX" if outcome_is_bad(sql) else "OK"

@@ -1,0 +1,208 @@
+"""The LangGraph SQL example: its questions and reward, the agent's three nodes through tether, and selective
+optimization — ``check_query`` is served by the model but its transitions never move the weights."""
+
+from __future__ import annotations
+
+import copy
+import random
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+import tether
+from tether.models.remote import RemoteBackend
+from tether.testing.fake_llm import FakeLLM, Reply, text
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples" / "sql_langgraph"))
+
+import agent  # noqa: E402
+import data  # noqa: E402
+import shop  # noqa: E402
+
+OPTIMIZE = ["write_query", "rewrite_query"]
+
+
+# -- data ------------------------------------------------------------------------------------------------------
+
+
+def test_splits_are_deterministic_and_disjoint() -> None:
+    a, b = data.splits(seed=3), data.splits(seed=3)
+    assert a == b
+    assert data.splits(seed=4)["test"] != a["test"]
+    texts = [{q.text for q in a[name]} for name in ("train", "val", "test")]
+    assert [len(t) for t in texts] == [300, 40, 100]  # no duplicate inside a split either
+    assert texts[0].isdisjoint(texts[1]) and texts[0].isdisjoint(texts[2]) and texts[1].isdisjoint(texts[2])
+    assert {q.level for q in a["train"]} == set(data.LEVELS) == {q.level for q in a["test"]}
+    with pytest.raises(ValueError, match="ask for fewer"):
+        data.splits(n_train=10_000)
+
+
+def test_every_question_is_well_posed() -> None:
+    for q in data.all_questions():
+        gold = shop.run(q.sql)
+        assert gold, q
+        assert data.reward(q.task(), q.sql) == 1.0
+        assert data.reward(q.task(), q.confused) == 0.0, q  # the other sense gives other rows
+        assert data.reward(q.task(), q.typo) == 0.0, q  # a misspelt column is an SQL error
+
+
+def _question(level: str, ordered: bool | None = None) -> data.Question:
+    return next(q for q in data.all_questions() if q.level == level and ordered in (None, q.ordered))
+
+
+def test_reward_is_execution_match() -> None:
+    q = _question("filter")
+    task = q.task()
+    assert data.reward(task, {"query": q.sql, "rows": []}) == 1.0  # the final state: its query is re-run
+    reordered = q.sql + " ORDER BY name DESC"
+    assert data.reward(task, reordered) == 1.0  # no order asked: any order of the same rows
+    same_rows = q.sql.replace("SELECT name FROM products", "SELECT p.name FROM products p")
+    assert data.reward(task, same_rows) == 1.0  # a different query with the same result counts
+    assert data.reward(task, "SELECT name FROM products") == 0.0  # wrong rows
+    assert data.reward(task, q.sql.replace("SELECT name", "SELECT name, price")) == 0.0  # extra column
+    assert data.reward(task, "SELEC name FROM products") == 0.0  # syntax error
+    assert data.reward(task, "SELECT nope FROM products") == 0.0  # unknown column
+    assert data.reward(task, "") == 0.0 and data.reward(task, None) == 0.0 and data.reward(task, {}) == 0.0
+    assert data.reward(task, "DELETE FROM products") == 0.0  # read-only: fails, and nothing is deleted
+    assert data.reward(task, q.sql) == 1.0
+
+
+def test_reward_checks_order_only_when_the_question_asks() -> None:
+    q = _question("sorted", ordered=True)
+    assert data.reward(q.task(), q.sql) == 1.0
+    rows = shop.run(q.sql)
+    assert len(rows) >= 2
+    names = ", ".join(f"'{r[0]}'" for r in rows)
+    flipped = "DESC" if "ASC" in q.sql else "ASC"
+    reversed_order = f"SELECT name FROM products WHERE name IN ({names}) ORDER BY price {flipped}"
+    assert sorted(shop.run(reversed_order)) == sorted(rows)
+    assert data.reward(q.task(), reversed_order) == 0.0
+    assert data.reward({**q.task(), "ordered": False}, reversed_order) == 1.0
+
+
+def test_runaway_query_is_stopped() -> None:
+    cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d"
+    with pytest.raises(shop.sqlite3.OperationalError, match="interrupted"):
+        shop.run(cross)
+    assert data.reward({"sql": "SELECT 1", "ordered": False}, cross) == 0.0
+
+
+def test_demonstrator_is_imperfect_at_the_given_rates() -> None:
+    qs = data.splits()["train"]
+    rng = random.Random(0)
+    writes = [(q, data.demo_write(q, rng, 0.4, 0.25)) for q in qs * 4]
+    typos = sum(sql == q.typo for q, sql in writes) / len(writes)
+    right = sum(sql == q.sql for q, sql in writes) / len(writes)
+    assert 0.2 < typos < 0.3 and 0.25 < right < 0.35  # 0.75 * 0.4 = 0.3
+    assert all(data.demo_rewrite(q, rng, 1.0) == q.sql for q in qs)
+    assert {data.demo_check(q.typo) for q in qs} == {"FIX"} and {data.demo_check(q.sql) for q in qs} == {"OK"}
+    assert data.demo_check("SELECT name FROM products WHERE price > 1000") == "FIX"  # no rows
+
+
+# -- the agent through tether ----------------------------------------------------------------------------------
+
+
+def _scripted(q: data.Question, *, first: str, checker: Callable[[str], str]) -> Callable[[dict[str, Any]], Reply]:
+    """A FakeLLM handler answering each node of the agent (told apart by its system prompt)."""
+
+    def handler(request: dict[str, Any]) -> Reply:
+        system, user = (m["content"] for m in request["messages"][:2])
+        if system == agent.WRITE_PROMPT:
+            return text(first)
+        if system == agent.CHECK_PROMPT:
+            return text(checker(user))
+        assert system == agent.REWRITE_PROMPT, system
+        return text(f"```sql\n{q.sql};\n```")
+
+    return handler
+
+
+@pytest.fixture(scope="module")
+def typo_run() -> Iterator[tuple[data.Question, Any, list[dict[str, Any]]]]:
+    """One rollout through tether: the writer misspells a column, the checker sees the error and says FIX,
+    the rewriter fixes it, the checker says OK."""
+    q = _question("aggregate")
+    handler = _scripted(q, first=q.typo, checker=lambda user: "FIX" if "Result: error" in user else "OK")
+    with FakeLLM(handler=handler) as fake:
+        backend = RemoteBackend(fake.base_url, return_token_ids=True)
+        try:
+            trainer = tether.Trainer(model=backend)
+            report = trainer.dev(tether.wrap(agent.graph, reward=data.reward, optimize=OPTIMIZE), [q.task()])
+        finally:
+            tether._loop.run_sync(backend.close())
+        yield q, report, fake.chat_requests
+
+
+def test_dev_run_captures_all_three_nodes(typo_run: tuple[data.Question, Any, list[dict[str, Any]]]) -> None:
+    q, report, requests = typo_run
+    assert not report.all_problems, report.all_problems
+    (rollout,) = report.rollouts
+    assert rollout.reward == 1.0 and rollout.output["query"] == q.sql
+    assert rollout.output["rows"] == [list(r) for r in shop.run(q.sql)]
+    names = [t.agent_name for t in rollout.transitions]
+    assert names == ["write_query", "check_query", "rewrite_query", "check_query"]
+    assert report.agent_names == {"write_query", "check_query", "rewrite_query"}
+    assert [t.trainable for t in rollout.transitions] == [True, False, True, False]
+    assert all(t.prompt_token_ids and t.response_token_ids for t in rollout.transitions)
+    # what each node saw: the checker and the rewriter get the failing query and its error
+    assert requests[0]["messages"][1]["content"] == q.text
+    assert f"SQL: {q.typo}\nResult: error: no such column: o.customer" in requests[1]["messages"][1]["content"]
+    assert requests[2]["messages"][1]["content"] == requests[1]["messages"][1]["content"]
+    assert "Result: 1 row: " in requests[3]["messages"][1]["content"]
+
+
+def test_the_loop_stops_after_max_rewrites() -> None:
+    q = _question("filter")
+    with FakeLLM(handler=_scripted(q, first=q.confused, checker=lambda user: "FIX")) as fake:
+        report = tether.Trainer(model=fake.base_url).dev(tether.wrap(agent.graph, reward=data.reward), [q.task()])
+    (rollout,) = report.rollouts
+    names = [t.agent_name for t in rollout.transitions]
+    assert names == ["write_query"] + ["check_query", "rewrite_query"] * agent.MAX_REWRITES + ["check_query"]
+    assert rollout.reward == 1.0 and rollout.output["rewrites"] == agent.MAX_REWRITES
+
+
+# -- selective optimization: check_query carries no gradient ---------------------------------------------------
+
+
+def test_check_query_transitions_carry_no_gradient(
+    typo_run: tuple[data.Question, Any, list[dict[str, Any]]],
+) -> None:
+    torch = pytest.importorskip("torch")
+    from tether.algorithms.grpo import GRPO
+    from tether.models.embedded import create_embedded
+
+    _, report, _ = typo_run
+    transitions = [copy.deepcopy(t) for t in report.rollouts[0].transitions]
+    for t in transitions:
+        t.advantage = 1.0  # as if the rollout beat its group: every transition gets the same advantage
+    checks = [t for t in transitions if t.agent_name == "check_query"]
+    optimized = [t for t in transitions if t.agent_name in OPTIMIZE]
+    assert len(checks) == 2 and len(optimized) == 2
+    assert not any(t.trainable for t in checks) and all(t.trainable for t in optimized)
+
+    base = create_embedded(preset="nano", seed=0).model  # the FakeLLM's byte ids are valid token ids here
+    assert all(max(t.prompt_token_ids + t.response_token_ids) < base.config.vocab_size for t in transitions)
+    start = {k: v.clone() for k, v in base.state_dict().items()}
+
+    def updated(batch: list[Any]) -> tuple[dict[str, Any], dict[str, float]]:
+        model = copy.deepcopy(base)
+        metrics = GRPO(group_size=2, lr=1e-2).update(model, batch)
+        return model.state_dict(), metrics
+
+    after_checks, metrics = updated(checks)
+    assert metrics["trained_transitions"] == 0
+    assert all(torch.equal(after_checks[k], start[k]) for k in start)
+
+    after_optimized, metrics = updated(optimized)
+    assert metrics["trained_transitions"] == 2 and metrics["grad_norm"] > 0
+    assert any(not torch.equal(after_optimized[k], start[k]) for k in start)
+
+    after_all, _ = updated(transitions)  # check_query's transitions in the batch change nothing
+    assert all(torch.equal(after_all[k], after_optimized[k]) for k in start)
