@@ -11,8 +11,8 @@ may also be shared between threads.
 Span sequence numbers come from ``attempts.next_seq`` inside the writing transaction; spans are inserted
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes.
 
-Speed: copying the WAL back into the database (a checkpoint, two fsyncs) is most of the cost of writing
-spans. A thread of the store's own runs passive checkpoints (at most every ``_CHECKPOINT_EVERY_S``, only
+Speed: a checkpoint (copying the WAL back into the database, two fsyncs) run inline by a committing writer
+stalls that writer. A thread of the store's own runs passive checkpoints (at most every ``_CHECKPOINT_EVERY_S``, only
 after writes, never blocking writers), so commits do not stall on one; SQLite's own autocheckpoint stays on,
 raised to ``_WAL_CAP_BYTES``, as the bound on the WAL's size. (Larger pages were tried: faster for span
 batches, slower for the small rollout transactions.) Neither changes what survives a crash: a commit is
