@@ -12,11 +12,11 @@ Span sequence numbers come from ``attempts.next_seq`` inside the writing transac
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes.
 
 Speed: a checkpoint (copying the WAL back into the database, two fsyncs) run inline by a committing writer
-stalls that writer. A thread of the store's own runs passive checkpoints (at most every ``_CHECKPOINT_EVERY_S``, only
-after writes, never blocking writers), so commits do not stall on one; SQLite's own autocheckpoint stays on,
-raised to ``_WAL_CAP_BYTES``, as the bound on the WAL's size. (Larger pages were tried: faster for span
-batches, slower for the small rollout transactions.) Neither changes what survives a crash: a commit is
-durable once ``COMMIT`` returns, as before.
+stalls that writer. A thread of the store's own runs passive checkpoints (at most every
+``_CHECKPOINT_EVERY_S``, only after writes, never blocking writers), so commits rarely stall on one; SQLite's
+own autocheckpoint stays on, raised to ``_WAL_CAP_BYTES``, as the bound on the WAL's size. (Larger pages
+were tried: faster for span batches, slower for the small rollout transactions.) Neither changes what
+survives a crash: a commit is durable once ``COMMIT`` returns, as before.
 """
 
 from __future__ import annotations
