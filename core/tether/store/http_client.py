@@ -69,7 +69,7 @@ class HttpStore(Store):
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._pool = Http11Pool(self.url, headers)
+        self._pool = Http11Pool(self.url, headers, limit=256)  # as many connections as before (aiohttp)
         self._closed = False
 
     def __repr__(self) -> str:
