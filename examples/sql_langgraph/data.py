@@ -52,7 +52,8 @@ def _pair(
 
 def all_questions() -> list[Question]:
     """Every question the templates make (in a fixed order), keeping those whose gold rows are non-empty
-    and differ from the confused query's."""
+    and differ from the confused query's. Names start their questions, so that a name is the same token in
+    the question and in the SQL (a tiny model copies it more easily)."""
     questions: list[Question] = []
     for n in range(10, 92, 2):
         questions += _pair(
@@ -75,16 +76,14 @@ def all_questions() -> list[Question]:
             questions += _pair("sorted", (cheap, dear), sqls, ("category", "type"), ordered=True)
     join = "FROM orders o JOIN customers c ON c.id = o.customer_id"
     for name in shop.CUSTOMERS:
-        orders = [f"How many orders did {name} place?", f"How many orders has {name} made?"]
-        units = [f"How many units did {name} buy?", f"How many items has {name} bought?"]
-        orders.append(f"Count the orders of {name}.")
-        units.append(f"Count the units {name} bought.")
+        orders = [f"{name}: how many orders?", f"{name} placed how many orders?", f"{name}'s order count?"]
+        units = [f"{name}: how many units?", f"{name} bought how many items?", f"{name}'s unit count?"]
         where = f"WHERE c.name = '{name}'"
         sqls = (f"SELECT COUNT(*) {join} {where}", f"SELECT SUM(o.qty) {join} {where}")
         questions += _pair("aggregate", (orders, units), sqls, ("o.customer_id", "o.customer"))
     joins = "FROM orders o JOIN products p ON p.id = o.product_id JOIN customers c ON c.id = o.customer_id"
-    bought_what = ["What did {} buy?", "Which products did {} order?", "List what {} bought."]
-    bought_who = ["Who bought the {}?", "Which customers ordered the {}?", "List who bought the {}."]
+    bought_what = ["{}: what did they buy?", "{} ordered which products?", "{}'s products?"]
+    bought_who = ["{}: who bought it?", "{} was ordered by whom?", "{}'s buyers?"]
     for names, texts, column, other in (
         (shop.CUSTOMERS, bought_what, "p.name", "c.name"),
         ([p for ps in shop.PRODUCTS.values() for p in ps], bought_who, "c.name", "p.name"),
