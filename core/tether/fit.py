@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import random
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,9 +188,12 @@ class FitLoop:
         }
 
     def _check_wiring(self, batch: _Batch) -> None:
-        unknown = unknown_optimize_names(self.agent.optimize, batch.agent_names)
-        if unknown:
-            raise ValueError(unknown)
+        optimize = self.agent.optimize
+        unknown = unknown_optimize_names(optimize, batch.agent_names)
+        if unknown and optimize is not None and not (optimize & batch.agent_names):
+            raise ValueError(f"{unknown}; nothing would be trained")
+        if unknown:  # a sub-agent on a path the first rollouts did not take (a conditional node): say so
+            warnings.warn(f"after the first {len(batch.rollouts)} rollouts: {unknown}", stacklevel=2)
         if batch.rollouts and not batch.transitions:
             problems = "; ".join(dict.fromkeys(batch.problems)) or "no LLM call was captured"
             raise RuntimeError(f"the first training rollouts produced no transitions: {problems}")
