@@ -4,10 +4,12 @@ optimization — ``check_query`` is served by the model but its transitions neve
 from __future__ import annotations
 
 import copy
+import importlib
 import random
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,12 +21,26 @@ import tether
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, Reply, text
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "sql_langgraph"))
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sql_langgraph"
 
-import agent  # noqa: E402
-import data  # noqa: E402
-import shop  # noqa: E402
+
+def _example_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The example's modules, imported from its folder as its scripts do (``import data``), then taken out of
+    ``sys.modules`` so that other examples' ``data`` / ``agent`` modules are not confused with them."""
+    names = ("shop", "data", "agent")
+    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        shop, data, agent = (importlib.import_module(name) for name in names)
+    finally:
+        sys.path.remove(str(EXAMPLE))
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+    return shop, data, agent
+
+
+shop, data, agent = _example_modules()
 
 OPTIMIZE = ["write_query", "rewrite_query"]
 
@@ -53,7 +69,7 @@ def test_every_question_is_well_posed() -> None:
         assert data.reward(q.task(), q.typo) == 0.0, q  # a misspelt column is an SQL error
 
 
-def _question(level: str, ordered: bool | None = None) -> data.Question:
+def _question(level: str, ordered: bool | None = None) -> Any:
     return next(q for q in data.all_questions() if q.level == level and ordered in (None, q.ordered))
 
 
@@ -109,7 +125,7 @@ def test_demonstrator_is_imperfect_at_the_given_rates() -> None:
 # -- the agent through tether ----------------------------------------------------------------------------------
 
 
-def _scripted(q: data.Question, *, first: str, checker: Callable[[str], str]) -> Callable[[dict[str, Any]], Reply]:
+def _scripted(q: Any, *, first: str, checker: Callable[[str], str]) -> Callable[[dict[str, Any]], Reply]:
     """A FakeLLM handler answering each node of the agent (told apart by its system prompt)."""
 
     def handler(request: dict[str, Any]) -> Reply:
@@ -125,7 +141,7 @@ def _scripted(q: data.Question, *, first: str, checker: Callable[[str], str]) ->
 
 
 @pytest.fixture(scope="module")
-def typo_run() -> Iterator[tuple[data.Question, Any, list[dict[str, Any]]]]:
+def typo_run() -> Iterator[tuple[Any, Any, list[dict[str, Any]]]]:
     """One rollout through tether: the writer misspells a column, the checker sees the error and says FIX,
     the rewriter fixes it, the checker says OK."""
     q = _question("aggregate")
@@ -140,7 +156,7 @@ def typo_run() -> Iterator[tuple[data.Question, Any, list[dict[str, Any]]]]:
         yield q, report, fake.chat_requests
 
 
-def test_dev_run_captures_all_three_nodes(typo_run: tuple[data.Question, Any, list[dict[str, Any]]]) -> None:
+def test_dev_run_captures_all_three_nodes(typo_run: tuple[Any, Any, list[dict[str, Any]]]) -> None:
     q, report, requests = typo_run
     assert not report.all_problems, report.all_problems
     (rollout,) = report.rollouts
@@ -172,7 +188,7 @@ def test_the_loop_stops_after_max_rewrites() -> None:
 
 
 def test_check_query_transitions_carry_no_gradient(
-    typo_run: tuple[data.Question, Any, list[dict[str, Any]]],
+    typo_run: tuple[Any, Any, list[dict[str, Any]]],
 ) -> None:
     torch = pytest.importorskip("torch")
     from tether.algorithms.grpo import GRPO
