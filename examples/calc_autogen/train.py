@@ -105,9 +105,9 @@ def warm_start(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/demo", help="where the warm start, checkpoints and metrics go")
-    parser.add_argument("--steps", type=int, default=240, help="GRPO steps")
-    parser.add_argument("--eval-every", type=int, default=60)
-    parser.add_argument("--tasks-per-step", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=160, help="GRPO steps")
+    parser.add_argument("--eval-every", type=int, default=40)
+    parser.add_argument("--tasks-per-step", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--n-train", type=int, default=2000)
