@@ -109,6 +109,8 @@ class Trainer:
         val_tasks = [as_task(t) for t in (val or [])]
         if not train_tasks:
             raise ValueError("Trainer.fit needs at least one training task")
+        if resume and self.name is None:
+            raise ValueError("resume=True needs the run's name: Trainer(name=...) as in the first run")
         run = RunDir.create(self.run_root, self.name or time.strftime("run-%Y%m%d-%H%M%S"))
         if not resume and run.metrics_path.exists():
             run.metrics_path.unlink()

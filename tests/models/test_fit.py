@@ -96,6 +96,8 @@ def test_a_run_resumes_from_its_checkpoint(warm_start: Path, tmp_path: Path) -> 
 
 def test_fit_needs_a_torch_backend_and_an_algorithm(tmp_path: Path) -> None:
     agent = tether.wrap(pick_letter, reward=reward)
+    with pytest.raises(ValueError, match="resume=True needs the run's name"):
+        tether.Trainer(model="embedded", algorithm=tether.GRPO()).fit(agent, train=["x"], resume=True)
     with pytest.raises(ValueError, match="needs an algorithm"):
         tether.Trainer(model="embedded", run_root=str(tmp_path)).fit(agent, train=["x"])
     with pytest.raises(ValueError, match="trains a model tether holds in torch"):
