@@ -129,6 +129,9 @@ class Trainer:
                     f"{self.algorithm.__class__.__name__} trains a model tether holds in torch: use "
                     "model='embedded' or model='hf:<path>' (remote and vLLM backends train through verl)"
                 )
+            for status in (RolloutStatus.QUEUED, RolloutStatus.RUNNING):  # left by an interrupted run
+                for stale in await store.list_rollouts(status=status):
+                    await store.cancel_rollout(stale.rollout_id)
             loop = FitLoop(self, agent, backend, run)
             if resume:
                 loop.restore()
