@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -163,3 +164,26 @@ def _agent_names(optimize: Iterable[str] | str | None) -> frozenset[str] | None:
     if bad or not names:
         raise ValueError(f"optimize= takes sub-agent names (non-empty strings), got {optimize!r}")
     return frozenset(names)
+
+
+# -- helpers for adapter authors ---------------------------------------------------------------------------
+
+
+def json_safe(value: Any) -> Any:
+    """A JSON-safe deep copy of ``value`` for a span attribute: what JSON cannot hold becomes its text."""
+    from tether import _json
+
+    try:
+        return _json.clone(value)
+    except TypeError:
+        return json.loads(json.dumps(value, default=str))
+
+
+def tool_arguments(raw: Any) -> Any:
+    """A tool call's arguments as the model sent them: parsed when they are JSON text, else as given."""
+    if isinstance(raw, str):
+        try:
+            return json_safe(json.loads(raw))
+        except ValueError:
+            return raw
+    return json_safe(raw)

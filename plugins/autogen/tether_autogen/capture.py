@@ -18,29 +18,21 @@ Capture never breaks the agent: a span that cannot be built is logged (at debug 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from tether import _json
 from tether.adapters import SpanSink
+from tether.adapters import json_safe as plain
+from tether.adapters import tool_arguments as _arguments
 from tether.context import agent_scope, current_agent, current_agent_name
 from tether.types import SpanKind
 
 log = logging.getLogger(__name__)
 
 LLM_SPAN_NAME = "autogen.llm_call"
-
-
-def plain(value: Any) -> Any:
-    """A JSON-safe deep copy of ``value`` (anything JSON cannot hold becomes its text)."""
-    try:
-        return _json.clone(value)
-    except TypeError:
-        return json.loads(json.dumps(value, default=str))
 
 
 def _stream_key() -> int:
@@ -142,16 +134,6 @@ class _TurnToolErrors:
                     agent_name=current_agent_name(),
                     start_time=start,
                 )
-
-
-def _arguments(raw: Any) -> Any:
-    """A tool call's arguments as the model sent them: parsed when they are JSON, else the raw text."""
-    if isinstance(raw, str):
-        try:
-            return plain(json.loads(raw))
-        except ValueError:
-            return raw
-    return plain(raw)
 
 
 def make_turn_wrapper(

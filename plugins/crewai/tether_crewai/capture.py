@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tether import _json
 from tether.adapters import SpanSink
+from tether.adapters import json_safe as plain
+from tether.adapters import tool_arguments as _arguments
 from tether.context import RolloutScope, agent_scope
 from tether.types import SpanKind
 
@@ -41,24 +41,6 @@ LLM_SPAN_NAME = "crewai.llm_call"
 
 #: the keys an OpenAI chat message may carry (CrewAI adds its own, such as ``cache_breakpoint``)
 _MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
-
-
-def plain(value: Any) -> Any:
-    """A JSON-safe deep copy of ``value`` (anything JSON cannot hold becomes its text)."""
-    try:
-        return _json.clone(value)
-    except TypeError:
-        return json.loads(json.dumps(value, default=str))
-
-
-def _arguments(raw: Any) -> Any:
-    """Tool arguments as the model sent them: parsed when they are JSON text, else as given."""
-    if isinstance(raw, str):
-        try:
-            return plain(json.loads(raw))
-        except ValueError:
-            return raw
-    return plain(raw)
 
 
 def _role_message(message: Any) -> Any:

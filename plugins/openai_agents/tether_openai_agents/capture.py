@@ -50,8 +50,8 @@ from agents.tracing import (
     get_current_span,
 )
 
-from tether import _json
 from tether.adapters import SpanSink
+from tether.adapters import json_safe as _plain
 from tether.context import current_scope
 from tether.types import SpanKind
 
@@ -189,14 +189,6 @@ class TetherTraceProcessor(TracingProcessor):
         elif isinstance(data, HandoffSpanData):
             attributes = {"handoff.from": data.from_agent, "handoff.to": data.to_agent}
             sink.emit(SpanKind.OTHER, HANDOFF_SPAN_NAME, attributes, agent_name=agent, start_time=start)
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-safe deep copy (what JSON cannot hold becomes its text)."""
-    try:
-        return _json.clone(value)
-    except TypeError:
-        return json.loads(json.dumps(value, default=str))
 
 
 def _assistant_message(output: Any) -> Any:
