@@ -152,13 +152,22 @@ class _Progress:
     def __init__(self, total: int, enabled: bool) -> None:
         self._bar: Any = None
         if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._bar = Progress(
                 TextColumn("sft"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("loss {task.fields[loss]:.3f}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
                 TimeRemainingColumn(),
                 transient=False,
             )
