@@ -3,8 +3,10 @@
 GRPO (default):
 1. Warm start: build the embedded model and fine-tune it on imperfect demonstrations in the agent's own
    prompt format (``find_rooms`` then ``book_room``; the right floor and seats, the equipment often confused).
-   Cached in the run folder.
-2. GRPO with ``tether.Trainer.fit``, evaluating on held-out requests before, during and after.
+   Long enough (1200 small batches) that the model copies floor, seats and the first listed room reliably:
+   with copying noisy, reward is mostly noise and GRPO has nothing to learn from. Cached in the run folder.
+2. GRPO with ``tether.Trainer.fit``, evaluating on held-out requests before, during and after. A moderate
+   learning rate over 16 tasks a step: larger, noisier steps undo the copying while fixing the equipment.
 
 APO (``--apo``): the agent's system prompt template (``room_system`` in tether's resources) is rewritten by an
 optimizer model and scored on validation requests; needs OpenAI-compatible endpoints for the agent's model and
@@ -98,7 +100,15 @@ def warm_start(
         f"({demo_accuracy:.0%} book the right room)"
     )
     started = time.perf_counter()
-    sft(model, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=32, seed=args.seed, progress=True)
+    sft(
+        model,
+        demos,
+        epochs=args.sft_epochs,
+        lr=args.sft_lr,
+        batch_size=args.sft_batch_size,
+        seed=args.seed,
+        progress=True,
+    )
     model.save(checkpoint)
     info_path.write_text(json.dumps({"demo_accuracy": demo_accuracy, "seconds": time.perf_counter() - started}))
     return checkpoint, demo_accuracy
@@ -187,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     grpo = parser.add_argument_group("GRPO on the embedded model")
     grpo.add_argument("--steps", type=int, default=40)
     grpo.add_argument("--eval-every", type=int, default=20)
-    grpo.add_argument("--tasks-per-step", type=int, default=8)
+    grpo.add_argument("--tasks-per-step", type=int, default=16)
     grpo.add_argument("--group-size", type=int, default=8)
-    grpo.add_argument("--lr", type=float, default=5e-4)
+    grpo.add_argument("--lr", type=float, default=3e-4)
     grpo.add_argument("--demo-accuracy", type=float, default=0.4, help="how often demonstrations are right")
-    grpo.add_argument("--sft-epochs", type=int, default=4)
+    grpo.add_argument("--sft-epochs", type=int, default=12)
+    grpo.add_argument("--sft-batch-size", type=int, default=16)
     grpo.add_argument("--sft-lr", type=float, default=3e-3)
     grpo.add_argument("--preset", default="tiny")
     grpo.add_argument("--resume", action="store_true")
