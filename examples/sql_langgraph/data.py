@@ -6,10 +6,12 @@ finite; a seeded shuffle cuts it into train / val / test splits that share no qu
 in two senses that are easy to mix up (more/less, cheapest/dearest first, orders/units, what/who), and each
 question's gold result is non-empty and differs from the mixed-up query's.
 
-The demonstrator behind the warm start writes SQL in the right shape but picks the right sense only part of
-the time, sometimes misspells a column (so the checker has errors to catch and the rewriter has queries to
-fix), and checks queries by a rule (an error or no rows means FIX). A model that imitates it knows the SQL
-and the loop; which sense each wording asks for is what reinforcement learning has to teach it.
+The demonstrator behind the warm start writes SQL in the right shape but leans to the first sense of each
+pair: it answers more / cheapest / orders / who questions right, and the others only part of the time (it
+reads "less than 40" as "more than 40" more often than not). It sometimes misspells a column (so the checker
+has errors to catch and the rewriter has queries to fix), and checks queries by a rule (an error or no rows
+means FIX). A model that imitates it knows the SQL and the loop, and shares its lean; reading the second
+senses right is what reinforcement learning has to teach it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Question:
     typo: str  # the gold query with a misspelt column: an SQL error
     level: str
     ordered: bool = False  # does the question ask for an order?
+    first_sense: bool = True  # the first sense of its pair (more, cheapest, orders, who): the demonstrator's lean
 
     def task(self) -> dict[str, Any]:
         return {"question": self.text, "sql": self.sql, "ordered": self.ordered}
@@ -46,21 +49,21 @@ def _pair(
     for side in (0, 1):
         gold, other = sqls[side], sqls[1 - side]
         for text in texts[side]:
-            out.append(Question(text, gold, other, gold.replace(*typo), level, **kw))
+            out.append(Question(text, gold, other, gold.replace(*typo), level, first_sense=side == 0, **kw))
     return out
 
 
 def all_questions() -> list[Question]:
     """Every question the templates make (in a fixed order), keeping those whose gold rows are non-empty
-    and differ from the confused query's. Names start their questions, so that a name is the same token in
-    the question and in the SQL (a tiny model copies it more easily)."""
+    and differ from the confused query's. Customers and products are named by id: a tiny model copies digits
+    reliably, and names and cities much less so."""
     questions: list[Question] = []
     for n in range(10, 92, 2):
         questions += _pair(
             "filter",
             (
-                [f"Which products cost more than {n}?", f"Name the products priced above {n}."],
-                [f"Which products cost less than {n}?", f"Name the products priced below {n}."],
+                [f"Which products cost more than {n}?", f"Products priced above {n}?", f"Products over {n}?"],
+                [f"Which products cost less than {n}?", f"Products priced below {n}?", f"Products under {n}?"],
             ),
             (f"SELECT name FROM products WHERE price > {n}", f"SELECT name FROM products WHERE price < {n}"),
             ("price", "cost"),
@@ -74,26 +77,24 @@ def all_questions() -> list[Question]:
             dear.append(f"Show {k} {cat} from the dearest down.")
             sqls = (f"{base} ASC LIMIT {k}", f"{base} DESC LIMIT {k}")
             questions += _pair("sorted", (cheap, dear), sqls, ("category", "type"), ordered=True)
-    join = "FROM orders o JOIN customers c ON c.id = o.customer_id"
-    for name in shop.CUSTOMERS:
-        orders = [f"{name}: how many orders?", f"{name} placed how many orders?", f"{name}'s order count?"]
-        units = [f"{name}: how many units?", f"{name} bought how many items?", f"{name}'s unit count?"]
-        where = f"WHERE c.name = '{name}'"
-        sqls = (f"SELECT COUNT(*) {join} {where}", f"SELECT SUM(o.qty) {join} {where}")
-        questions += _pair("aggregate", (orders, units), sqls, ("o.customer_id", "o.customer"))
-    joins = "FROM orders o JOIN products p ON p.id = o.product_id JOIN customers c ON c.id = o.customer_id"
-    bought_what = ["{}: what did they buy?", "{} ordered which products?", "{}'s products?"]
-    bought_who = ["{}: who bought it?", "{} was ordered by whom?", "{}'s buyers?"]
-    for names, texts, column, other in (
-        (shop.CUSTOMERS, bought_what, "p.name", "c.name"),
-        ([p for ps in shop.PRODUCTS.values() for p in ps], bought_who, "c.name", "p.name"),
-    ):
-        for name in names:
-            where = f"WHERE {other} = '{name}'"
-            gold = f"SELECT DISTINCT {column} {joins} {where}"
-            confused = f"SELECT DISTINCT {other} {joins} {where}"
-            typo = gold.replace("o.product_id", "o.product")
-            questions += [Question(t.format(name), gold, confused, typo, "two_joins") for t in texts]
+    join = "FROM orders o JOIN products p ON p.id = o.product_id"
+    for n in range(10, 92, 4):
+        orders = [f"How many orders of products over {n}?", f"Orders for items priced above {n}?"]
+        units = [f"How many units of products over {n}?", f"Units sold of items priced above {n}?"]
+        orders.append(f"Count the orders of products over {n}.")
+        units.append(f"Count the units of products over {n}.")
+        sqls = (f"SELECT COUNT(*) {join} WHERE p.price > {n}", f"SELECT SUM(o.qty) {join} WHERE p.price > {n}")
+        questions += _pair("aggregate", (orders, units), sqls, ("o.product_id", "o.product"))
+    joins = "FROM orders o JOIN customers c ON c.id = o.customer_id JOIN products p ON p.id = o.product_id"
+    what = ["What did customer {} buy?", "Customer {}: which products?", "List what customer {} bought."]
+    who = ["Who bought product {}?", "Product {}: which customers?", "List who bought product {}."]
+    for i in range(1, len(shop.CUSTOMERS) + 1):
+        sqls = (
+            f"SELECT DISTINCT p.name {joins} WHERE c.id = {i}",
+            f"SELECT DISTINCT c.name {joins} WHERE p.id = {i}",
+        )
+        texts = ([t.format(i) for t in what], [t.format(i) for t in who] if i <= shop.N_PRODUCTS else [])
+        questions += _pair("two_joins", texts, sqls, ("o.product_id", "o.product"))
     return [q for q in questions if _well_posed(q)]
 
 
@@ -158,17 +159,22 @@ def outcome_is_bad(sql: str) -> bool:
         return True
 
 
+def demo_sense(q: Question, rng: random.Random, p_correct: float) -> str:
+    """The demonstrator's reading of a question: it leans to the first sense of each pair, so it gets
+    first-sense questions right and the others right only with probability ``p_correct``."""
+    return q.sql if q.first_sense or rng.random() < p_correct else q.confused
+
+
 def demo_write(q: Question, rng: random.Random, p_correct: float, p_typo: float) -> str:
-    """A first query: a misspelt column with probability ``p_typo``, else the right sense with probability
-    ``p_correct`` and the confused one otherwise."""
+    """A first query: a misspelt column with probability ``p_typo``, else the demonstrator's reading."""
     if rng.random() < p_typo:
         return q.typo
-    return q.sql if rng.random() < p_correct else q.confused
+    return demo_sense(q, rng, p_correct)
 
 
 def demo_rewrite(q: Question, rng: random.Random, p_correct: float) -> str:
-    """A rewritten query: always valid SQL, the right sense with probability ``p_correct``."""
-    return q.sql if rng.random() < p_correct else q.confused
+    """A rewritten query: always valid SQL, in the demonstrator's reading."""
+    return demo_sense(q, rng, p_correct)
 
 
 def demo_check(sql: str) -> str:

@@ -34,12 +34,13 @@ CUSTOMERS = [
     "Nia", "Oto", "Pia", "Raj", "Sam", "Tia", "Uma", "Vic", "Wes", "Xia", "Yan", "Zoe",
 ]  # fmt: skip
 PRODUCTS = {
-    "toys": ["kite", "drum", "yoyo", "puzzle"],
+    "games": ["kite", "drum", "yoyo", "puzzle"],
     "books": ["atlas", "novel", "comic", "diary"],
     "tools": ["saw", "drill", "hammer", "wrench"],
     "snacks": ["jam", "tea", "honey", "nuts"],
 }
 CATEGORIES = list(PRODUCTS)
+N_PRODUCTS = sum(len(names) for names in PRODUCTS.values())
 N_ORDERS = 120
 MAX_ROWS = 50  # rows fetched per query
 MAX_STEPS = 200_000  # SQLite VM steps before a query is stopped

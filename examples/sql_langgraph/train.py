@@ -1,9 +1,10 @@
 """Train the LangGraph SQL agent with the embedded model on CPU, optimizing only two of its three nodes.
 
 1. Demonstrations: run the unchanged agent through tether against a scripted demonstrator (a stand-in
-   model that writes SQL in the right shape but often in the wrong sense, sometimes misspells a column,
-   and checks by a rule). Every captured call — ``write_query``, ``check_query`` and ``rewrite_query`` — is
-   a conversation in the agent's exact request format.
+   model that writes SQL in the right shape but leans to one sense of each pair — "less than 40" often
+   becomes "more than 40" — sometimes misspells a column, and checks by a rule). Every captured call —
+   ``write_query``, ``check_query`` and ``rewrite_query`` — is a conversation in the agent's exact request
+   format.
 2. Warm start: build the embedded model and fine-tune it on those conversations. Cached in the run folder.
 3. GRPO with ``tether.Trainer.fit``, ``optimize=["write_query", "rewrite_query"]``: ``check_query`` is served
    by the same model, and its transitions are captured but never trained. Held-out questions are
@@ -127,14 +128,16 @@ def warm_start(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/sql", help="where the warm start, checkpoints and metrics go")
-    parser.add_argument("--steps", type=int, default=60, help="GRPO steps")
-    parser.add_argument("--eval-every", type=int, default=20)
-    parser.add_argument("--tasks-per-step", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=50, help="GRPO steps")
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--tasks-per-step", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--n-train", type=int, default=300)
     parser.add_argument("--n-test", type=int, default=100, help="held-out questions for the before/after numbers")
-    parser.add_argument("--demo-accuracy", type=float, default=0.4, help="how often demonstrations pick the sense")
+    parser.add_argument(
+        "--demo-accuracy", type=float, default=0.4, help="how often demonstrations read 2nd-sense questions right"
+    )
     parser.add_argument("--demo-typos", type=float, default=0.25, help="how often a first query has a typo")
     parser.add_argument("--demo-passes", type=int, default=4, help="demonstration runs over train questions")
     parser.add_argument("--check-share", type=float, default=0.35, help="share of checker calls fine-tuned on")
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         name="grpo",
         run_root=str(run_dir),
-        sampling={"max_tokens": 64},
+        sampling={"max_tokens": 80},
     )
     wrapped = tether.wrap(agent.graph, reward=data.reward, optimize=OPTIMIZE)
     result = trainer.fit(

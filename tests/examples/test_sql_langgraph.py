@@ -110,13 +110,20 @@ def test_runaway_query_is_stopped() -> None:
     assert data.reward({"sql": "SELECT 1", "ordered": False}, cross) == 0.0
 
 
-def test_demonstrator_is_imperfect_at_the_given_rates() -> None:
+def test_demonstrator_leans_to_the_first_sense_at_the_given_rates() -> None:
     qs = data.splits()["train"]
+    assert 0.3 < sum(q.first_sense for q in qs) / len(qs) < 0.7  # both senses of every level are asked
+    assert {q.level for q in qs if q.first_sense} == {q.level for q in qs if not q.first_sense} == set(data.LEVELS)
     rng = random.Random(0)
     writes = [(q, data.demo_write(q, rng, 0.4, 0.25)) for q in qs * 4]
     typos = sum(sql == q.typo for q, sql in writes) / len(writes)
-    right = sum(sql == q.sql for q, sql in writes) / len(writes)
-    assert 0.2 < typos < 0.3 and 0.25 < right < 0.35  # 0.75 * 0.4 = 0.3
+    assert 0.2 < typos < 0.3
+    valid = [(q, sql) for q, sql in writes if sql != q.typo]
+    first = [sql == q.sql for q, sql in valid if q.first_sense]
+    second = [sql == q.sql for q, sql in valid if not q.first_sense]
+    assert all(first)  # first-sense questions are always read right
+    assert 0.33 < sum(second) / len(second) < 0.47  # the others 40 % of the time, else in the first sense
+    assert all(sql in (q.sql, q.confused) for q, sql in valid)
     assert all(data.demo_rewrite(q, rng, 1.0) == q.sql for q in qs)
     assert {data.demo_check(q.typo) for q in qs} == {"FIX"} and {data.demo_check(q.sql) for q in qs} == {"OK"}
     assert data.demo_check("SELECT name FROM products WHERE price > 1000") == "FIX"  # no rows
@@ -169,7 +176,7 @@ def test_dev_run_captures_all_three_nodes(typo_run: tuple[Any, Any, list[dict[st
     assert all(t.prompt_token_ids and t.response_token_ids for t in rollout.transitions)
     # what each node saw: the checker and the rewriter get the failing query and its error
     assert requests[0]["messages"][1]["content"] == q.text
-    assert f"SQL: {q.typo}\nResult: error: no such column: o.customer" in requests[1]["messages"][1]["content"]
+    assert f"SQL: {q.typo}\nResult: error: no such column: o.product" in requests[1]["messages"][1]["content"]
     assert requests[2]["messages"][1]["content"] == requests[1]["messages"][1]["content"]
     assert "Result: 1 row: " in requests[3]["messages"][1]["content"]
 
