@@ -7,7 +7,7 @@ in two senses that are easy to mix up (more/less, cheapest/dearest first, orders
 question's gold result is non-empty and differs from the mixed-up query's.
 
 The demonstrator behind the warm start writes SQL in the right shape but leans to the first sense of each
-pair: it answers more / cheapest / orders / who questions right, and the others only part of the time (it
+pair: it answers more / cheapest / orders / what questions right, and the others only part of the time (it
 reads "less than 40" as "more than 40" more often than not). It sometimes misspells a column (so the checker
 has errors to catch and the rewriter has queries to fix), and checks queries by a rule (an error or no rows
 means FIX). A model that imitates it knows the SQL and the loop, and shares its lean; reading the second
@@ -35,7 +35,7 @@ class Question:
     typo: str  # the gold query with a misspelt column: an SQL error
     level: str
     ordered: bool = False  # does the question ask for an order?
-    first_sense: bool = True  # the first sense of its pair (more, cheapest, orders, who): the demonstrator's lean
+    first_sense: bool = True  # the first sense of its pair (more, cheapest, orders, what): the demonstrator's lean
 
     def task(self) -> dict[str, Any]:
         return {"question": self.text, "sql": self.sql, "ordered": self.ordered}

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-train", type=int, default=300)
     parser.add_argument("--n-test", type=int, default=100, help="held-out questions for the before/after numbers")
     parser.add_argument(
-        "--demo-accuracy", type=float, default=0.4, help="how often demonstrations read 2nd-sense questions right"
+        "--demo-accuracy", type=float, default=0.25, help="how often demonstrations read 2nd-sense questions right"
     )
     parser.add_argument("--demo-typos", type=float, default=0.25, help="how often a first query has a typo")
     parser.add_argument("--demo-passes", type=int, default=4, help="demonstration runs over train questions")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import random
 import sys
 from collections.abc import Callable, Iterator
@@ -229,3 +230,44 @@ def test_check_query_transitions_carry_no_gradient(
 
     after_all, _ = updated(transitions)  # check_query's transitions in the batch change nothing
     assert all(torch.equal(after_all[k], after_optimized[k]) for k in start)
+
+
+# -- train.py end to end ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def train_script() -> Iterator[ModuleType]:
+    """``train.py`` imported as its own script would be, with the example folder on ``sys.path`` while it runs
+    (it imports ``data`` and the user's ``agent`` by name), then taken out again."""
+    names = ("shop", "data", "agent", "train")
+    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        yield importlib.import_module("train")
+    finally:
+        while str(EXAMPLE) in sys.path:
+            sys.path.remove(str(EXAMPLE))
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+
+
+def test_train_script_warm_starts_and_trains_a_grpo_step(
+    train_script: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``train.py`` on a tiny budget: demonstrations of all three nodes, warm start, one GRPO step on the two
+    optimized nodes, and the before/after table."""
+    pytest.importorskip("torch")
+    argv = ["--run-dir", str(tmp_path), "--preset", "nano", "--n-train", "12", "--n-test", "4"]
+    argv += ["--demo-passes", "1", "--sft-epochs", "1", "--steps", "1", "--eval-every", "1"]
+    argv += ["--tasks-per-step", "2", "--group-size", "2", "--runners", "4"]
+    assert train_script.main(argv) == 0
+    info = json.loads((tmp_path / "warmstart" / "warmstart.json").read_text())
+    assert info["calls"]["write_query"] == 12 and info["calls"]["check_query"] >= 12
+    assert 0.0 <= info["demo_accuracy"] <= 1.0
+    records = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 1]
+    (step,) = [r for r in records if r["kind"] == "train"]
+    assert step["rollouts"] == 4 and step["failed"] == 0
+    out = capsys.readouterr().out
+    assert "held-out questions: 4 (never trained on)" in out and "check_query is served by the same model" in out
