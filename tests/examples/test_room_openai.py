@@ -139,7 +139,9 @@ async def test_agent_books_through_tether_with_the_prompt_from_resources(room: d
 def test_train_script_warm_starts_and_trains_a_grpo_step(
     room: dict[str, ModuleType], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``train.py`` end to end on a tiny budget: warm start from demonstrations, one GRPO step, before/after."""
+    """``train.py`` end to end on a tiny budget: warm start from demonstrations, one GRPO step, before/after.
+    Needs torch: runs in the ``embedded`` tox env (``core`` has no torch)."""
+    pytest.importorskip("torch")
     train = room["train"]
     argv = ["--run-dir", str(tmp_path), "--preset", "nano", "--n-train", "16", "--n-val", "0", "--n-test", "4"]
     argv += ["--sft-epochs", "1", "--steps", "1", "--eval-every", "1", "--tasks-per-step", "2"]
