@@ -51,7 +51,9 @@ def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _trainer(checkpoint: Path, run_root: Path, steps: int, **kwargs: Any) -> tether.Trainer:
     return tether.Trainer(
         model=f"embedded:{checkpoint}",
-        algorithm=tether.GRPO(group_size=8, tasks_per_step=4, lr=3e-3),
+        # 3e-3 climbs faster but collapses to empty replies in about one run of seven; 2e-3 over 20 steps
+        # cleared the bar below by 0.15 or more in 14 runs of 14 (sampling is not seeded across batches)
+        algorithm=tether.GRPO(group_size=8, tasks_per_step=4, lr=2e-3),
         n_runners=8,
         steps=steps,
         name="toy",
@@ -64,11 +66,11 @@ def _trainer(checkpoint: Path, run_root: Path, steps: int, **kwargs: Any) -> tet
 
 def test_grpo_through_the_whole_stack_raises_reward(warm_start: Path, tmp_path: Path) -> None:
     agent = tether.wrap(pick_letter, reward=reward)
-    result = _trainer(warm_start, tmp_path, steps=12, eval_every=12, seed=1).fit(
+    result = _trainer(warm_start, tmp_path, steps=20, eval_every=20, seed=1).fit(
         agent, train=_tasks(16), val=_tasks(32, offset=1000)
     )
     train = [h for h in result.history if h["kind"] == "train"]
-    assert len(train) == 12 and all(h["failed"] == 0 for h in train)
+    assert len(train) == 20 and all(h["failed"] == 0 for h in train)
     assert all(h["transitions"] == 32 for h in train)
     start = sum(h["reward"] for h in train[:2]) / 2
     end = sum(h["reward"] for h in train[-3:]) / 3
