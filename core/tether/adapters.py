@@ -2,14 +2,16 @@
 
 An ``Adapter`` knows one agent framework: whether an object belongs to it (``accepts``, which looks in
 ``sys.modules`` and never imports the framework), how to capture its model and tool calls (``instrument``
-a sink, idempotently; ``uninstrument`` exactly), and how to run one task on it (``run``). A ``Tracer`` only
-captures. Both are registered through the hooks in ``tether.hookspecs``.
+a sink, idempotently; ``uninstrument`` exactly), how to run one task on it (``run``), and what must surround
+any run of it, the user's own ``run=`` included (``run_scope``). A ``Tracer`` only captures. Both are
+registered through the hooks in ``tether.hookspecs``.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable
@@ -66,6 +68,11 @@ class Adapter(Tracer):
         """Run ``agent`` on one task input with ``resources`` (the endpoint is already scoped to the
         rollout) and return the agent's output."""
 
+    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
+        """What surrounds every run of ``agent`` so that its calls are captured and named: ``run`` enters it,
+        and so does a wrapped agent that feeds tasks through the user's ``run=``. Default: nothing."""
+        return contextlib.nullcontext()
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -87,16 +94,20 @@ class WrappedAgent:
 
     async def run_task(self, task: Any, resources: Resources) -> Any:
         """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's.
-        A ``run`` with a third parameter also gets the rollout's resources (prompt templates, endpoint)."""
+        A ``run`` with a third parameter also gets the rollout's resources (prompt templates, endpoint).
+        The user's ``run`` runs inside the adapter's ``run_scope``, so its calls are captured and named
+        as the adapter's own runs are."""
         if self.run is None:
             return await self.adapter.run(self.agent, task, resources)
         args = (self.agent, task, resources) if _takes_resources(self.run) else (self.agent, task)
-        if inspect.iscoroutinefunction(self.run):
-            return await self.run(*args)
-        result = await asyncio.to_thread(self.run, *args)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        with self.adapter.run_scope(self.agent):
+            if inspect.iscoroutinefunction(self.run):
+                return await self.run(*args)
+            # to_thread copies the context, so the scope's context variables reach the worker thread
+            result = await asyncio.to_thread(self.run, *args)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
 
     async def score(self, task: Any, output: Any) -> float | None:
         """The ``reward`` function's value for this output (None when there is no reward function)."""

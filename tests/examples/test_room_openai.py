@@ -131,6 +131,10 @@ async def test_agent_books_through_tether_with_the_prompt_from_resources(room: d
     first = after.rollouts[0]
     assert len(first.transitions) == 2  # find_rooms, then book_room after seeing the result
     assert first.transitions[1].messages[-1]["role"] == "tool"
+    # run= feeds the task, yet the calls are named after the agent function and its tool results are spans
+    assert {t.agent_name for t in first.transitions} == {"book_meeting"}
+    tools = [s.attributes["tool.name"] for s in first.spans if s.kind == tether.SpanKind.TOOL]
+    assert tools == ["find_rooms"]
     assert first.rollout.output["room"] == tasks[0]["room"]
     tuned_systems = {r["messages"][0]["content"] for r in llm.chat_requests[sent_before:]}
     assert tuned_systems == {better.format(office=office) for office in {t["office"] for t in tasks}}

@@ -145,11 +145,15 @@ class AutoGenAdapter(Adapter):
 
     # -- running ------------------------------------------------------------------------------------------
 
+    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
+        """Hold the endpoint redirect for the run (the rollout context holds it too)."""
+        return _redirect_held()
+
     async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
         from tether_autogen.isolate import fresh_copy
 
         runnable = fresh_copy(agent, self._clients.model_client)
-        with _redirect_held():
+        with self.run_scope(agent):
             result = await runnable.run(task=task_text(task))
         return summarize(result)
 

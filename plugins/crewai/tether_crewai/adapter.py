@@ -123,9 +123,13 @@ class CrewAIAdapter(Adapter):
 
     # -- running ------------------------------------------------------------------------------------------
 
+    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
+        """Hold the endpoint redirect for the run (the rollout context holds it too)."""
+        return _redirect_held()
+
     async def run(self, agent: Any, task: Any, resources: Resources) -> CrewAIOutput:
         inputs = crew_inputs(task)
-        with _redirect_held():
+        with self.run_scope(agent):
             result = await asyncio.to_thread(_kickoff, agent, inputs)
         return summarize(result)
 

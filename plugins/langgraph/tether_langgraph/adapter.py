@@ -21,6 +21,7 @@ Capture has two parts, both installed by ``instrument`` and removed exactly by `
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -102,9 +103,13 @@ class LangGraphAdapter(Adapter):
             hooks.remove(self._hook_entry)
             self._registered = False
 
-    async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
+    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
+        """Hold the endpoint redirect, so the graph's model clients reach the rollout's endpoint."""
         from tether_openai import redirect
 
+        return redirect.installed()
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
         if isinstance(task, dict):
             state: Any = task
         elif isinstance(task, str):
@@ -115,5 +120,5 @@ class LangGraphAdapter(Adapter):
                 f"user message; got {type(task).__name__}: pass run=lambda graph, task: graph.ainvoke(...) "
                 "to tether.wrap to say how"
             )
-        with redirect.installed():
+        with self.run_scope(agent):
             return await agent.ainvoke(state)

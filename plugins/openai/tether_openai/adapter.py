@@ -18,6 +18,7 @@ import contextlib
 import functools
 import inspect
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from tether.adapters import Adapter, SpanSink
@@ -74,11 +75,17 @@ class OpenAIFunctionAdapter(Adapter):
     def instrumented(self) -> bool:
         return self._installed
 
+    @contextlib.contextmanager
+    def run_scope(self, agent: Any) -> Iterator[None]:
+        """Hold the redirect (it is what captures the calls), report tool results, and name the calls after
+        the function unless an enclosing ``tether.agent`` scope already names them."""
+        naming = contextlib.nullcontext() if current_agent_name() else agent_scope(_default_name(agent))
+        with redirect.installed(), tracking_run(), naming:
+            yield
+
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
         payload = task.input if isinstance(task, Task) else task
-        naming = contextlib.nullcontext() if current_agent_name() else agent_scope(_default_name(agent))
-        # the redirect is what captures this agent's calls: hold it for the run
-        with redirect.installed(), tracking_run(), naming:
+        with self.run_scope(agent):
             if inspect.iscoroutinefunction(_unwrap_partial(agent)) or inspect.iscoroutinefunction(agent):
                 return await agent(payload)
             result = await asyncio.to_thread(agent, payload)

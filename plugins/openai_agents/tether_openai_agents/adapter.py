@@ -27,10 +27,12 @@ header names the agent making each model request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sys
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from tether.adapters import Adapter, SpanSink
@@ -183,16 +185,23 @@ class OpenAIAgentsAdapter(Adapter):
             self._responses_default = None
         gate.release()
 
+    @contextlib.contextmanager
+    def run_scope(self, agent: Any) -> Iterator[None]:
+        """Hold the endpoint redirect, and hold the upload gate: nothing about this run may reach the SDK's
+        trace uploader, even when the adapter is not instrumented."""
+        from tether_openai import redirect
+
+        gate.hold()
+        try:
+            with redirect.installed():
+                yield
+        finally:
+            gate.release()
+
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
         from agents import Runner
 
-        from tether_openai import redirect
-
         config = rollout_run_config(resources)
-        gate.hold()  # nothing about this run may reach the SDK's uploader, even when not instrumented
-        try:
-            with redirect.installed():
-                result = await Runner.run(agent, input=task_input(task), run_config=config)
-        finally:
-            gate.release()
+        with self.run_scope(agent):
+            result = await Runner.run(agent, input=task_input(task), run_config=config)
         return result.final_output

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 from openai._base_client import BaseClient
 
 from tether.testing.adapter_conformance import AdapterConformance
@@ -52,7 +53,19 @@ class TestPlainOpenAIFunction(AdapterConformance):
         return BaseClient.__dict__["_build_request"], redirect.install_count(), tuple(redirect._listeners)
 
 
-async def test_tool_spans_carry_name_arguments_result_and_agent() -> None:
+def _feed_sync(agent: Any, task: str) -> Any:
+    return agent(task)
+
+
+async def _feed_async(agent: Any, task: str, resources: Any) -> Any:
+    import asyncio
+
+    return await asyncio.to_thread(agent, task)
+
+
+# a user's own run= must be captured and named as the adapter's own runs are
+@pytest.mark.parametrize("run", [None, _feed_sync, _feed_async], ids=["adapter-run", "sync-run=", "async-run="])
+async def test_tool_spans_carry_name_arguments_result_and_agent(run: Any) -> None:
     from tether.adapters import wrap
     from tether.testing.fake_llm import FakeLLM
     from tether.trainer import Trainer
@@ -64,7 +77,7 @@ async def test_tool_spans_carry_name_arguments_result_and_agent() -> None:
             return text(f"The answer is {messages[-1]['content']}")
         return tool_call("calculator", {"expression": "2 * 3"})  # the tool raises on "*"
 
-    agent = wrap(_load_agent_module().solve, reward=lambda task, output: 1.0)
+    agent = wrap(_load_agent_module().solve, reward=lambda task, output: 1.0, run=run)
     async with FakeLLM(handler=script) as llm:
         report = await Trainer(model=llm.base_url, n_runners=1).adev(agent, ["What is 2 * 3?"])
     (rollout,) = report.rollouts
