@@ -19,8 +19,8 @@ What a rollout's spans become:
   ``tool.result`` or ``tool.error``. The SDK turns a tool's exception into a message to the model and
   redacts its text on the span (0.24); ``tool.error`` is the exception (``"ZeroDivisionError: division by
   zero"``) when the run's ``tool_error_formatter`` reported it (``record_tool_error``; the adapter's default
-  run installs one), else the SDK's own description of the failure, and ``tool.output`` what the model was
-  told instead.
+  run installs one; 0.20 never reports exceptions to it), else the SDK's own description of the failure
+  (``"Error running tool (non-fatal): division by zero"``), and ``tool.output`` what the model was told.
 - ``HandoffSpanData`` → ``other`` span ``handoff`` with ``handoff.from`` and ``handoff.to``.
 
 The agent of a span is the name of its nearest ``AgentSpanData`` ancestor. ``agent_name()`` gives the agent

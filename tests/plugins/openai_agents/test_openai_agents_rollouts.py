@@ -62,6 +62,14 @@ async def test_handoffs_are_attributed_to_the_agent_that_made_each_call() -> Non
     assert not report.all_problems, report.all_problems
 
 
+def _formatter_sees_tool_exceptions() -> bool:
+    """Whether this SDK hands a tool's exception to ``RunConfig.tool_error_formatter`` (0.24 does, 0.20
+    does not: there the span keeps the SDK's own description of the failure)."""
+    from agents.run_config import ToolErrorFormatterArgs
+
+    return "tool_exception" in str(ToolErrorFormatterArgs.__annotations__["kind"])  # a Literal, or its text
+
+
 async def test_a_tool_that_raises_yields_a_tool_span_with_the_error() -> None:
     report = await _dev([{"question": "What is 5 / 0?", "answer": "none"}])
     (rollout,) = report.rollouts
@@ -69,7 +77,10 @@ async def test_a_tool_that_raises_yields_a_tool_span_with_the_error() -> None:
     (span,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
     assert span.name == "divide" and span.agent_name == "math_agent"
     assert span.attributes["tool.arguments"] == {"a": 5, "b": 0}
-    assert span.attributes["tool.error"] == "ZeroDivisionError: division by zero"
+    if _formatter_sees_tool_exceptions():
+        assert span.attributes["tool.error"] == "ZeroDivisionError: division by zero"
+    else:
+        assert span.attributes["tool.error"] == "Error running tool (non-fatal): division by zero"
     assert "tool.result" not in span.attributes
     assert "error occurred" in span.attributes["tool.output"]  # what the model was told
     # the model saw the SDK's default message, not the exception (the agent's behaviour is unchanged)
