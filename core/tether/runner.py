@@ -2,8 +2,10 @@
 
 For each rollout it opens an attempt (``dequeue``), scopes the model endpoint to that attempt's proxy URL,
 enters every plugin's ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and
-records the outcome — output and reward, or the error with its traceback. Several rollouts run concurrently
-on one event loop; a failing rollout never stops the runner. Spans arriving in the store are the attempt's
+records the outcome — output and reward, or the error with its traceback. A run past the rollout's
+``timeout_s`` is cancelled and its attempt ends ``timeout`` through the store's own sweep
+(``requeue_stale``), the way the attempt of a runner that died ends. Several rollouts run concurrently on one
+event loop; a failing rollout never stops the runner. Spans arriving in the store are the attempt's
 heartbeat.
 """
 
@@ -22,6 +24,7 @@ from tether.adapters import Tracer, WrappedAgent
 from tether.context import RolloutScope, current_scope, current_sink
 from tether.plugins import get_plugins
 from tether.sink import RolloutSink
+from tether.store.base import InvalidTransition
 from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout
 
 if TYPE_CHECKING:
@@ -124,6 +127,7 @@ class Runner:
         )
         scope_token = current_scope.set(scope)
         sink_token = current_sink.set(self.sink)
+        deadline = asyncio.timeout(rollout.timeout_s)  # no limit when timeout_s is None
         try:
             resources = await self._resources_for(rollout, scope)
             if resources.llm and resources.llm.sampling:
@@ -131,8 +135,8 @@ class Runner:
             async with contextlib.AsyncExitStack() as stack:
                 for manager in get_plugins().rollout_contexts(rollout):
                     await stack.enter_async_context(manager)
-                run = self.agent.run_task(rollout.input, resources)
-                output = await (asyncio.wait_for(run, rollout.timeout_s) if rollout.timeout_s else run)
+                async with deadline:
+                    output = await self.agent.run_task(rollout.input, resources)
             reward = await self.agent.score(rollout.input, output)
             emitted = self.sink.pop_rewards(attempt.attempt_id)
             if reward is None and emitted:
@@ -144,12 +148,22 @@ class Runner:
             self.stats.succeeded += 1
         except Exception as exc:
             self.sink.pop_rewards(attempt.attempt_id)
-            error = "".join(traceback.format_exception(exc)).strip()
-            log.info("rollout %s attempt %s failed: %s", rollout.rollout_id, attempt.attempt_id, exc)
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                error = f"attempt timed out after {rollout.timeout_s:g} s"
+                log.info("rollout %s attempt %s: %s", rollout.rollout_id, attempt.attempt_id, error)
+            else:
+                error = "".join(traceback.format_exception(exc)).strip()
+                log.info("rollout %s attempt %s failed: %s", rollout.rollout_id, attempt.attempt_id, exc)
             try:
                 await self._flush()
+                if deadline.expired():
+                    # the store's sweep ends it as `timeout` (and requeues or fails the rollout) exactly as it
+                    # would for a runner that died, so both ways to notice a timeout end the same
+                    await self.store.requeue_stale()
                 await self.store.finish_attempt(attempt.attempt_id, AttemptStatus.FAILED, error=error)
-            except Exception:  # the store itself failed (or the attempt was cancelled/timed out meanwhile)
+            except InvalidTransition:  # already ended: the sweep timed it out, or the rollout was cancelled
+                log.debug("attempt %s had already ended", attempt.attempt_id)
+            except Exception:  # the store itself failed
                 log.exception("could not record the failure of attempt %s", attempt.attempt_id)
             self.stats.failed += 1
         finally:

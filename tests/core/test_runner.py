@@ -3,6 +3,7 @@ which calls the proxy URL it is given, the proxy, a store, and the scripted fake
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -13,7 +14,7 @@ from tether.adapters import Adapter
 from tether.models.remote import RemoteBackend
 from tether.plugins import build, reset_plugins
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
-from tether.types import Resources, RolloutStatus, SpanKind
+from tether.types import AttemptStatus, Resources, RolloutStatus, SpanKind
 
 
 class _DictAgentAdapter(Adapter):
@@ -146,17 +147,24 @@ async def test_unknown_optimize_name_is_reported_with_captured_agents() -> None:
     assert report.problems == ["unknown sub-agent 'writer' in optimize=; captured agents are: solver"]
 
 
-async def test_timeout_fails_the_attempt_and_retries_up_to_max_attempts() -> None:
+async def test_timeout_fails_the_attempt_and_retries_up_to_max_attempts(tmp_path: Path) -> None:
     def slow(request: dict[str, Any]) -> Reply:
         return text("late", delay_s=3.0)
 
     agent = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0)
+    store_url = f"sqlite:///{tmp_path / 'runs.db'}"
     async with FakeLLM(handler=slow) as llm:
-        trainer = tether.Trainer(model=llm.base_url, timeout_s=0.2, max_attempts=2)
+        trainer = tether.Trainer(model=llm.base_url, store=store_url, timeout_s=0.2, max_attempts=2)
         (rollout,) = (await trainer.adev(agent, ["x"])).rollouts
     assert rollout.status == RolloutStatus.FAILED and rollout.attempts == 2
-    # the runner's own timeout or, if it sweeps first, the store's: either way the attempt ends as timed out
-    assert "TimeoutError" in (rollout.error or "") or "timed out" in (rollout.error or "")
+    # the runner noticing its own timeout and the store's sweep end an attempt the same way
+    assert rollout.error == "attempt timed out after 0.2 s"
+    store = tether.open_store(store_url)
+    try:
+        attempts = await store.get_attempts(rollout.rollout.rollout_id)
+    finally:
+        await store.close()
+    assert [a.status for a in attempts] == [AttemptStatus.TIMEOUT] * 2
 
 
 async def test_rollouts_run_concurrently() -> None:
