@@ -16,7 +16,7 @@ import hashlib
 import random
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +53,26 @@ class FitResult:
     @property
     def after(self) -> dict[str, Any] | None:
         return self.evals[-1] if self.evals else None
+
+    def summary(self, labels: Mapping[str, str] | None = None, heading: str = "") -> str:
+        """A before/after/gain table of the first and last evaluation, then where the curve, checkpoint and
+        metrics are. ``labels`` maps the eval metrics to show to their row labels (default: greedy and
+        sampled accuracy); ``heading`` names the table's first column."""
+        before, after = self.before, self.after
+        if before is None or after is None:
+            return "no evaluation was recorded"
+        labels = labels or _DEFAULT_LABELS
+        width = max(len(heading), *(len(label) for label in labels.values())) + 2
+        lines = [f"{heading:{width}}{'before':>8}{'after':>8}{'gain':>8}"]
+        for key, label in labels.items():
+            gain = (after[key] - before[key]) * 100
+            lines.append(f"{label:{width}}{before[key]:>8.0%}{after[key]:>8.0%}{gain:>+7.0f}p")
+        lines += ["", f"curve: {self.plot}", f"checkpoint: {self.checkpoint}"]
+        lines.append(f"metrics: {self.run_dir / 'metrics.jsonl'}")
+        return "\n".join(lines)
+
+
+_DEFAULT_LABELS = {"greedy_accuracy": "accuracy (greedy)", "sampled_accuracy": "accuracy (T=1)"}
 
 
 def as_task(item: Any) -> Task:

@@ -151,21 +151,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _summary(result: Any, demo_accuracy: float, n_test: int) -> None:
-    before, after = result.before, result.after
-    if before is None or after is None:
-        print("no evaluation was recorded")
+    if not result.evals:
+        print(result.summary())  # says no evaluation was recorded
         return
     print(f"\nheld-out problems: {n_test} (never trained on)")
     print(f"demonstrations used for the warm start: {demo_accuracy:.0%} right")
-    print(f"{'':24}{'before':>8}{'after':>8}{'gain':>8}")
-    for key, label in (
-        ("greedy_accuracy", "accuracy (greedy)"),
-        ("sampled_accuracy", "accuracy (T=1)"),
-        ("greedy_tool_rate", "tool called (greedy)"),
-    ):
-        gain = (after[key] - before[key]) * 100
-        print(f"{label:24}{before[key]:>8.0%}{after[key]:>8.0%}{gain:>+7.0f}p")
-    print(f"\ncurve: {result.plot}\ncheckpoint: {result.checkpoint}\nmetrics: {result.run_dir / 'metrics.jsonl'}")
+    rows = {
+        "greedy_accuracy": "accuracy (greedy)",
+        "sampled_accuracy": "accuracy (T=1)",
+        "greedy_tool_rate": "tool called (greedy)",
+    }
+    print(result.summary(rows))
 
 
 if __name__ == "__main__":

@@ -138,19 +138,13 @@ def train_grpo(agent_module: Any, problems: dict[str, list[data.Request]], args:
         val=[r.task() for r in problems["test"]],
         resume=args.resume,
     )
-    before, after = result.before, result.after
-    if before is None or after is None:
-        print("no evaluation was recorded")
+    if not result.evals:
+        print(result.summary())  # says no evaluation was recorded
         return
     print(f"\nheld-out requests: {len(problems['test'])} (never trained on)")
     print(f"demonstrations used for the warm start: {demo_accuracy:.0%} right")
-    print(f"{'':28}{'before':>8}{'after':>8}{'gain':>8}")
-    for key, label in (
-        ("greedy_accuracy", "right room booked (greedy)"),
-        ("sampled_accuracy", "right room booked (T=1)"),
-    ):
-        print(f"{label:28}{before[key]:>8.0%}{after[key]:>8.0%}{(after[key] - before[key]) * 100:>+7.0f}p")
-    print(f"\ncurve: {result.plot}\ncheckpoint: {result.checkpoint}\nmetrics: {result.run_dir / 'metrics.jsonl'}")
+    rows = {"greedy_accuracy": "right room booked (greedy)", "sampled_accuracy": "right room booked (T=1)"}
+    print(result.summary(rows))
 
 
 def train_apo(agent_module: Any, problems: dict[str, list[data.Request]], args: argparse.Namespace) -> None:

@@ -180,18 +180,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _summary(result: Any, demo_accuracy: float, n_test: int) -> None:
-    before, after = result.before, result.after
-    if before is None or after is None:
-        print("no evaluation was recorded")
+    if not result.evals:
+        print(result.summary())  # says no evaluation was recorded
         return
     print(f"\nheld-out questions: {n_test} (never trained on)")
     print(f"trained nodes: {', '.join(OPTIMIZE)}; check_query is served by the same model, never trained")
     print(f"demonstration runs used for the warm start: {demo_accuracy:.0%} right")
-    print(f"{'execution accuracy':24}{'before':>8}{'after':>8}{'gain':>8}")
-    for key, label in (("greedy_accuracy", "greedy"), ("sampled_accuracy", "sampled (T=1)")):
-        gain = (after[key] - before[key]) * 100
-        print(f"{label:24}{before[key]:>8.0%}{after[key]:>8.0%}{gain:>+7.0f}p")
-    print(f"\ncurve: {result.plot}\ncheckpoint: {result.checkpoint}\nmetrics: {result.run_dir / 'metrics.jsonl'}")
+    rows = {"greedy_accuracy": "greedy", "sampled_accuracy": "sampled (T=1)"}
+    print(result.summary(rows, heading="execution accuracy"))
 
 
 if __name__ == "__main__":

@@ -271,3 +271,5 @@ def test_train_script_warm_starts_and_trains_a_grpo_step(
     assert step["rollouts"] == 4 and step["failed"] == 0
     out = capsys.readouterr().out
     assert "held-out questions: 4 (never trained on)" in out and "check_query is served by the same model" in out
+    table = out[out.index("execution accuracy") :].splitlines()
+    assert table[0].split()[-3:] == ["before", "after", "gain"] and table[1].split()[0] == "greedy"
