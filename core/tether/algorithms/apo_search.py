@@ -1,0 +1,301 @@
+"""The state and steps of one APO search: candidates, their rollouts and scores, the optimizer's critiques
+and rewrites, and the records kept of them (store spans, run folder files).
+
+``tether.algorithms.apo.APO`` holds the settings and drives the rounds; ``BeamSearch`` does the work of each.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether.algorithms import apo_prompts as _text
+from tether.fit import FitResult
+from tether.models.base import ChatRequest, ModelBackend
+from tether.types import (
+    AttemptStatus,
+    LLMEndpoint,
+    Mode,
+    PromptTemplate,
+    RolloutSpec,
+    RolloutStatus,
+    Span,
+    SpanKind,
+)
+
+if TYPE_CHECKING:
+    from tether.adapters import WrappedAgent
+    from tether.algorithms.apo import APO
+    from tether.run_dir import RunDir
+    from tether.runner import Runner
+    from tether.store import Store
+    from tether.store.base import Harvested
+    from tether.trainer import Trainer
+    from tether.types import Task
+
+
+@dataclass
+class Candidate:
+    """One set of prompts in the search, with its validation score once scored."""
+
+    id: str
+    prompts: dict[str, PromptTemplate]
+    round: int
+    parent: str | None = None
+    edited: str | None = None  # the template this candidate rewrote
+    critique: str | None = None
+    score: float | None = None
+    failed: int = 0
+    resources_version: int | None = None
+
+    def record(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "candidate": self.id,
+            "round": self.round,
+            "parent": self.parent,
+            "edited": self.edited,
+            "score": self.score,
+            "failed": self.failed,
+            "resources_version": self.resources_version,
+            "prompts": {k: v.to_dict() for k, v in self.prompts.items()},
+            "critique": self.critique,
+            **extra,
+        }
+
+
+@dataclass
+class APOResult(FitResult):
+    best_prompts: dict[str, PromptTemplate] = field(default_factory=dict)
+    best_score: float | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+
+def select(candidates: Sequence[Candidate], width: int) -> list[Candidate]:
+    """The ``width`` best scored candidates; ties keep the older one (it has been scored as often or more)."""
+    scored = [c for c in candidates if c.score is not None]
+    order = {c.id: i for i, c in enumerate(candidates)}
+    return sorted(scored, key=lambda c: (-(c.score or 0.0), order[c.id]))[:width]
+
+
+class BeamSearch:
+    """The state of one search: the store record, the run folder files, the optimizer calls."""
+
+    def __init__(
+        self,
+        apo: APO,
+        trainer: Trainer,
+        agent: WrappedAgent,
+        store: Store,
+        proxy: Any,
+        run: RunDir,
+        optimizer: ModelBackend,
+        targets: list[str],
+    ) -> None:
+        self.apo, self.trainer, self.agent = apo, trainer, agent
+        self.store, self.proxy, self.run = store, proxy, run
+        self.optimizer = optimizer
+        self.targets = targets
+        self.runner: Runner | None = None
+        self.history: list[dict[str, Any]] = []
+        self.metrics: list[dict[str, Any]] = []
+        self.first_error = "no rollout ran"
+        self._ids = 0
+        self._record: tuple[str, str] | None = None  # (rollout id, attempt id) holding the history spans
+        self.history_path = run.path / "apo_history.jsonl"
+        self.history_path.write_text("")
+
+    # -- rollouts -------------------------------------------------------------------------------------------
+
+    async def _rollouts(
+        self, jobs: Sequence[tuple[Candidate, Sequence[Task]]], mode: Mode
+    ) -> dict[str, list[Any]]:
+        """Run each candidate's tasks under its own resources version; harvested rollouts by candidate id."""
+        assert self.runner is not None
+        sampling = {**self.trainer.sampling, "temperature": self.apo.temperature}
+        specs: list[RolloutSpec] = []
+        owner: list[str] = []
+        for candidate, tasks in jobs:
+            if candidate.resources_version is None:
+                published = await self.store.add_resources(
+                    llm=LLMEndpoint(base_url=self.proxy.url, sampling=sampling), prompts=candidate.prompts
+                )
+                candidate.resources_version = published.version
+            for task in tasks:
+                specs.append(
+                    RolloutSpec(
+                        input=task.input,
+                        task_id=task.task_id,
+                        mode=mode,
+                        metadata={**task.metadata, "apo.candidate": candidate.id},
+                        max_attempts=self.trainer.max_attempts,
+                        timeout_s=self.trainer.timeout_s,
+                        resources_version=candidate.resources_version,
+                    )
+                )
+                owner.append(candidate.id)
+        enqueued = await self.store.enqueue(specs)
+        await self.runner.run_until_idle()
+        by_id = {
+            item.rollout.rollout_id: item for item in await self.store.harvest([r.rollout_id for r in enqueued])
+        }
+        out: dict[str, list[Harvested]] = {}
+        for rollout, candidate_id in zip(enqueued, owner, strict=True):
+            item = by_id[rollout.rollout_id]
+            out.setdefault(candidate_id, []).append(item)
+            if item.rollout.error and self.first_error == "no rollout ran":
+                self.first_error = item.rollout.error.strip().splitlines()[-1]
+        return out
+
+    async def score(self, candidates: Sequence[Candidate], tasks: Sequence[Task]) -> None:
+        """Mean reward of each candidate on ``tasks`` (failed rollouts count 0; all failed: no score)."""
+        if not candidates:
+            return
+        results = await self._rollouts([(c, tasks) for c in candidates], Mode.VAL)
+        for candidate in candidates:
+            rollouts = [item.rollout for item in results.get(candidate.id, [])]
+            candidate.failed = sum(r.status.value != "succeeded" for r in rollouts)
+            if rollouts and candidate.failed < len(rollouts):
+                candidate.score = sum(r.reward or 0.0 for r in rollouts) / len(rollouts)
+
+    async def expand(
+        self, beam: Sequence[Candidate], batch: Sequence[Task], round_: int
+    ) -> tuple[list[Candidate], float, float]:
+        """Rewrites of each beam candidate from critiques of its low-scoring rollouts on ``batch``."""
+        started = time.perf_counter()
+        results = await self._rollouts([(c, batch) for c in beam], Mode.TRAIN)
+        seconds = time.perf_counter() - started
+        all_rollouts = [item.rollout for items in results.values() for item in items]
+        children: list[Candidate] = []
+        for parent in beam:
+            items = results.get(parent.id, [])
+            mean = sum(i.rollout.reward or 0.0 for i in items) / max(len(items), 1)
+            low = sorted(
+                (i for i in items if (i.rollout.reward or 0.0) < self.apo.success_reward),
+                key=lambda i: i.rollout.reward or 0.0,
+            )[: self.apo.max_traces]
+            if not low:
+                continue  # every rollout succeeded: nothing to learn from this batch
+            traces = [_text.render_trace(i.rollout, _last_attempt_spans(i)) for i in low]
+            for branch in range(self.apo.branch_factor):
+                name = self.targets[(branch + round_) % len(self.targets)]
+                critique = await self._ask(_text.critique_messages(parent.prompts, name, traces, mean))
+                reply = await self._ask(_text.rewrite_messages(parent.prompts[name], name, critique))
+                new_text = _text.parse_rewrite(reply)
+                child = Candidate(
+                    self._next_id(),
+                    {**parent.prompts, name: PromptTemplate(new_text, parent.prompts[name].engine)},
+                    round=round_,
+                    parent=parent.id,
+                    edited=name,
+                    critique=critique,
+                )
+                problem = _text.check_rewrite(parent.prompts[name], new_text)
+                duplicate = any(c.prompts == child.prompts for c in [*beam, *children])
+                if problem or duplicate:
+                    await self._keep(
+                        child.record(status="rejected", reason=problem or "same as a known candidate")
+                    )
+                    continue
+                children.append(child)
+        mean_all = sum(r.reward or 0.0 for r in all_rollouts) / max(len(all_rollouts), 1)
+        return children, mean_all, len(all_rollouts) / max(seconds, 1e-9)
+
+    async def _ask(self, messages: list[dict[str, str]]) -> str:
+        request = ChatRequest(
+            messages=[dict(m) for m in messages],
+            temperature=self.apo.optimizer_temperature,
+            max_tokens=self.apo.optimizer_max_tokens,
+            model=self.apo.optimizer_model_name,
+        )
+        result = await self.optimizer.chat(request)
+        content = result.choices[0].message.get("content") if result.choices else None
+        return str(content or "")
+
+    def _next_id(self) -> str:
+        self._ids += 1
+        return f"c{self._ids}"
+
+    # -- records --------------------------------------------------------------------------------------------
+
+    async def log_round(
+        self, round_: int, beam: Sequence[Candidate], children: Sequence[Candidate]
+    ) -> dict[str, Any]:
+        beam_ids = [c.id for c in beam]
+        for candidate in [beam[0]] if round_ == 0 else children:
+            status = "scored" if candidate.score is not None else "failed"
+            await self._keep(candidate.record(status=status, in_beam=candidate.id in beam_ids))
+        key = "greedy_accuracy" if self.apo.temperature == 0 else "sampled_accuracy"
+        record = {
+            "kind": "eval",
+            "step": round_,
+            "score": beam[0].score,
+            key: beam[0].score,
+            "best": beam[0].id,
+            "beam": beam_ids,
+            "beam_scores": [c.score for c in beam],
+            "candidates": len(children),
+        }
+        self.metrics.append(record)
+        self.run.log(record)
+        return record
+
+    async def _keep(self, entry: dict[str, Any]) -> None:
+        entry = {"time": time.time(), **entry}
+        self.history.append(entry)
+        with self.history_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        if self._record is not None:
+            rollout_id, attempt_id = self._record
+            span = Span(rollout_id, attempt_id, SpanKind.OTHER, "apo.candidate", attributes=entry)
+            await self.store.add_spans([span])
+
+    async def open_record(self) -> None:
+        """A rollout that holds the search history as spans (it is claimed here, never run by a runner)."""
+        assert self.runner is not None
+        from tether.store import StoreError
+
+        if await self.store.list_rollouts(status=RolloutStatus.QUEUED, limit=1):
+            await self.runner.run_until_idle()  # an earlier run left rollouts queued: let them finish first
+        (rollout,) = await self.store.enqueue(
+            [RolloutSpec(input={"algorithm": "apo"}, mode=Mode.VAL, metadata={"tether.record": "apo"})]
+        )
+        claimed = await self.store.dequeue("apo-history", limit=1)
+        if not claimed or claimed[0][0].rollout_id != rollout.rollout_id:
+            raise StoreError("another worker took APO's history record: stop remote runners while APO starts")
+        self._record = (rollout.rollout_id, claimed[0][1].attempt_id)
+
+    async def close_record(self, best: Candidate, version: int) -> None:
+        if self._record is None:
+            return
+        output = {
+            "best": best.id,
+            "resources_version": version,
+            "prompts": {k: v.template for k, v in best.prompts.items()},
+        }
+        await self.store.finish_attempt(self._record[1], AttemptStatus.SUCCEEDED, output=output, reward=best.score)
+
+    def write_result(self, best: Candidate, version: int) -> APOResult:
+        prompts = {name: t.to_dict() for name, t in best.prompts.items()}
+        summary = {"candidate": best.id, "score": best.score, "resources_version": version, "prompts": prompts}
+        (self.run.path / "best_prompts.json").write_text(json.dumps(summary, indent=2) + "\n")
+        for name, template in best.prompts.items():
+            (self.run.path / f"best_prompt_{_file_name(name)}.txt").write_text(template.template + "\n")
+        return APOResult(
+            run_dir=self.run.path,
+            history=list(self.metrics),
+            best_prompts=dict(best.prompts),
+            best_score=best.score,
+            candidates=list(self.history),
+        )
+
+
+def _last_attempt_spans(item: Harvested) -> list[Span]:
+    last = item.attempts[-1].attempt_id if item.attempts else None
+    return [s for s in item.spans if s.attempt_id == last]
+
+
+def _file_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
