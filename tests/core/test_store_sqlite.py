@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tether.store import Store, StoreError, open_store
+from tether.store.base import InvalidTransition, NotFound
 from tether.store.sqlite import SCHEMA_VERSION, SqliteStore
 from tether.testing.store_conformance import StoreConformance, span, spec
 from tether.types import AttemptStatus, LLMEndpoint, RolloutStatus
@@ -76,3 +78,48 @@ async def test_refuses_a_newer_schema(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(StoreError, match="newer tether"):
         SqliteStore(path)
+
+
+async def test_concurrent_writes_commit_together_and_fail_alone(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteStore(path)
+    queued = await store.enqueue([spec(i) for i in range(6)])
+    (first,) = await store.dequeue("w0")
+    # these reach the store in one loop turn: one transaction, each write in a savepoint of its own
+    results = await asyncio.gather(
+        *(store.dequeue(f"w{i}") for i in range(1, 6)),
+        store.finish_attempt("at-nope", AttemptStatus.SUCCEEDED),
+        store.add_spans([span(first[0].rollout_id, first[1].attempt_id, f"s{i}") for i in range(3)]),
+        store.finish_attempt(first[1].attempt_id, AttemptStatus.SUCCEEDED, reward=1.0),
+        store.finish_attempt(first[1].attempt_id, AttemptStatus.FAILED),  # already finished by the one before
+        store.enqueue([spec(9)]),
+        return_exceptions=True,
+    )
+    claimed, missing, seqs, finished, again, (late,) = results[:5], *results[5:]
+    # claims are exactly-once and in queue order, as if the calls had run one after another
+    assert [c[0][0].rollout_id for c in claimed] == [r.rollout_id for r in queued[1:]]
+    assert isinstance(missing, NotFound)
+    assert seqs == [0, 1, 2]
+    assert finished.status == RolloutStatus.SUCCEEDED and finished.reward == 1.0
+    assert isinstance(again, InvalidTransition)
+    await store.close()
+
+    reopened = SqliteStore(path)
+    assert (await reopened.get_rollout(first[0].rollout_id)).status == RolloutStatus.SUCCEEDED
+    assert [s.name for s in await reopened.get_spans(first[1].attempt_id)] == ["s0", "s1", "s2"]
+    assert (await reopened.get_rollout(late.rollout_id)).status == RolloutStatus.QUEUED
+    assert len(await reopened.list_rollouts(status=RolloutStatus.RUNNING)) == 5
+    await reopened.close()
+
+
+async def test_a_write_cancelled_before_its_turn_is_not_applied(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    dropped = asyncio.ensure_future(store.enqueue([spec(1)]))
+    kept = asyncio.ensure_future(store.enqueue([spec(2)]))
+    await asyncio.sleep(0)  # both are now waiting for the shared commit, which has not run yet
+    dropped.cancel()
+    (rollout,) = await kept
+    with pytest.raises(asyncio.CancelledError):
+        await dropped
+    assert [r.rollout_id for r in await store.list_rollouts()] == [rollout.rollout_id]
+    await store.close()
