@@ -8,41 +8,45 @@ dequeue from the same file, and a busy file is waited on (``busy_timeout``) rath
 inline on the caller's thread: each call is a few short statements, cheaper than a hop to a thread pool. One
 connection per store, guarded by a lock, so a store may also be shared between threads.
 
-Group commit: writes that reach the store in the same turn of its event loop (concurrent runners, or the
-concurrent requests of ``tether store serve``) share one transaction, each in a savepoint of its own, so one
-write's error rolls back that write alone and reaches its caller alone; every caller returns once the shared
-``COMMIT`` has. A write with nothing else ready to run on the loop commits at once, as before. A shared
-commit writes each hot B-tree page once per turn instead of once per call: over HTTP with 16 runners the WAL
-took ~14 pages per rollout instead of 25-30, and the server's CPU per rollout fell by ~15%.
+Group commit (``tether.store._group_commit``): writes that reach the store in the same turn of its event
+loop share one transaction, each in a savepoint of its own; a lone write commits at once.
 
 Span sequence numbers come from ``attempts.next_seq`` inside the writing transaction; spans are inserted
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes.
 
-Speed: a checkpoint (copying the WAL back into the database, two fsyncs) run inline by a committing writer
-stalls that writer. A thread of the store's own runs passive checkpoints (at most every
-``_CHECKPOINT_EVERY_S``, only after writes, never blocking writers), so commits rarely stall on one; SQLite's
-own autocheckpoint stays on, raised to ``_WAL_CAP_BYTES``, as the bound on the WAL's size. Under steady
-writes a passive checkpoint never catches up (writers append while it copies), so the WAL would only restart
-at that cap, in a writer, with a stall of tens of ms; past ``_RESTART_FRAMES`` the thread therefore finishes
-the job holding this store's write lock for the few frames left (a few ms), and the next writer restarts the
-WAL. (Larger pages were tried: faster for span batches, slower for the small rollout transactions.) None of
-this changes what survives a crash: a commit is durable once ``COMMIT`` returns, as before.
+Speed: a thread of the store's own runs passive WAL checkpoints so that commits rarely stall on one
+(``tether.store._sqlite_wal``); SQLite's own autocheckpoint stays on, raised to ``_WAL_CAP_BYTES``, as the
+bound on the WAL's size. (Larger pages were tried: faster for span batches, slower for the small rollout
+transactions.) Neither changes what survives a crash: a commit is durable once ``COMMIT`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tether import _json
+from tether.store._group_commit import GroupCommit
+from tether.store._sqlite_rows import (
+    ATTEMPT_COLS,
+    NEXT_QUEUE_POS,
+    ROLLOUT_COLS,
+    SCHEMA_VERSION,
+    SPAN_COLS,
+    attempt_from_row,
+    create_schema,
+    qualified,
+    rollout_from_row,
+    span_from_row,
+)
+from tether.store._sqlite_wal import WalCheckpointer
 from tether.store.base import (
     Harvested,
     InvalidInput,
@@ -71,79 +75,7 @@ from tether.types import (
     new_id,
 )
 
-SCHEMA_VERSION = 1
-
-_CHECKPOINT_EVERY_S = 0.1
 _WAL_CAP_BYTES = 64 * 1024 * 1024  # a writer checkpoints inline only past this (the background thread lags)
-_RESTART_FRAMES = 4096  # past this many WAL frames (~16 MiB) the background checkpoint catches up fully
-
-_log = logging.getLogger(__name__)
-_T = TypeVar("_T")
-
-_SCHEMA = """
-CREATE TABLE rollouts (
-    seq INTEGER PRIMARY KEY,
-    rollout_id TEXT NOT NULL UNIQUE,
-    input BLOB NOT NULL,
-    task_id TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    status TEXT NOT NULL,
-    metadata BLOB NOT NULL,
-    max_attempts INTEGER NOT NULL,
-    timeout_s REAL,
-    heartbeat_timeout_s REAL,
-    resources_version INTEGER,
-    attempt_count INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    finished_at REAL,
-    output BLOB,
-    reward REAL,
-    error TEXT,
-    queue_pos INTEGER
-);
-CREATE INDEX rollouts_queue ON rollouts (queue_pos) WHERE queue_pos IS NOT NULL;
-CREATE INDEX rollouts_status ON rollouts (status);
-CREATE TABLE attempts (
-    attempt_id TEXT PRIMARY KEY,
-    rollout_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    worker_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    last_heartbeat_at REAL NOT NULL,
-    finished_at REAL,
-    error TEXT,
-    next_seq INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX attempts_rollout ON attempts (rollout_id, idx);
-CREATE INDEX attempts_running ON attempts (status) WHERE status = 'running';
-CREATE TABLE spans (
-    attempt_id TEXT NOT NULL,
-    sequence INTEGER NOT NULL,
-    rollout_id TEXT NOT NULL,
-    span_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    agent_name TEXT,
-    parent_id TEXT,
-    start_time REAL NOT NULL,
-    end_time REAL,
-    attributes BLOB NOT NULL
-);
-CREATE UNIQUE INDEX spans_order ON spans (attempt_id, sequence);
-CREATE TABLE resources (version INTEGER PRIMARY KEY, data BLOB NOT NULL);
-"""
-
-_ROLLOUT_COLS = (
-    "rollout_id, input, task_id, mode, status, metadata, max_attempts, timeout_s, heartbeat_timeout_s, "
-    "resources_version, attempt_count, created_at, finished_at, output, reward, error"
-)
-_ATTEMPT_COLS = "attempt_id, rollout_id, idx, worker_id, status, started_at, last_heartbeat_at, finished_at, error"
-_SPAN_COLS = (
-    "rollout_id, attempt_id, kind, name, agent_name, attributes, span_id, parent_id, start_time, end_time, "
-    "sequence"
-)
-_NEXT_QUEUE_POS = "(SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM rollouts)"
 
 
 class SqliteStore(Store):
@@ -154,9 +86,7 @@ class SqliteStore(Store):
         if isinstance(self.path, Path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # writes waiting for their loop's next turn, to be committed in one transaction (see ``_write``)
-        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[Callable[[sqlite3.Connection], Any], Any]]] = {}
-        self._pending_lock = threading.Lock()
+        self._group = GroupCommit(self._tx)  # writes of one loop turn share a transaction
         conn = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
         )
@@ -168,13 +98,13 @@ class SqliteStore(Store):
                 (page_size,) = conn.execute("PRAGMA page_size").fetchone()
                 conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CAP_BYTES // page_size}")
                 conn.execute(f"PRAGMA journal_size_limit = {_WAL_CAP_BYTES}")
-            _create_schema(conn, self.path)
+            create_schema(conn, self.path)
         except BaseException:
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
         self._checkpointer = (
-            None if self.path == ":memory:" else _Checkpointer(str(self.path), busy_timeout_s, self._lock)
+            None if self.path == ":memory:" else WalCheckpointer(str(self.path), busy_timeout_s, self._lock)
         )
         if self._checkpointer is not None:  # a store dropped without close() does not leave its thread behind
             weakref.finalize(self, self._checkpointer.close, False)
@@ -196,56 +126,8 @@ class SqliteStore(Store):
         if write and self._checkpointer is not None:
             self._checkpointer.poke()
 
-    async def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``work`` in a write transaction shared with the other writes of this loop iteration."""
-        loop = asyncio.get_running_loop()
-        if loop not in self._pending and not getattr(loop, "_ready", True):
-            # nothing else is about to run on this loop, so no other write could join: commit now, without
-            # paying a loop turn (``_ready`` is asyncio's run queue; on loops without it, always batch)
-            with self._tx() as conn:
-                return work(conn)
-        future: asyncio.Future[Any] = loop.create_future()
-        with self._pending_lock:
-            pending = self._pending.get(loop)
-            if pending is None:
-                pending = self._pending[loop] = []
-                loop.call_soon(self._flush, loop)
-            pending.append((work, future))
-        return await future  # type: ignore[no-any-return]
-
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """One transaction for the pending writes of ``loop``, each in a savepoint: one write's error rolls back
-        that write alone and is raised to its caller; the others commit together."""
-        with self._pending_lock:
-            batch = [(work, fut) for work, fut in self._pending.pop(loop, ()) if not fut.cancelled()]
-        if not batch:
-            return
-        outcomes: list[tuple[bool, Any]] = []
-        try:
-            with self._tx() as conn:
-                if len(batch) == 1:
-                    outcomes.append((True, batch[0][0](conn)))
-                else:
-                    for work, _ in batch:
-                        conn.execute("SAVEPOINT w")
-                        try:
-                            outcomes.append((True, work(conn)))
-                        except Exception as exc:
-                            conn.execute("ROLLBACK TO w")
-                            outcomes.append((False, exc))
-                        conn.execute("RELEASE w")
-        except Exception as exc:  # a lone write's own error, or the transaction failed: nothing was committed
-            outcomes = [(False, exc)] * len(batch)
-        for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
-            if fut.cancelled():
-                continue
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
-
     async def close(self) -> None:
-        self._flush(asyncio.get_running_loop())  # writes already asked for are not dropped
+        self._group.flush(asyncio.get_running_loop())  # writes already asked for are not dropped
         if self._checkpointer is not None:
             self._checkpointer.close()
         with self._lock:
@@ -274,7 +156,7 @@ class SqliteStore(Store):
             return []
 
         def insert(conn: sqlite3.Connection) -> None:
-            (start,) = conn.execute(f"SELECT {_NEXT_QUEUE_POS}").fetchone()
+            (start,) = conn.execute(f"SELECT {NEXT_QUEUE_POS}").fetchone()
             conn.executemany(
                 "INSERT INTO rollouts (rollout_id, input, task_id, mode, status, metadata, max_attempts, "
                 "timeout_s, heartbeat_timeout_s, resources_version, created_at, queue_pos) "
@@ -282,7 +164,7 @@ class SqliteStore(Store):
                 [(*row, start + i) for i, row in enumerate(rows)],
             )
 
-        await self._write(insert)
+        await self._group.run(insert)
         return [
             Rollout(
                 rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
@@ -329,7 +211,7 @@ class SqliteStore(Store):
             )
             return list(zip(rollouts, attempts, strict=True))
 
-        return await self._write(claim)
+        return await self._group.run(claim)
 
     async def finish_attempt(
         self,
@@ -352,7 +234,7 @@ class SqliteStore(Store):
             self._end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
             return self._rollout(conn, rollout_id)
 
-        return await self._write(finish)
+        return await self._group.run(finish)
 
     async def heartbeat(self, attempt_id: str) -> None:
         def beat(conn: sqlite3.Connection) -> None:
@@ -361,7 +243,7 @@ class SqliteStore(Store):
                 "UPDATE attempts SET last_heartbeat_at = ? WHERE attempt_id = ?", (time.time(), attempt_id)
             )
 
-        await self._write(beat)
+        await self._group.run(beat)
 
     async def requeue_stale(self, now: float | None = None) -> list[str]:
         when = time.time() if now is None else now
@@ -369,7 +251,7 @@ class SqliteStore(Store):
         def sweep(conn: sqlite3.Connection) -> list[str]:
             affected = []
             rows = conn.execute(
-                f"SELECT {_qualified('r', _ROLLOUT_COLS)}, {_qualified('a', _ATTEMPT_COLS)} "
+                f"SELECT {qualified('r', ROLLOUT_COLS)}, {qualified('a', ATTEMPT_COLS)} "
                 "FROM attempts a JOIN rollouts r ON r.rollout_id = a.rollout_id WHERE a.status = 'running' AND "
                 "((r.timeout_s IS NOT NULL AND ? - a.started_at > r.timeout_s) OR "
                 "(r.heartbeat_timeout_s IS NOT NULL AND ? - a.last_heartbeat_at > r.heartbeat_timeout_s)) "
@@ -377,7 +259,7 @@ class SqliteStore(Store):
                 (when, when),
             ).fetchall()
             for row in rows:
-                rollout, attempt = _rollout_from_row(row[:16]), _attempt_from_row(row[16:])
+                rollout, attempt = rollout_from_row(row[:16]), attempt_from_row(row[16:])
                 reason = stale_reason(rollout, attempt, when)
                 if reason:
                     self._end_attempt(
@@ -386,7 +268,7 @@ class SqliteStore(Store):
                     affected.append(rollout.rollout_id)
             return affected
 
-        return await self._write(sweep)
+        return await self._group.run(sweep)
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
         def cancel(conn: sqlite3.Connection) -> Rollout:
@@ -405,7 +287,7 @@ class SqliteStore(Store):
             )
             return self._rollout(conn, rollout_id)
 
-        return await self._write(cancel)
+        return await self._group.run(cancel)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         with self._tx(write=False) as conn:
@@ -429,7 +311,7 @@ class SqliteStore(Store):
         if rollout_ids is not None:
             where.append("rollout_id IN (SELECT value FROM json_each(?))")
             args.append(_json.dumps(list(rollout_ids)).decode())
-        sql = f"SELECT {_ROLLOUT_COLS} FROM rollouts"
+        sql = f"SELECT {ROLLOUT_COLS} FROM rollouts"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq"
@@ -437,7 +319,7 @@ class SqliteStore(Store):
             sql += " LIMIT ?"
             args.append(int(limit))
         with self._tx(write=False) as conn:
-            return [_rollout_from_row(row) for row in conn.execute(sql, args)]
+            return [rollout_from_row(row) for row in conn.execute(sql, args)]
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._tx(write=False) as conn:
@@ -493,17 +375,17 @@ class SqliteStore(Store):
             )
             return sequences
 
-        return await self._write(insert)
+        return await self._group.run(insert)
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         with self._tx(write=False) as conn:
             if conn.execute("SELECT 1 FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone() is None:
                 raise NotFound(f"unknown attempt {attempt_id!r}")
             rows = conn.execute(
-                f"SELECT {_SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
+                f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
                 (attempt_id, since),
             ).fetchall()
-        return [_span_from_row(row) for row in rows]
+        return [span_from_row(row) for row in rows]
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -562,9 +444,9 @@ class SqliteStore(Store):
             spans_of: dict[str, list[Span]] = {}
             for a in attempts:
                 spans_of[a.attempt_id] = [
-                    _span_from_row(row)
+                    span_from_row(row)
                     for row in conn.execute(
-                        f"SELECT {_SPAN_COLS} FROM spans WHERE attempt_id = ? ORDER BY sequence", (a.attempt_id,)
+                        f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? ORDER BY sequence", (a.attempt_id,)
                     )
                 ]
             conn.executemany("DELETE FROM spans WHERE attempt_id = ?", [(a.attempt_id,) for a in attempts])
@@ -587,27 +469,27 @@ class SqliteStore(Store):
         return RolloutStatus(row[0])
 
     def _rollout(self, conn: sqlite3.Connection, rollout_id: str) -> Rollout:
-        row = conn.execute(f"SELECT {_ROLLOUT_COLS} FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
+        row = conn.execute(f"SELECT {ROLLOUT_COLS} FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
         if row is None:
             raise NotFound(f"unknown rollout {rollout_id!r}")
-        return _rollout_from_row(row)
+        return rollout_from_row(row)
 
     def _rollouts_by_id(self, conn: sqlite3.Connection, ids: list[str]) -> list[Rollout]:
         rows = conn.execute(
-            f"SELECT {_ROLLOUT_COLS} FROM rollouts "
+            f"SELECT {ROLLOUT_COLS} FROM rollouts "
             "WHERE rollout_id IN (SELECT value FROM json_each(?)) ORDER BY seq",
             (_json.dumps(ids).decode(),),
         )
-        by_id = {r.rollout_id: r for r in map(_rollout_from_row, rows)}
+        by_id = {r.rollout_id: r for r in map(rollout_from_row, rows)}
         return [by_id[rid] for rid in ids]
 
     def _attempts_of(self, conn: sqlite3.Connection, rollout_ids: list[str]) -> list[Attempt]:
         rows = conn.execute(
-            f"SELECT {_ATTEMPT_COLS} FROM attempts WHERE rollout_id IN (SELECT value FROM json_each(?)) "
+            f"SELECT {ATTEMPT_COLS} FROM attempts WHERE rollout_id IN (SELECT value FROM json_each(?)) "
             "ORDER BY rollout_id, idx",
             (_json.dumps(rollout_ids).decode(),),
         )
-        return [_attempt_from_row(row) for row in rows]
+        return [attempt_from_row(row) for row in rows]
 
     def _running_attempt(self, conn: sqlite3.Connection, attempt_id: str) -> str:
         """The rollout id of a running attempt; ``NotFound`` / ``InvalidTransition`` otherwise."""
@@ -644,7 +526,7 @@ class SqliteStore(Store):
             return
         conn.execute(
             "UPDATE rollouts SET "
-            f"queue_pos = CASE WHEN attempt_count < max_attempts THEN {_NEXT_QUEUE_POS} END, "
+            f"queue_pos = CASE WHEN attempt_count < max_attempts THEN {NEXT_QUEUE_POS} END, "
             "status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END, "
             "output = CASE WHEN attempt_count < max_attempts THEN output ELSE ? END, "
             "reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE ? END, "
@@ -654,121 +536,4 @@ class SqliteStore(Store):
         )
 
 
-class _Checkpointer:
-    """Passive WAL checkpoints on a thread and connection of their own, started on the first write.
-
-    Woken by each write transaction, it checkpoints at most every ``_CHECKPOINT_EVERY_S`` and sleeps while
-    nothing is written. A passive checkpoint copies what no reader still needs and never blocks a writer.
-    The thread holds no reference to the store, so an unclosed store can still be collected."""
-
-    def __init__(self, path: str, busy_timeout_s: float, write_lock: threading.Lock) -> None:
-        self._path = path
-        self._busy_timeout_s = busy_timeout_s
-        self._write_lock = write_lock
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-
-    def poke(self) -> None:
-        if self._thread is None:
-            with self._start_lock:
-                if self._thread is None and not self._stop.is_set():
-                    self._thread = threading.Thread(
-                        target=_checkpoint_loop,
-                        args=(self._path, self._busy_timeout_s, self._write_lock, self._wake, self._stop),
-                        name="tether-sqlite-checkpoint",
-                        daemon=True,
-                    )
-                    self._thread.start()
-        self._wake.set()
-
-    def close(self, wait: bool = True) -> None:
-        with self._start_lock:
-            self._stop.set()
-            self._wake.set()
-            thread, self._thread = self._thread, None
-        if thread is not None and wait:
-            thread.join()
-
-
-def _checkpoint_loop(
-    path: str, busy_timeout_s: float, write_lock: threading.Lock, wake: threading.Event, stop: threading.Event
-) -> None:
-    try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s)
-    except sqlite3.Error as exc:  # the inline autocheckpoint still bounds the WAL
-        _log.warning("no background checkpoints for %s: %s", path, exc)
-        return
-    try:
-        while True:
-            wake.wait()
-            if stop.is_set():
-                return
-            wake.clear()
-            try:
-                _, wal_frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                if wal_frames >= _RESTART_FRAMES and copied == wal_frames:  # (no reader holds old frames)
-                    # Under steady writes a passive checkpoint never catches up with the WAL, so SQLite never
-                    # restarts it and a writer ends up checkpointing it inline at the cap, with two fsyncs of
-                    # much data (tens of ms). Holding this store's writers back for the few frames written
-                    # since the checkpoint above lets the next writer restart the WAL at the cost of ~ms.
-                    with write_lock:
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except sqlite3.Error as exc:  # e.g. the file went away; the writers will report it
-                _log.debug("background checkpoint of %s failed: %s", path, exc)
-            if stop.wait(_CHECKPOINT_EVERY_S):
-                return
-    finally:
-        conn.close()
-
-
-def _create_schema(conn: sqlite3.Connection, path: Path | str) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER NOT NULL)")
-        row = conn.execute("SELECT MAX(version) FROM tether_schema").fetchone()
-        if row[0] is None:
-            # executescript() would commit on its own: run the schema statement by statement instead
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("INSERT INTO tether_schema (version) VALUES (?)", (SCHEMA_VERSION,))
-        elif row[0] > SCHEMA_VERSION:
-            raise StoreError(
-                f"{path} was written by a newer tether (store schema {row[0]}, this one knows {SCHEMA_VERSION}); "
-                "upgrade tether or use another file"
-            )
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _qualified(alias: str, cols: str) -> str:
-    return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
-
-
-def _rollout_from_row(row: Sequence[Any]) -> Rollout:
-    return Rollout(
-        rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
-        status=RolloutStatus(row[4]), metadata=_json.loads(row[5]), max_attempts=row[6], timeout_s=row[7],
-        heartbeat_timeout_s=row[8], resources_version=row[9], attempt_count=row[10], created_at=row[11],
-        finished_at=row[12], output=None if row[13] is None else _json.loads(row[13]), reward=row[14],
-        error=row[15],
-    )  # fmt: skip
-
-
-def _attempt_from_row(row: Sequence[Any]) -> Attempt:
-    return Attempt(
-        attempt_id=row[0], rollout_id=row[1], index=row[2], worker_id=row[3], status=AttemptStatus(row[4]),
-        started_at=row[5], last_heartbeat_at=row[6], finished_at=row[7], error=row[8],
-    )  # fmt: skip
-
-
-def _span_from_row(row: Sequence[Any]) -> Span:
-    return Span(
-        rollout_id=row[0], attempt_id=row[1], kind=SpanKind(row[2]), name=row[3], agent_name=row[4],
-        attributes=_json.loads(row[5]), span_id=row[6], parent_id=row[7], start_time=row[8], end_time=row[9],
-        sequence=row[10],
-    )  # fmt: skip
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
