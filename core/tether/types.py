@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Self, TypeVar
@@ -52,8 +52,11 @@ class SpanKind(StrEnum):
 
 
 def new_id(prefix: str) -> str:
-    """A short random id with a readable prefix (``ro-``, ``at-``, ``sp-``)."""
-    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+    """A short random id with a readable prefix (``ro-``, ``at-``, ``sp-``): 16 hex digits.
+
+    ``os.urandom`` rather than ``uuid4``: the proxy makes two ids per captured call and uuid4 costs ~4x more.
+    """
+    return f"{prefix}-{os.urandom(8).hex()}"
 
 
 _T = TypeVar("_T")

@@ -7,7 +7,6 @@ The span's attribute keys are a contract with ``tether.transitions``: ``call_id`
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -130,7 +129,6 @@ def llm_span(
         name=LLM_SPAN_NAME,
         agent_name=agent_name,
         attributes=attributes,
-        span_id=f"sp-{os.urandom(8).hex()}",  # new_id("sp")'s format, without uuid4's cost
         start_time=start_time,
         end_time=start_time + latency_ms / 1000.0,
     )

@@ -10,7 +10,6 @@ unrecorded (for calls made outside any rollout). Errors use OpenAI's body shape:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
 from tether.span_batcher import SpanBatcher
 from tether.store.base import NotFound, Store
+from tether.types import new_id
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class ProxyServer:
                 return self._error(404, problem, code="unknown_attempt")
         if rollout_id is not None and rollout_id in self.sampling_overrides:
             _apply_sampling(chat, self.sampling_overrides[rollout_id])
-        call_id = request.headers.get(CALL_ID_HEADER) or _new_id("call")
+        call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
         try:
             result = await self.backend.chat(chat)
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
@@ -229,11 +229,6 @@ def _apply_sampling(chat: ChatRequest, sampling: dict[str, Any]) -> None:
     for key in ("temperature", "top_p", "max_tokens", "seed"):
         if sampling.get(key) is not None:
             setattr(chat, key, sampling[key])
-
-
-def _new_id(prefix: str) -> str:
-    """``tether.types.new_id``'s format (prefix, 16 hex digits) from ``os.urandom``: a quarter of uuid4's CPU."""
-    return f"{prefix}-{os.urandom(8).hex()}"
 
 
 def _make_request(
