@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,15 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+@pytest.fixture(autouse=True)
+def _temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The backend's own log files go to the test's directory, where the tests can look for them."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
 
 
 @pytest.fixture
@@ -131,16 +141,29 @@ async def test_lifecycle_with_token_ids(standin: list[str], tmp_path: Path) -> N
     await backend.close()
     assert process.poll() is not None and backend.process is None
     assert not _listening(port)
+    assert (tmp_path / "v.log").exists()  # a log the user named stays
     with pytest.raises(BackendError, match="not started"):
         await backend.chat(ChatRequest(messages=[{"role": "user", "content": "x"}]))
     await backend.close()  # idempotent
 
 
-async def test_early_exit_reports_the_log(standin: list[str]) -> None:
+async def test_early_exit_reports_the_log_and_keeps_it(standin: list[str], _temp_dir: Path) -> None:
     backend = VLLMBackend("m", command=standin, env={"STANDIN_EXIT": "3"})
-    with pytest.raises(BackendError, match=r"exited with code 3(.|\n)*no GPU found"):
+    with pytest.raises(BackendError, match=r"exited with code 3(.|\n)*no GPU found") as failure:
         await backend.start()
     assert backend.process is None
+    await backend.close()  # a caller's cleanup after the failure must not delete the log the error names
+    (log,) = _temp_dir.glob("tether-vllm-*.log")
+    assert str(log) in str(failure.value) and "no GPU found" in log.read_text()
+
+
+async def test_own_log_is_removed_on_a_clean_close(standin: list[str], _temp_dir: Path) -> None:
+    backend = VLLMBackend("m", command=standin)
+    await backend.start()
+    assert backend.log_path is not None and backend.log_path.parent == _temp_dir
+    assert "READY" in backend.log_tail()
+    await backend.close()
+    assert list(_temp_dir.iterdir()) == [] and backend.log_path is None
 
 
 async def test_health_timeout_stops_the_process(standin: list[str]) -> None:

@@ -33,7 +33,8 @@ class VLLMBackend(ModelBackend):
 
     ``command`` is the program to run instead of ``vllm`` (tests use a stand-in). ``tool_call_parser``
     (e.g. ``"hermes"``) turns on vLLM's tool calling for models that need it. ``extra_args`` are appended
-    to the command line as given.
+    to the command line as given. The server's output goes to ``log_path``; without one, to a temporary file
+    that a clean ``close()`` removes and a failed start keeps (the error names it).
     """
 
     name = "vllm"
@@ -79,6 +80,7 @@ class VLLMBackend(ModelBackend):
         self.process: subprocess.Popen[bytes] | None = None
         self._remote: RemoteBackend | None = None
         self._log_file: IO[bytes] | None = None
+        self._temp_log = False  # a log file we made: removed on a clean close, kept when a start fails
 
     # -- command line -------------------------------------------------------------------------------------
 
@@ -130,6 +132,7 @@ class VLLMBackend(ModelBackend):
             fd, name = tempfile.mkstemp(prefix="tether-vllm-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
+            self._temp_log = True
         log_file = open(self.log_path, "ab")
         self._log_file = log_file
         try:
@@ -147,6 +150,7 @@ class VLLMBackend(ModelBackend):
         try:
             await self._wait_healthy()
         except BaseException:
+            self._temp_log = False  # the error names this log: it is the user's to read now
             await self._stop_process()
             raise
         remote = RemoteBackend(self.base_url, model=self.served_model_name, return_token_ids=True, logprobs=True)
@@ -172,7 +176,8 @@ class VLLMBackend(ModelBackend):
                 if time.monotonic() >= deadline:
                     raise BackendError(
                         f"the vLLM server did not become healthy at {url} within {self.startup_timeout_s:g} s "
-                        f"(raise startup_timeout_s for big models); its log ends with:\n{self.log_tail()}"
+                        f"(raise startup_timeout_s for big models); its log ({self.log_path}) ends with:\n"
+                        f"{self.log_tail()}"
                     )
                 await asyncio.sleep(0.25)
 
@@ -181,6 +186,9 @@ class VLLMBackend(ModelBackend):
             remote, self._remote = self._remote, None
             await remote.close()
         await self._stop_process()
+        if self._temp_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+            self.log_path, self._temp_log = None, False
 
     async def _stop_process(self) -> None:
         process, self.process = self.process, None
