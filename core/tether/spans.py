@@ -1,0 +1,133 @@
+"""The span schema: the names and attribute keys of every span tether captures, in one place.
+
+Producers (the proxy, framework adapters, tracers, ``tether.emit_reward``) and consumers (transitions, the
+dev report, APO's traces) use these constants, never string literals, so that a key is spelled once. Three
+layouts exist:
+
+- **The proxy's LLM span** (kind ``llm``, name ``LLM_CALL``): one per model call answered by the proxy, the
+  source of truth for training. Attributes are nested, not dotted (``ProxyLLMAttributes``): the request as
+  sent, the choices with the token ids and logprobs the backend produced, usage, model, latency.
+- **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
+  keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``); it only supplies the sub-agent name of
+  a proxy span with the same request messages when the proxy's lacks one.
+- **Tool spans** (kind ``tool``): ``TOOL_NAME``, ``TOOL_ARGUMENTS``, ``TOOL_CALL_ID``, and ``TOOL_RESULT`` or
+  ``TOOL_ERROR``. **Reward spans** (kind ``reward``): ``REWARD_VALUE``.
+
+The sub-agent that made a call is the span's ``agent_name`` field, not an attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+# -- span names -------------------------------------------------------------------------------------------
+
+#: the proxy's span of one model call (kind ``llm``)
+LLM_CALL = "chat.completions"
+#: a reward emitted by agent code (kind ``reward``), unless the agent names it otherwise
+REWARD = "reward"
+#: one APO candidate in a search's history record (kind ``other``)
+APO_CANDIDATE = "apo.candidate"
+
+# -- adapter LLM spans (flat keys) ------------------------------------------------------------------------
+
+REQUEST_MESSAGES = "request.messages"
+REQUEST_MODEL = "request.model"
+REQUEST_TOOLS = "request.tools"
+
+# -- tool spans -------------------------------------------------------------------------------------------
+
+TOOL_NAME = "tool.name"
+TOOL_ARGUMENTS = "tool.arguments"
+TOOL_RESULT = "tool.result"
+TOOL_ERROR = "tool.error"
+TOOL_CALL_ID = "tool.call_id"
+TOOL_PARAMETERS = "tool.parameters"  # the tool's JSON schema, where the framework gives it
+
+# -- reward spans -----------------------------------------------------------------------------------------
+
+REWARD_VALUE = "reward.value"
+
+# -- rollout metadata keys --------------------------------------------------------------------------------
+
+#: metadata of a rollout that holds an algorithm's records (claimed by the algorithm, never run)
+RECORD_METADATA = "tether.record"
+
+
+# -- the proxy's LLM span, typed --------------------------------------------------------------------------
+
+
+class RequestParams(TypedDict):
+    model: str | None
+    temperature: float | None
+    top_p: float | None
+    max_tokens: int | None
+    n: int | None
+    stop: Any
+    seed: int | None
+    stream: bool
+
+
+class ProxyRequest(TypedDict):
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    params: RequestParams
+
+
+class ProxyChoice(TypedDict):
+    message: dict[str, Any]
+    finish_reason: str | None
+    response_token_ids: list[int] | None
+    logprobs: list[float] | None
+
+
+class ProxyLLMAttributes(TypedDict):
+    """The attributes of the proxy's ``LLM_CALL`` span."""
+
+    call_id: str
+    request: ProxyRequest
+    prompt_token_ids: list[int] | None
+    choices: list[ProxyChoice]
+    usage: dict[str, int]
+    model: str | None
+    latency_ms: float
+    token_ids_available: bool
+
+
+def tool_attributes(
+    name: str,
+    arguments: Any,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    call_id: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The attributes of a ``tool`` span: name, arguments, call id, and the result or the error."""
+    attributes: dict[str, Any] = {TOOL_NAME: name, TOOL_ARGUMENTS: arguments}
+    if call_id is not None:
+        attributes[TOOL_CALL_ID] = call_id
+    if error is not None:
+        attributes[TOOL_ERROR] = error
+    else:
+        attributes[TOOL_RESULT] = result
+    attributes.update(extra)
+    return attributes
+
+
+def reward_attributes(value: float, **extra: Any) -> dict[str, Any]:
+    """The attributes of a ``reward`` span."""
+    return {REWARD_VALUE: value, **extra}
+
+
+def adapter_llm_attributes(
+    messages: Any, *, model: str | None = None, tools: Any = None, **extra: Any
+) -> dict[str, Any]:
+    """The attributes of an adapter's own ``llm`` span of a call (flat keys)."""
+    attributes: dict[str, Any] = {REQUEST_MESSAGES: messages}
+    if model is not None:
+        attributes[REQUEST_MODEL] = model
+    if tools is not None:
+        attributes[REQUEST_TOOLS] = tools
+    attributes.update(extra)
+    return attributes
