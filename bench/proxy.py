@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import statistics
@@ -55,25 +56,28 @@ def _serve_fake(queue: Any) -> None:
     asyncio.run(main())
 
 
-async def _start_proxy(fake_url: str) -> tuple[Any, list[str]]:
-    """A proxy on a memory store with ``ROLLOUTS`` running attempts, and their URLs."""
+async def _start_proxy(fake_url: str, stack: contextlib.AsyncExitStack) -> list[str]:
+    """A proxy on a memory store with ``ROLLOUTS`` open attempts (closed with ``stack``), and their URLs."""
     from tether.models.remote import RemoteBackend
     from tether.proxy import ProxyServer
+    from tether.span_batcher import SpanBatcher
     from tether.store.memory import MemoryStore
     from tether.types import RolloutSpec
 
     store = MemoryStore()
     await store.enqueue([RolloutSpec(input=i) for i in range(ROLLOUTS)])
     claimed = await store.dequeue("bench", limit=ROLLOUTS)
-    proxy = await ProxyServer(store, RemoteBackend(fake_url, model="m"), close_backend=True).start()
-    return proxy, [proxy.url_for(r.rollout_id, a.attempt_id) for r, a in claimed]
+    batcher = await stack.enter_async_context(SpanBatcher(store))
+    backend = RemoteBackend(fake_url, model="m")
+    proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher, close_backend=True))
+    return [await stack.enter_async_context(proxy.attempt(r.rollout_id, a.attempt_id)) for r, a in claimed]
 
 
 def _serve_proxy(fake_url: str, queue: Any) -> None:
     async def main() -> None:
-        _, urls = await _start_proxy(fake_url)
-        queue.put(urls)
-        await asyncio.Event().wait()
+        async with contextlib.AsyncExitStack() as stack:
+            queue.put(await _start_proxy(fake_url, stack))
+            await asyncio.Event().wait()
 
     asyncio.run(main())
 
@@ -118,33 +122,32 @@ async def _measure(
     direct_url: str, proxy_urls: list[str] | None, proxy_pid: int, calls: int, rounds: int
 ) -> list[dict[str, Any]]:
     """Alternate direct and proxied rounds. ``proxy_urls`` None: run the proxy here, in the clients' loop."""
-    proxy = None
-    if proxy_urls is None:
-        proxy, proxy_urls = await _start_proxy(direct_url)
-    rows = []
-    connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=60)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        for clients, delay in CASES:
-            per_round = max(1, calls // clients // rounds)
-            if delay:
-                per_round = max(1, per_round // 4)  # slow answers: fewer calls
-            await _round(session, [direct_url], clients, 10, delay)  # warm up connections
-            await _round(session, proxy_urls, clients, 10, delay)
-            direct: list[float] = []
-            proxied: list[float] = []
-            cpu = 0.0
-            for _ in range(rounds):
-                before = _cpu_s(proxy_pid)
-                direct += await _round(session, [direct_url], clients, per_round, delay)
-                middle = _cpu_s(proxy_pid)
-                proxied += await _round(session, proxy_urls, clients, per_round, delay)
-                # in-process, the clients' own CPU is in both rounds: count only what the proxied round added
-                cpu += _cpu_s(proxy_pid) - middle - ((middle - before) if proxy is not None else 0.0)
-            row = {"clients": clients, "delay": delay, "direct": direct, "proxied": proxied}
-            row["cpu_ms"] = cpu * 1000.0 / len(proxied)
-            rows.append(row)
-    if proxy is not None:
-        await proxy.stop()
+    async with contextlib.AsyncExitStack() as stack:
+        in_process = proxy_urls is None
+        if proxy_urls is None:
+            proxy_urls = await _start_proxy(direct_url, stack)
+        rows = []
+        connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=60)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for clients, delay in CASES:
+                per_round = max(1, calls // clients // rounds)
+                if delay:
+                    per_round = max(1, per_round // 4)  # slow answers: fewer calls
+                await _round(session, [direct_url], clients, 10, delay)  # warm up connections
+                await _round(session, proxy_urls, clients, 10, delay)
+                direct: list[float] = []
+                proxied: list[float] = []
+                cpu = 0.0
+                for _ in range(rounds):
+                    before = _cpu_s(proxy_pid)
+                    direct += await _round(session, [direct_url], clients, per_round, delay)
+                    middle = _cpu_s(proxy_pid)
+                    proxied += await _round(session, proxy_urls, clients, per_round, delay)
+                    # in-process, the clients' own CPU is in both rounds: count only what the proxied round added
+                    cpu += _cpu_s(proxy_pid) - middle - ((middle - before) if in_process else 0.0)
+                row = {"clients": clients, "delay": delay, "direct": direct, "proxied": proxied}
+                row["cpu_ms"] = cpu * 1000.0 / len(proxied)
+                rows.append(row)
     return rows
 
 

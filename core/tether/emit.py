@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tether import spans
 from tether.context import current_agent_name, current_sink
 from tether.types import SpanKind, check_reward
 
@@ -19,11 +20,12 @@ def _sink_or_raise(what: str) -> Any:
     return sink
 
 
-def emit_reward(value: float, *, name: str = "reward", **attributes: Any) -> float:
+def emit_reward(value: float, *, name: str = spans.REWARD, **attributes: Any) -> float:
     """Record a reward for the running rollout. Non-numeric or non-finite values raise ``ValueError``."""
     reward = check_reward(value)
     sink = _sink_or_raise("emit_reward")
-    sink.emit(SpanKind.REWARD, name, {"reward.value": reward, **attributes}, agent_name=current_agent_name())
+    attributes = spans.reward_attributes(reward, **attributes)
+    sink.emit(SpanKind.REWARD, name, attributes, agent_name=current_agent_name())
     return reward
 
 

@@ -1,12 +1,17 @@
 """The runner: takes rollouts from the store and runs the wrapped agent on them.
 
-For each rollout it opens an attempt (``dequeue``), scopes the model endpoint to that attempt's proxy URL,
-enters every plugin's ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and
-records the outcome — output and reward, or the error with its traceback. A run past the rollout's
+For each rollout it opens an attempt (``dequeue``), opens it on the proxy (``proxy.attempt``, with the
+sampling of the rollout's resources) and scopes the model endpoint to that attempt's URL, enters every
+plugin's ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and records the
+outcome — output and reward, or the error with its traceback. A run past the rollout's
 ``timeout_s`` is cancelled and its attempt ends ``timeout`` through the store's own sweep
 (``requeue_stale``), the way the attempt of a runner that died ends. Several rollouts run concurrently on one
 event loop; a failing rollout never stops the runner. Spans arriving in the store are the attempt's
 heartbeat.
+
+The runner's sink writes to the ``SpanBatcher`` it is given, the one the proxy writes to: the store numbers
+spans in arrival order, so a single queue keeps an LLM call before the tool call it requested. The runner
+flushes it before it ends each attempt and never closes it (its creator does, after the proxy stops).
 """
 
 from __future__ import annotations
@@ -17,11 +22,11 @@ import logging
 import traceback
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tether import _json
+from tether._json import jsonable
 from tether.adapters import Tracer, WrappedAgent
-from tether.context import RolloutScope, current_scope, current_sink
+from tether.context import RolloutScope, current_sink, rollout_scope
 from tether.plugins import get_plugins
 from tether.sink import RolloutSink
 from tether.store.base import InvalidTransition
@@ -42,7 +47,8 @@ class RunnerStats:
 
 
 class Runner:
-    """Runs rollouts of one wrapped agent from ``store``, at most ``concurrency`` at a time.
+    """Runs rollouts of one wrapped agent from ``store``, at most ``concurrency`` at a time, their model
+    calls served by ``proxy``; adapters' spans go to ``batcher`` (the proxy's).
 
     Use as an async context manager (it instruments the adapter and tracers on enter and removes them on
     exit), then ``await run_until_idle()`` or ``await serve(stop_event)``.
@@ -54,6 +60,7 @@ class Runner:
         store: Store,
         proxy: ProxyServer,
         *,
+        batcher: SpanBatcher,
         concurrency: int = 4,
         worker_id: str | None = None,
         poll_s: float = 0.02,
@@ -63,19 +70,16 @@ class Runner:
         self.agent = agent
         self.store = store
         self.proxy = proxy
+        self.batcher = batcher
         self.concurrency = concurrency
         self.worker_id = worker_id or f"runner-{uuid.uuid4().hex[:8]}"
         self.poll_s = poll_s
         self.stats = RunnerStats()
-        self._batcher: SpanBatcher | None = None
         self.sink: RolloutSink | None = None
         self._instrumented: list[Tracer] = []
 
     async def __aenter__(self) -> Runner:
-        # one batcher for the proxy's spans and the adapters': the store numbers spans in arrival order, so
-        # a single queue keeps an LLM call before the tool call it requested
-        self._batcher = self.proxy.batcher
-        self.sink = RolloutSink(self._batcher, asyncio.get_running_loop())
+        self.sink = RolloutSink(self.batcher, asyncio.get_running_loop())
         for tracer in [self.agent.adapter, *get_plugins().tracers()]:
             tracer.instrument(self.sink)
             self._instrumented.append(tracer)
@@ -85,8 +89,8 @@ class Runner:
         for tracer in reversed(self._instrumented):
             tracer.uninstrument()
         self._instrumented.clear()
-        if self._batcher is not None:
-            await self._batcher.flush()  # the proxy owns the batcher and closes it
+        if self.sink is not None:
+            await self.sink.flush()  # its creator closes the batcher
 
     async def run_until_idle(self) -> RunnerStats:
         """Run rollouts until the queue is empty and none is in flight."""
@@ -122,86 +126,58 @@ class Runner:
 
     async def _run_one(self, rollout: Rollout, attempt: Attempt) -> None:
         assert self.sink is not None
-        scope = RolloutScope(
-            rollout.rollout_id, attempt.attempt_id, self.proxy.url_for(rollout.rollout_id, attempt.attempt_id)
-        )
-        scope_token = current_scope.set(scope)
+        rollout_id, attempt_id = rollout.rollout_id, attempt.attempt_id
         sink_token = current_sink.set(self.sink)
         deadline = asyncio.timeout(rollout.timeout_s)  # no limit when timeout_s is None
         try:
-            resources = await self._resources_for(rollout, scope)
-            if resources.llm and resources.llm.sampling:
-                self.proxy.sampling_overrides[rollout.rollout_id] = resources.llm.sampling
-            async with contextlib.AsyncExitStack() as stack:
-                for manager in get_plugins().rollout_contexts(rollout):
-                    await stack.enter_async_context(manager)
-                async with deadline:
-                    output = await self.agent.run_task(rollout.input, resources)
-            reward = await self.agent.score(rollout.input, output)
-            emitted = self.sink.pop_rewards(attempt.attempt_id)
+            resources = await self._resources_for(rollout)
+            assert resources.llm is not None
+            # the sampling travels once: the rollout's resources -> the proxy's attempt, applied to each call
+            async with self.proxy.attempt(rollout_id, attempt_id, resources.llm.sampling) as base_url:
+                resources.llm.base_url = base_url
+                with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url)):
+                    async with contextlib.AsyncExitStack() as stack:
+                        for manager in get_plugins().rollout_contexts(rollout):
+                            await stack.enter_async_context(manager)
+                        async with deadline:
+                            output = await self.agent.run_task(rollout.input, resources)
+                    reward = await self.agent.score(rollout.input, output)
+            emitted = self.sink.pop_rewards(attempt_id)
             if reward is None and emitted:
                 reward = sum(emitted)
-            await self._flush()
+            await self.sink.flush()
             await self.store.finish_attempt(
-                attempt.attempt_id, AttemptStatus.SUCCEEDED, output=_jsonable(output), reward=reward
+                attempt_id, AttemptStatus.SUCCEEDED, output=jsonable(output), reward=reward
             )
             self.stats.succeeded += 1
         except Exception as exc:
-            self.sink.pop_rewards(attempt.attempt_id)
+            self.sink.pop_rewards(attempt_id)
             if isinstance(exc, TimeoutError) and deadline.expired():
                 error = f"attempt timed out after {rollout.timeout_s:g} s"
-                log.info("rollout %s attempt %s: %s", rollout.rollout_id, attempt.attempt_id, error)
+                log.info("rollout %s attempt %s: %s", rollout_id, attempt_id, error)
             else:
                 error = "".join(traceback.format_exception(exc)).strip()
-                log.info("rollout %s attempt %s failed: %s", rollout.rollout_id, attempt.attempt_id, exc)
+                log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, exc)
             try:
-                await self._flush()
+                await self.sink.flush()
                 if deadline.expired():
                     # the store's sweep ends it as `timeout` (and requeues or fails the rollout) exactly as it
                     # would for a runner that died, so both ways to notice a timeout end the same
                     await self.store.requeue_stale()
-                await self.store.finish_attempt(attempt.attempt_id, AttemptStatus.FAILED, error=error)
+                await self.store.finish_attempt(attempt_id, AttemptStatus.FAILED, error=error)
             except InvalidTransition:  # already ended: the sweep timed it out, or the rollout was cancelled
-                log.debug("attempt %s had already ended", attempt.attempt_id)
+                log.debug("attempt %s had already ended", attempt_id)
             except Exception:  # the store itself failed
-                log.exception("could not record the failure of attempt %s", attempt.attempt_id)
+                log.exception("could not record the failure of attempt %s", attempt_id)
             self.stats.failed += 1
         finally:
-            self.proxy.sampling_overrides.pop(rollout.rollout_id, None)
             current_sink.reset(sink_token)
-            current_scope.reset(scope_token)
 
-    async def _flush(self) -> None:
-        assert self.sink is not None
-        await self.proxy.flush()
-        await self.sink.flush()
-
-    async def _resources_for(self, rollout: Rollout, scope: RolloutScope) -> Resources:
+    async def _resources_for(self, rollout: Rollout) -> Resources:
+        """The rollout's resources, with a copy of the LLM endpoint the runner fills with the attempt's URL."""
         resources = await self.store.get_resources(rollout.resources_version)
         if resources is None:
             resources = Resources(version=0)
-        llm = resources.llm or LLMEndpoint(base_url=scope.base_url)
-        resources.llm = LLMEndpoint(base_url=scope.base_url, model=llm.model, sampling=dict(llm.sampling))
+        llm = resources.llm or LLMEndpoint(base_url="")
+        resources.llm = LLMEndpoint(base_url=llm.base_url, model=llm.model, sampling=dict(llm.sampling))
         return resources
-
-
-def _jsonable(value: Any, depth: int = 0) -> Any:
-    """The output as stored: itself when JSON-serialisable; else containers are converted item by item,
-    pydantic models (framework messages) by ``model_dump``, and anything else becomes its text."""
-    try:
-        return _json.clone(value)
-    except TypeError:
-        pass
-    if depth > 20:
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [_jsonable(v, depth + 1) for v in value]
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
-            return _jsonable(dump(mode="json"), depth + 1)
-        except Exception:
-            pass
-    return str(value)

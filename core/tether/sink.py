@@ -9,6 +9,7 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from tether import spans
 from tether.context import current_scope
 from tether.types import Span, SpanKind
 
@@ -54,7 +55,7 @@ class RolloutSink:
             end_time=end_time if end_time is not None else now,
         )
         if span.kind == SpanKind.REWARD:
-            self._rewards[scope.attempt_id].append(float(attributes.get("reward.value", 0.0)))
+            self._rewards[scope.attempt_id].append(float(attributes.get(spans.REWARD_VALUE, 0.0)))
         if threading.get_ident() == self._loop_thread:
             self._batcher.submit(span)
         else:  # framework callbacks on worker threads

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
 
 from tether.store.base import InvalidInput, Store
 from tether.types import Span
@@ -73,10 +72,6 @@ class SpanBatcher:
         else:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._submit_here, span)
-
-    def submit_many(self, spans: Sequence[Span]) -> None:
-        for span in spans:
-            self.submit(span)
 
     async def flush(self) -> None:
         """Write every span submitted so far; return when the store has them (or dropped them)."""

@@ -71,7 +71,7 @@ class Trainer:
 
             await store.add_resources(llm=LLMEndpoint(base_url=proxy.url, sampling=dict(self.sampling)))
             rollouts = await store.enqueue(specs)
-            async with Runner(agent, store, proxy, concurrency=self.n_runners) as runner:
+            async with Runner(agent, store, proxy, batcher=proxy.batcher, concurrency=self.n_runners) as runner:
                 await runner.run_until_idle()
             return await self._report(agent, store, [r.rollout_id for r in rollouts])
 
@@ -137,7 +137,7 @@ class Trainer:
                 loop.restore()
             rng = random.Random(f"{self.seed}:{loop.step}")
             result = FitResult(run_dir=run.path)
-            async with Runner(agent, store, proxy, concurrency=self.n_runners) as runner:
+            async with Runner(agent, store, proxy, batcher=proxy.batcher, concurrency=self.n_runners) as runner:
                 with _Progress(self.steps, enabled=self.progress, start=loop.step) as bar:
                     if val_tasks and loop.step == 0:
                         await self._record(loop, run, await loop.evaluate(store, runner, proxy, val_tasks), bar)
@@ -178,15 +178,20 @@ class Trainer:
     ) -> AsyncIterator[tuple[Store, Any]]:
         from tether.models import open_backend
         from tether.proxy import ProxyServer
+        from tether.span_batcher import SpanBatcher
 
         store = open_store(store_url or self.store or "memory:")
         owned = not isinstance(model, ModelBackend)  # a backend object passed in stays the caller's
         backend = model if isinstance(model, ModelBackend) else open_backend(model)
+        # issue 13 (helper C, interim until the Session owns it): one batcher for the proxy's and the
+        # runner's spans, created here and closed after the proxy stops
+        batcher = SpanBatcher(store)
         try:
             await backend.start()
-            async with ProxyServer(store, backend) as proxy:
+            async with ProxyServer(backend, batcher=batcher) as proxy:
                 yield store, proxy
         finally:
+            await batcher.close()
             if owned:
                 await backend.close()
             await store.close()

@@ -1,9 +1,9 @@
 """Turns an attempt's spans into transitions (one per LLM call) and assigns credit.
 
-The proxy's ``llm`` span of a call (name ``chat.completions``) is the source of truth: it holds the request
-messages, the response and the token ids exactly as the backend produced them, and the sub-agent name sent
-by the adapter in a header. An adapter's own ``llm`` span of the same call (same request messages) only
-supplies the agent name when the proxy's is missing.
+The proxy's ``llm`` span of a call (``tether.spans.LLM_CALL``, attributes ``ProxyLLMAttributes``) is the
+source of truth: it holds the request messages, the response and the token ids exactly as the backend
+produced them, and the sub-agent name sent by the adapter in a header. An adapter's own ``llm`` span of the
+same call (same request messages) only supplies the agent name when the proxy's is missing.
 
 Credit assignment (``credit=``):
 
@@ -11,21 +11,20 @@ Credit assignment (``credit=``):
 - ``"per_call"``: every call gets the rollout's reward plus the ``reward`` spans emitted after it and before
   the next call of the attempt (``tether.emit_reward`` from inside the agent).
 - ``tool_error_penalty``: subtracted from a call once for each tool it requested that failed (a ``tool``
-  span with ``tool.error``, attributed to the last call before it). Works with either rule.
+  span with ``TOOL_ERROR``, attributed to the last call before it). Works with either rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from tether import _json
+from tether.spans import LLM_CALL, REQUEST_MESSAGES, REWARD_VALUE, TOOL_ERROR, ProxyLLMAttributes
 from tether.types import Rollout, Span, SpanKind, Transition
 
 CreditRule = Literal["episode", "per_call"]
-
-PROXY_SPAN_NAME = "chat.completions"
 
 
 @dataclass(slots=True)
@@ -38,7 +37,7 @@ class TransitionReport:
 
 
 def is_proxy_llm_span(span: Span) -> bool:
-    return span.kind == SpanKind.LLM and span.name == PROXY_SPAN_NAME and "choices" in span.attributes
+    return span.kind == SpanKind.LLM and span.name == LLM_CALL and "choices" in span.attributes
 
 
 def build_transitions(
@@ -67,9 +66,9 @@ def build_transitions(
         elif span.kind == SpanKind.LLM and span.agent_name:
             report.agent_names.add(span.agent_name)
         elif span.kind == SpanKind.REWARD and credit == "per_call" and current is not None:
-            current.reward += float(span.attributes.get("reward.value", 0.0))
+            current.reward += float(span.attributes.get(REWARD_VALUE, 0.0))
         elif span.kind == SpanKind.TOOL and tool_error_penalty and current is not None:
-            if span.attributes.get("tool.error") is not None:
+            if span.attributes.get(TOOL_ERROR) is not None:
                 current.reward -= tool_error_penalty
     if not report.transitions:
         report.problems.append(
@@ -82,10 +81,11 @@ def build_transitions(
 def _transition_from(
     rollout: Rollout, span: Span, step: int, reward: float, names_by_request: dict[bytes, str]
 ) -> Transition:
-    attrs = span.attributes
-    request = attrs.get("request") or {}
-    messages = request.get("messages") or []
-    choice = (attrs.get("choices") or [{}])[0]
+    attrs = cast(ProxyLLMAttributes, span.attributes)  # read defensively: a store may hold older spans
+    request = attrs.get("request")
+    messages = (request.get("messages") if request else None) or []
+    choices = attrs.get("choices")
+    choice = choices[0] if choices else None
     agent = span.agent_name or names_by_request.get(_request_key(messages))
     return Transition(
         rollout_id=rollout.rollout_id,
@@ -94,10 +94,10 @@ def _transition_from(
         agent_name=agent,
         step=step,
         messages=messages,
-        response=choice.get("message") or {},
+        response=(choice.get("message") if choice else None) or {},
         prompt_token_ids=list(attrs.get("prompt_token_ids") or []),
-        response_token_ids=list(choice.get("response_token_ids") or []),
-        logprobs=choice.get("logprobs"),
+        response_token_ids=list((choice.get("response_token_ids") if choice else None) or []),
+        logprobs=choice.get("logprobs") if choice else None,
         reward=reward,
         trainable=False,
     )
@@ -108,7 +108,7 @@ def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:
     out: dict[bytes, str] = {}
     for span in spans:
         if span.kind == SpanKind.LLM and not is_proxy_llm_span(span) and span.agent_name:
-            messages = span.attributes.get("request.messages")
+            messages = span.attributes.get(REQUEST_MESSAGES)
             if messages is not None:
                 out[_request_key(messages)] = span.agent_name
     return out

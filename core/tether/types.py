@@ -160,9 +160,20 @@ class Attempt(_Record):
 class Span(_Record):
     """One captured event of an attempt. ``sequence`` is assigned by the store, in arrival order per attempt.
 
-    ``attributes`` holds the kind-specific payload: for ``llm`` spans ``request.messages``, ``response``,
-    ``prompt_token_ids``, ``response_token_ids``, ``logprobs``, ``usage``; for ``tool`` spans ``tool.name``,
-    ``tool.arguments``, ``tool.result`` or ``tool.error``; for ``reward`` spans ``reward.value``.
+    ``attributes`` holds the kind-specific payload, laid out as ``tether.spans`` describes (its constants name
+    every key):
+
+    - the proxy's ``llm`` span of a call (name ``spans.LLM_CALL``), nested ``spans.ProxyLLMAttributes``:
+      ``call_id``, ``request`` (``messages``, ``tools``, ``params``), ``prompt_token_ids``, ``choices`` (each
+      ``message``, ``finish_reason``, ``response_token_ids``, ``logprobs``), ``usage``, ``model``,
+      ``latency_ms``, ``token_ids_available``;
+    - an adapter's own ``llm`` span (any other name), flat keys: ``request.messages``, ``request.model``,
+      ``request.tools``;
+    - ``tool`` spans: ``tool.name``, ``tool.arguments``, ``tool.call_id``, and ``tool.result`` or
+      ``tool.error``;
+    - ``reward`` spans: ``reward.value``.
+
+    The sub-agent that produced the span is ``agent_name``, not an attribute.
     """
 
     rollout_id: str
@@ -195,7 +206,8 @@ class PromptTemplate(_Record):
         if self.engine == "jinja":
             import jinja2  # lazy: only users of jinja templates need it
 
-            return jinja2.Template(self.template).render(**values)
+            rendered: str = jinja2.Template(self.template).render(**values)
+            return rendered
         return self.template.format(**values)
 
 

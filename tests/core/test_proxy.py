@@ -11,6 +11,7 @@ import aiohttp
 import openai
 import pytest
 
+from tether import spans
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
 from tether.models.base import ChatRequest, ChatResult, Choice, ModelBackend
 from tether.models.remote import RemoteBackend
@@ -18,8 +19,9 @@ from tether.proxy import ProxyServer
 from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, text, tool_call, tool_calls
-from tether.types import Attempt, RolloutSpec, SpanKind
+from tether.types import Attempt, RolloutSpec, Span, SpanKind
 
+USER = [{"role": "user", "content": "hi"}]
 WEATHER = {
     "type": "function",
     "function": {"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
@@ -32,12 +34,9 @@ class Rig:
     llm: FakeLLM
     proxy: ProxyServer
     attempt: Attempt
+    url: str  # the attempt's OpenAI base URL, open for the whole test
 
-    @property
-    def url(self) -> str:
-        return self.proxy.url_for(self.attempt.rollout_id, self.attempt.attempt_id)
-
-    async def spans(self) -> list:
+    async def spans(self) -> list[Span]:
         await self.proxy.flush()
         return await self.store.get_spans(self.attempt.attempt_id)
 
@@ -47,10 +46,13 @@ async def rig() -> AsyncIterator[Rig]:
     store = MemoryStore()
     await store.enqueue([RolloutSpec(input="q")])
     ((_, attempt),) = await store.dequeue("w")
-    async with FakeLLM() as llm:
+    async with FakeLLM() as llm, SpanBatcher(store) as batcher:
         backend = RemoteBackend(llm.base_url, return_token_ids=True, logprobs=True)
-        async with ProxyServer(store, backend, close_backend=True) as proxy:
-            yield Rig(store, llm, proxy, attempt)
+        async with (
+            ProxyServer(backend, batcher=batcher, close_backend=True) as proxy,
+            proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url,
+        ):
+            yield Rig(store, llm, proxy, attempt, url)
 
 
 async def test_async_client_text_and_span(rig: Rig) -> None:
@@ -73,7 +75,7 @@ async def test_async_client_text_and_span(rig: Rig) -> None:
     assert out.usage is not None and out.usage.completion_tokens == len(b"Paris")
 
     (span,) = await rig.spans()
-    assert span.kind == SpanKind.LLM and span.name == "chat.completions"
+    assert span.kind == SpanKind.LLM and span.name == spans.LLM_CALL
     assert span.rollout_id == rig.attempt.rollout_id and span.agent_name == "planner"
     a = span.attributes
     assert a["call_id"] == "call-1"
@@ -212,14 +214,46 @@ async def test_span_shares_nothing_with_backend_or_client() -> None:
     ((_, attempt),) = await store.dequeue("w")
     backend = _Mutating()
     batcher = SpanBatcher(store, max_delay_s=3600)
-    async with ProxyServer(store, backend, batcher=batcher) as proxy:
-        client = openai.AsyncOpenAI(base_url=proxy.url_for(attempt.rollout_id, attempt.attempt_id), api_key="k")
+    async with (
+        ProxyServer(backend, batcher=batcher) as proxy,
+        proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url,
+    ):
+        client = openai.AsyncOpenAI(base_url=url, api_key="k")
         out = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "original"}])
         await client.close()
         assert out.choices[0].message.content == "answer"
         backend.answers[0]["content"] = "edited after the call"
+    await batcher.close()
     (span,) = await store.get_spans(attempt.attempt_id)
     assert span.attributes["request"]["messages"] == [{"role": "user", "content": "original"}]
     assert span.attributes["choices"][0]["message"]["content"] == "answer"
     assert span.attributes["prompt_token_ids"] == [1, 2] and span.attributes["token_ids_available"] is True
     assert span.attributes["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+
+
+async def test_attempt_sampling_overrides_what_the_agent_asks(rig: Rig) -> None:
+    await rig.store.enqueue([RolloutSpec(input="q2")])
+    ((_, other),) = await rig.store.dequeue("w")
+    sampling = {"temperature": 0.0, "top_p": None, "max_tokens": 7, "seed": 3, "n": 5}  # None, n: not applied
+    rig.llm.add(text("a"), text("b"))
+    async with rig.proxy.attempt(other.rollout_id, other.attempt_id, sampling) as url:
+        client = openai.AsyncOpenAI(base_url=url, api_key="k")
+        await client.chat.completions.create(
+            model="m",
+            messages=USER,  # type: ignore[arg-type]
+            temperature=0.9,
+            top_p=0.5,
+            max_tokens=99,
+        )
+        await client.close()
+    client = openai.AsyncOpenAI(base_url=rig.url, api_key="k")  # the rig's attempt has no sampling of its own
+    await client.chat.completions.create(model="m", messages=USER, temperature=0.9, max_tokens=99)  # type: ignore[arg-type]
+    await client.close()
+    overridden, untouched = rig.llm.chat_requests
+    assert (overridden["temperature"], overridden["top_p"], overridden["max_tokens"]) == (0.0, 0.5, 7)
+    assert overridden["seed"] == 3 and overridden.get("n", 1) == 1
+    assert (untouched["temperature"], untouched["max_tokens"]) == (0.9, 99) and "seed" not in untouched
+    await rig.proxy.flush()
+    (span,) = await rig.store.get_spans(other.attempt_id)
+    params = span.attributes["request"]["params"]
+    assert (params["temperature"], params["top_p"], params["max_tokens"], params["seed"]) == (0.0, 0.5, 7, 3)

@@ -33,31 +33,31 @@ async def test_200_concurrent_calls_are_attributed_in_order() -> None:
 
     async with FakeLLM(handler=_echo) as llm:
         batcher = SpanBatcher(store, max_batch=16, max_delay_s=0.005)
-        async with ProxyServer(store, RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
+        async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
 
             async def agent(k: int) -> list[str]:
                 rollout, attempt = claimed[k]
-                client = openai.AsyncOpenAI(
-                    base_url=proxy.url_for(rollout.rollout_id, attempt.attempt_id),
-                    api_key="k",
-                    default_headers={AGENT_HEADER: f"agent-{k % 3}"},
-                )
-                history: list[Any] = []
-                answers = []
-                for step in range(CALLS):
-                    history.append({"role": "user", "content": f"{k}/{step}"})
-                    out = await client.chat.completions.create(
-                        model="m",
-                        messages=history,
-                        extra_headers={CALL_ID_HEADER: f"c-{k}-{step}"},
+                async with proxy.attempt(rollout.rollout_id, attempt.attempt_id) as url:
+                    client = openai.AsyncOpenAI(
+                        base_url=url, api_key="k", default_headers={AGENT_HEADER: f"agent-{k % 3}"}
                     )
-                    answers.append(out.choices[0].message.content or "")
-                    history.append({"role": "assistant", "content": answers[-1]})
-                await client.close()
+                    history: list[Any] = []
+                    answers = []
+                    for step in range(CALLS):
+                        history.append({"role": "user", "content": f"{k}/{step}"})
+                        out = await client.chat.completions.create(
+                            model="m",
+                            messages=history,
+                            extra_headers={CALL_ID_HEADER: f"c-{k}-{step}"},
+                        )
+                        answers.append(out.choices[0].message.content or "")
+                        history.append({"role": "assistant", "content": answers[-1]})
+                    await client.close()
                 return answers
 
             results = await asyncio.gather(*(agent(k) for k in range(ROLLOUTS)))
             assert batcher.pending + batcher.written == ROLLOUTS * CALLS
+        await batcher.close()
     assert batcher.written == ROLLOUTS * CALLS and batcher.dropped == 0
     assert len(llm.requests) == ROLLOUTS * CALLS
 

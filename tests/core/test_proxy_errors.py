@@ -1,8 +1,9 @@
-"""The proxy's failure paths: bad requests (400), unknown attempts (404), backend failures (502), and that
-none of them stores anything; spans of good calls survive a clean stop."""
+"""The proxy's failure paths: bad requests (400), attempts that are not open (404), backend failures (502),
+and that none of them stores anything; spans of good calls survive a clean stop."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,8 +17,8 @@ from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
 from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
-from tether.testing.fake_llm import FakeLLM, error
-from tether.types import Attempt, RolloutSpec
+from tether.testing.fake_llm import FakeLLM, error, text
+from tether.types import Attempt, RolloutSpec, Span, SpanKind
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -32,8 +33,13 @@ async def _attempt(store: MemoryStore) -> Attempt:
 async def setup() -> AsyncIterator[tuple[MemoryStore, FakeLLM, ProxyServer, str]]:
     store = MemoryStore()
     attempt = await _attempt(store)
-    async with FakeLLM() as llm, ProxyServer(store, RemoteBackend(llm.base_url), close_backend=True) as proxy:
-        yield store, llm, proxy, proxy.url_for(attempt.rollout_id, attempt.attempt_id)
+    async with (
+        FakeLLM() as llm,
+        SpanBatcher(store) as batcher,
+        ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy,
+        proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url,
+    ):
+        yield store, llm, proxy, url
 
 
 async def _post(url: str, body: Any) -> tuple[int, dict[str, Any]]:
@@ -110,15 +116,42 @@ async def test_openai_sdk_shows_the_reason(setup: tuple[MemoryStore, FakeLLM, Pr
     await client.close()
 
 
-async def test_unknown_rollout_or_attempt_is_404(setup: tuple[MemoryStore, FakeLLM, ProxyServer, str]) -> None:
-    store, llm, proxy, url = setup
+async def test_an_attempt_is_served_only_while_open(setup: tuple[MemoryStore, FakeLLM, ProxyServer, str]) -> None:
+    store, llm, proxy, _ = setup
     other = await _attempt(store)
-    status, data = await _post(proxy.url_for("ro-nope", "at-nope"), {"messages": USER})
-    assert status == 404 and "unknown rollout 'ro-nope'" in data["error"]["message"]
-    rollout_id = url.split("/")[-3]
-    status, data = await _post(proxy.url_for(rollout_id, other.attempt_id), {"messages": USER})
-    assert status == 404 and "is not an attempt of rollout" in data["error"]["message"]
-    assert llm.requests == []
+    closed_url = f"{proxy.url}/r/{other.rollout_id}/{other.attempt_id}/v1"
+    status, data = await _post(closed_url, {"messages": USER})  # never opened: no store lookup decides this
+    assert status == 404 and data["error"]["code"] == "unknown_attempt"
+    message = data["error"]["message"]
+    assert f"attempt {other.attempt_id!r} of rollout {other.rollout_id!r} is not open" in message
+    assert "async with proxy.attempt(" in message
+    llm.add(text("late", delay_s=0.2))
+    async with proxy.attempt(other.rollout_id, other.attempt_id) as opened:
+        assert opened == closed_url
+        with pytest.raises(ValueError, match="already open"):
+            async with proxy.attempt(other.rollout_id, other.attempt_id):
+                pass
+        in_flight = asyncio.create_task(_post(opened, {"messages": USER}))
+        while not llm.requests:  # the call reached the backend
+            await asyncio.sleep(0.005)
+    # a call in flight when the attempt closes is answered and recorded; a call after it is refused
+    status, data = await in_flight
+    assert status == 200 and data["choices"][0]["message"]["content"] == "late"
+    status, _ = await _post(closed_url, {"messages": USER})
+    assert status == 404
+    await proxy.flush()
+    assert len(await store.get_spans(other.attempt_id)) == 1
+    assert len(llm.chat_requests) == 1
+
+
+@pytest.mark.parametrize("ids", [("", "at-1"), ("ro-1", "a/b")])
+async def test_attempt_ids_must_fit_in_a_url(
+    setup: tuple[MemoryStore, FakeLLM, ProxyServer, str], ids: tuple[str, str]
+) -> None:
+    _, _, proxy, _ = setup
+    with pytest.raises(ValueError, match="without '/'"):
+        async with proxy.attempt(*ids):
+            pass
 
 
 async def test_upstream_failures(setup: tuple[MemoryStore, FakeLLM, ProxyServer, str]) -> None:
@@ -147,8 +180,12 @@ async def test_unreachable_upstream_is_502() -> None:
     store = MemoryStore()
     attempt = await _attempt(store)
     backend = RemoteBackend(f"http://127.0.0.1:{_closed_port()}/v1", model="m")
-    async with ProxyServer(store, backend, close_backend=True) as proxy:
-        status, data = await _post(proxy.url_for(attempt.rollout_id, attempt.attempt_id), {"messages": USER})
+    async with (
+        SpanBatcher(store) as batcher,
+        ProxyServer(backend, batcher=batcher, close_backend=True) as proxy,
+        proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url,
+    ):
+        status, data = await _post(url, {"messages": USER})
     assert status == 502 and "cannot reach" in data["error"]["message"]
     assert data["error"]["type"] == "upstream_error"
     assert await store.get_spans(attempt.attempt_id) == []
@@ -174,8 +211,11 @@ async def test_backend_exceptions_and_malformed_results_are_502() -> None:
     store = MemoryStore()
     attempt = await _attempt(store)
     backend = _Broken()
-    async with ProxyServer(store, backend) as proxy:
-        url = proxy.url_for(attempt.rollout_id, attempt.attempt_id)
+    async with (
+        SpanBatcher(store) as batcher,
+        ProxyServer(backend, batcher=batcher) as proxy,
+        proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url,
+    ):
         for mode, expected in [
             ("raise", "ZeroDivisionError: oops"),
             ("backend", "out of memory"),
@@ -187,17 +227,21 @@ async def test_backend_exceptions_and_malformed_results_are_502() -> None:
     assert await store.get_spans(attempt.attempt_id) == []
 
 
-async def test_stop_flushes_pending_spans() -> None:
+async def test_stop_flushes_pending_spans_and_leaves_the_batcher_open() -> None:
     store = MemoryStore()
     attempt = await _attempt(store)
     async with FakeLLM(default="ok") as llm:
         batcher = SpanBatcher(store, max_batch=10_000, max_delay_s=3600)  # never flushes by itself
-        proxy = await ProxyServer(store, RemoteBackend(llm.base_url), batcher=batcher, close_backend=True).start()
-        client = openai.AsyncOpenAI(base_url=proxy.url_for(attempt.rollout_id, attempt.attempt_id), api_key="k")
-        for _ in range(5):
-            await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
-        await client.close()
+        proxy = await ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True).start()
+        async with proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url:
+            client = openai.AsyncOpenAI(base_url=url, api_key="k")
+            for _ in range(5):
+                await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+            await client.close()
         assert batcher.pending == 5 and await store.get_spans(attempt.attempt_id) == []
         await proxy.stop()
     assert len(await store.get_spans(attempt.attempt_id)) == 5
     await proxy.stop()  # idempotent
+    batcher.submit(Span(attempt.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still the owner's
+    await batcher.close()
+    assert len(await store.get_spans(attempt.attempt_id)) == 6

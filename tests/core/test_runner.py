@@ -10,11 +10,16 @@ import aiohttp
 import pytest
 
 import tether
+from tether import spans
 from tether.adapters import Adapter
 from tether.models.remote import RemoteBackend
 from tether.plugins import build, reset_plugins
+from tether.proxy import ProxyServer
+from tether.runner import Runner
+from tether.span_batcher import SpanBatcher
+from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
-from tether.types import AttemptStatus, Resources, RolloutStatus, SpanKind
+from tether.types import AttemptStatus, LLMEndpoint, Resources, RolloutSpec, RolloutStatus, Span, SpanKind
 
 
 class _DictAgentAdapter(Adapter):
@@ -51,10 +56,11 @@ class _DictAgentAdapter(Adapter):
                     assert r.status == 200, data
                 message = data["choices"][0]["message"]
                 for call in message.get("tool_calls") or []:
+                    function = call["function"]
                     self.sink.emit(
                         SpanKind.TOOL,
-                        call["function"]["name"],
-                        {"tool.name": call["function"]["name"], "tool.arguments": call["function"]["arguments"]},
+                        function["name"],
+                        spans.tool_attributes(function["name"], function["arguments"], call_id=call["id"]),
                         agent_name=agent["name"],
                     )
                 answer = message.get("content")
@@ -105,7 +111,7 @@ async def test_dev_captures_calls_rewards_and_token_ids() -> None:
     assert bytes(ok.transitions[0].response_token_ids).decode() == "answer to q1"
     assert tooly.reward == 0.0
     tools = [s for s in tooly.spans if s.kind == SpanKind.TOOL]
-    assert [s.attributes["tool.name"] for s in tools] == ["add", "add"]
+    assert [s.attributes[spans.TOOL_NAME] for s in tools] == ["add", "add"]
     assert "solver → LLM: calls add(" in str(tooly) and "tool add(" in str(tooly)
     assert report.metrics()["llm_calls_per_rollout"] == 2.0
 
@@ -133,7 +139,7 @@ async def test_emit_reward_scores_a_rollout_without_reward_function() -> None:
     agent = tether.wrap({"name": "a", "calls": 1, "emit": 0.5})
     (rollout,) = (await _dev(agent, ["x"])).rollouts
     assert rollout.reward == 0.5
-    assert any(s.kind == SpanKind.REWARD and s.attributes["reward.value"] == 0.5 for s in rollout.spans)
+    assert any(s.kind == SpanKind.REWARD and s.attributes[spans.REWARD_VALUE] == 0.5 for s in rollout.spans)
 
 
 async def test_missing_reward_and_missing_llm_calls_are_reported() -> None:
@@ -185,3 +191,22 @@ async def test_rollouts_run_concurrently() -> None:
 def test_emit_reward_outside_a_rollout_raises() -> None:
     with pytest.raises(RuntimeError, match="outside a tether rollout"):
         tether.emit_reward(1.0)
+
+
+async def test_runner_sends_the_sampling_once_and_leaves_the_batcher_to_its_owner() -> None:
+    """The rollout's sampling reaches every call through ``proxy.attempt``; the runner flushes the batcher it
+    is given before ending the attempt, and never closes it."""
+    store = MemoryStore()
+    async with FakeLLM(handler=_echo) as llm, SpanBatcher(store, max_delay_s=3600) as batcher:
+        async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
+            await store.add_resources(llm=LLMEndpoint(proxy.url, sampling={"temperature": 0.0, "seed": 11}))
+            (rollout,) = await store.enqueue([RolloutSpec(input="q")])
+            agent = tether.wrap({"name": "a", "calls": 2}, reward=lambda t, o: 1.0)
+            async with Runner(agent, store, proxy, batcher=batcher, concurrency=1) as runner:
+                stats = await runner.run_until_idle()
+            assert stats.succeeded == 1
+            (attempt,) = await store.get_attempts(rollout.rollout_id)
+            assert len(await store.get_spans(attempt.attempt_id)) == 2  # flushed before the attempt ended
+            batcher.submit(Span(rollout.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still open
+    assert [(r["temperature"], r["seed"]) for r in llm.chat_requests] == [(0.0, 11)] * 2
+    assert len(await store.get_spans(attempt.attempt_id)) == 3

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tether import spans
 from tether.transitions import build_transitions, unknown_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind
 
@@ -15,36 +16,63 @@ def _rollout(reward: float | None = 1.0) -> Rollout:
 
 
 def _llm(seq: int, agent: str | None, content: str = "hi", messages: Any = None) -> Span:
+    """The proxy's span of one call, built to the schema."""
+    attributes: spans.ProxyLLMAttributes = {
+        "call_id": f"c{seq}",
+        "request": {
+            "messages": messages or [{"role": "user", "content": f"m{seq}"}],
+            "tools": None,
+            "params": {
+                "model": "m",
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "max_tokens": None,
+                "n": 1,
+                "stop": None,
+                "seed": None,
+                "stream": False,
+            },
+        },
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "response_token_ids": [4, 5],
+                "logprobs": [-0.1, -0.2],
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        "model": "m",
+        "latency_ms": 1.0,
+        "token_ids_available": True,
+    }
     return Span(
         rollout_id="ro-1",
         attempt_id="at-1",
         kind=SpanKind.LLM,
-        name="chat.completions",
+        name=spans.LLM_CALL,
         agent_name=agent,
         sequence=seq,
-        attributes={
-            "call_id": f"c{seq}",
-            "request": {"messages": messages or [{"role": "user", "content": f"m{seq}"}], "tools": None},
-            "prompt_token_ids": [1, 2, 3],
-            "choices": [
-                {
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                    "response_token_ids": [4, 5],
-                    "logprobs": [-0.1, -0.2],
-                }
-            ],
-        },
+        attributes=dict(attributes),
     )
 
 
-def _span(seq: int, kind: SpanKind, **attrs: Any) -> Span:
-    return Span(rollout_id="ro-1", attempt_id="at-1", kind=kind, name=kind.value, sequence=seq, attributes=attrs)
+def _span(seq: int, kind: SpanKind, attributes: dict[str, Any], agent: str | None = None) -> Span:
+    return Span(
+        rollout_id="ro-1",
+        attempt_id="at-1",
+        kind=kind,
+        name=kind.value,
+        agent_name=agent,
+        sequence=seq,
+        attributes=attributes,
+    )
 
 
 def test_one_transition_per_proxy_call_in_sequence_order() -> None:
-    spans = [_llm(2, "b"), _llm(0, "a"), _span(1, SpanKind.TOOL, **{"tool.name": "t", "tool.result": 1})]
-    report = build_transitions(_rollout(), spans)
+    events = [_llm(2, "b"), _llm(0, "a"), _span(1, SpanKind.TOOL, spans.tool_attributes("t", {}, result=1))]
+    report = build_transitions(_rollout(), events)
     assert [t.agent_name for t in report.transitions] == ["a", "b"]
     assert [t.step for t in report.transitions] == [0, 1]
     first = report.transitions[0]
@@ -55,45 +83,44 @@ def test_one_transition_per_proxy_call_in_sequence_order() -> None:
 
 
 def test_optimize_marks_only_named_agents_trainable() -> None:
-    spans = [_llm(0, "write_query"), _llm(1, "check_query"), _llm(2, None)]
-    report = build_transitions(_rollout(), spans, optimize=frozenset({"write_query"}))
+    events = [_llm(0, "write_query"), _llm(1, "check_query"), _llm(2, None)]
+    report = build_transitions(_rollout(), events, optimize=frozenset({"write_query"}))
     assert [t.trainable for t in report.transitions] == [True, False, False]
 
 
 def test_adapter_llm_span_fills_a_missing_agent_name_by_request() -> None:
     messages = [{"role": "user", "content": "exact request"}]
-    adapter_span = _span(0, SpanKind.LLM, **{"request.messages": messages})
-    adapter_span.agent_name = "planner"
+    adapter_span = _span(0, SpanKind.LLM, spans.adapter_llm_attributes(messages, model="m"), agent="planner")
     report = build_transitions(_rollout(), [adapter_span, _llm(1, None, messages=messages)])
     assert report.transitions[0].agent_name == "planner"
 
 
 def test_per_call_credit_adds_rewards_emitted_after_each_call() -> None:
-    spans = [
+    events = [
         _llm(0, "a"),
-        _span(1, SpanKind.REWARD, **{"reward.value": 0.5}),
+        _span(1, SpanKind.REWARD, spans.reward_attributes(0.5)),
         _llm(2, "a"),
-        _span(3, SpanKind.REWARD, **{"reward.value": -1.0}),
+        _span(3, SpanKind.REWARD, spans.reward_attributes(-1.0)),
     ]
-    episode = build_transitions(_rollout(1.0), spans)
+    episode = build_transitions(_rollout(1.0), events)
     assert [t.reward for t in episode.transitions] == [1.0, 1.0]
-    per_call = build_transitions(_rollout(1.0), spans, credit="per_call")
+    per_call = build_transitions(_rollout(1.0), events, credit="per_call")
     assert [t.reward for t in per_call.transitions] == [1.5, 0.0]
 
 
 def test_tool_error_penalty_hits_the_call_that_requested_the_tool() -> None:
-    spans = [
+    events = [
         _llm(0, "a"),
-        _span(1, SpanKind.TOOL, **{"tool.name": "div", "tool.error": "ZeroDivisionError"}),
+        _span(1, SpanKind.TOOL, spans.tool_attributes("div", {"a": 1, "b": 0}, error="ZeroDivisionError")),
         _llm(2, "a"),
-        _span(3, SpanKind.TOOL, **{"tool.name": "div", "tool.result": 2}),
+        _span(3, SpanKind.TOOL, spans.tool_attributes("div", {"a": 4, "b": 2}, result=2)),
     ]
-    report = build_transitions(_rollout(1.0), spans, tool_error_penalty=0.25)
+    report = build_transitions(_rollout(1.0), events, tool_error_penalty=0.25)
     assert [t.reward for t in report.transitions] == [0.75, 1.0]
 
 
 def test_rollout_without_llm_calls_is_a_problem_not_an_empty_sample() -> None:
-    report = build_transitions(_rollout(), [_span(0, SpanKind.TOOL, **{"tool.name": "t"})])
+    report = build_transitions(_rollout(), [_span(0, SpanKind.TOOL, spans.tool_attributes("t", {}))])
     assert report.transitions == []
     assert "made no LLM call through tether's endpoint" in report.problems[0]
 

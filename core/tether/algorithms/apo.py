@@ -140,7 +140,7 @@ class APO:
         val_tasks = rng.sample(list(val or train), min(self.val_batch_size, len(val or train)))
         try:
             await optimizer.start()
-            async with Runner(agent, store, proxy, concurrency=trainer.n_runners) as runner:
+            async with Runner(agent, store, proxy, batcher=proxy.batcher, concurrency=trainer.n_runners) as runner:
                 search.runner = runner
                 await search.open_record()
                 root = Candidate("c0", dict(start), round=0)

@@ -1,21 +1,20 @@
 """Turn a backend's ``ChatResult`` into the OpenAI response a client gets and the ``llm`` span the store gets.
 
-The span's attribute keys are a contract with ``tether.transitions``: ``call_id``, ``request`` (``messages``,
-``tools``, ``params``), ``prompt_token_ids``, ``choices`` (``message``, ``finish_reason``,
-``response_token_ids``, ``logprobs``), ``usage``, ``model``, ``latency_ms``, ``token_ids_available``.
+The span is ``tether.spans.LLM_CALL`` with ``tether.spans.ProxyLLMAttributes``: the schema
+``tether.transitions`` reads.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
+from tether import spans
 from tether.models.base import BackendError, ChatRequest, ChatResult
 from tether.types import Span, SpanKind
 
-LLM_SPAN_NAME = "chat.completions"
 _FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 
 
@@ -90,7 +89,8 @@ def llm_span(
     span shares no object with the client, the backend or the response."""
     sent = orjson.loads(raw_request)
     answered = orjson.loads(response_payload)
-    choices = [
+    # annotated literals: mypy checks them against the schema, at no run-time cost on the hot path
+    choices: list[spans.ProxyChoice] = [
         {
             "message": out["message"],
             "finish_reason": out["finish_reason"],
@@ -99,7 +99,7 @@ def llm_span(
         }
         for c, out in zip(result.choices, answered["choices"], strict=True)
     ]
-    attributes = {
+    attributes: spans.ProxyLLMAttributes = {
         "call_id": call_id,
         "request": {
             "messages": sent["messages"],
@@ -126,9 +126,9 @@ def llm_span(
         rollout_id=rollout_id,
         attempt_id=attempt_id,
         kind=SpanKind.LLM,
-        name=LLM_SPAN_NAME,
+        name=spans.LLM_CALL,
         agent_name=agent_name,
-        attributes=attributes,
+        attributes=cast("dict[str, Any]", attributes),  # a TypedDict is a plain dict at run time
         start_time=start_time,
         end_time=start_time + latency_ms / 1000.0,
     )

@@ -44,8 +44,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, bool]:
     """The ``ChatRequest`` for ``body`` and whether the client asked for a stream."""
     if not isinstance(body, dict):
         raise InvalidRequest(f"the request body must be a JSON object, got {_kind(body)}")
-    messages = body.get("messages")
-    _check_messages(messages)
+    messages = _check_messages(body.get("messages"))
     tools = body.get("tools")
     if tools is not None:
         _check_tools(tools)
@@ -81,7 +80,8 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, bool]:
     return request, stream
 
 
-def _check_messages(messages: Any) -> None:
+def _check_messages(messages: Any) -> list[dict[str, Any]]:
+    """``messages`` itself, once checked to be a non-empty list of well-formed messages."""
     if messages is None:
         raise InvalidRequest("'messages' is required: a list of {'role': ..., 'content': ...} objects", "messages")
     if not isinstance(messages, list) or not messages:
@@ -111,6 +111,7 @@ def _check_messages(messages: Any) -> None:
         calls = message.get("tool_calls")
         if calls is not None:
             _check_tool_calls(calls, where)
+    return messages
 
 
 def _check_tool_calls(calls: Any, where: str) -> None:
@@ -179,14 +180,16 @@ def _stop(stop: Any) -> list[str] | None:
 
 
 def _int(value: Any, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise InvalidRequest(f"'{name}' must be an integer, got {value!r}", name)
-    if not low <= value <= high:
-        raise InvalidRequest(f"'{name}' must be between {low} and {high}, got {value}", name)
-    return value
+    number: int
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        raise InvalidRequest(f"'{name}' must be an integer, got {value!r}", name)
+    if not low <= number <= high:
+        raise InvalidRequest(f"'{name}' must be between {low} and {high}, got {number}", name)
+    return number
 
 
 def _number(value: Any, name: str, low: float, high: float, *, default: float) -> float:

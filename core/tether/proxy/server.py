@@ -1,68 +1,72 @@
 """The proxy server: an OpenAI-compatible endpoint per rollout attempt, in front of one model backend.
 
-``POST /r/{rollout_id}/{attempt_id}/v1/chat/completions`` validates the request, asks the backend, answers
-(as JSON or as an SSE stream synthesised from the whole completion) and submits one ``llm`` span for that
-attempt to a ``SpanBatcher``. ``/v1/chat/completions`` without the prefix serves the same backend
-unrecorded (for calls made outside any rollout). Errors use OpenAI's body shape: 400 for bad requests,
-404 for an unknown rollout or attempt, 502 when the backend fails; a failed call stores nothing.
+An attempt is served while it is open: ``async with proxy.attempt(rollout_id, attempt_id, sampling) as url``
+registers it (with the sampling that overrides the agent's own) and yields its OpenAI base URL,
+``{proxy.url}/r/{rollout_id}/{attempt_id}/v1``. ``POST {url}/chat/completions`` validates the request, asks
+the backend, answers (as JSON or as an SSE stream synthesised from the whole completion) and submits one
+``llm`` span for that attempt to the ``SpanBatcher`` it was given; no store round trip is made per call.
+``/v1/chat/completions`` without the prefix serves the same backend unrecorded (for calls made outside any
+rollout). Errors use OpenAI's body shape: 400 for bad requests, 404 for an attempt that is not open, 502
+when the backend fails; a failed call stores nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
-from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
+from tether.models.base import BackendError, BadRequest, ModelBackend
 from tether.proxy.capture import completion_json, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
 from tether.span_batcher import SpanBatcher
-from tether.store.base import NotFound, Store
 from tether.types import new_id
 
 log = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _MAX_BODY = 256 * 1024 * 1024
+#: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
+#: training temperature); others in the mapping are ignored
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
 
 
 class ProxyServer:
-    """Serve ``backend`` on ``host:port`` (0: a free port) and record each call as a span in ``store``.
+    """Serve ``backend`` on ``host:port`` (0: a free port); each call of an open attempt becomes a span
+    submitted to ``batcher``.
 
-    ``start`` also starts the backend (backends' ``start`` is idempotent); ``stop`` flushes the spans and
-    closes the backend only if ``close_backend`` is true (the caller usually owns it).
+    The batcher is the caller's (one batcher for the proxy's spans and the adapters' keeps an attempt's spans
+    in order): ``stop`` flushes it but never closes it. ``start`` also starts the backend (backends'
+    ``start`` is idempotent); ``stop`` closes the backend only if ``close_backend`` is true (the caller
+    usually owns it).
     """
 
     def __init__(
         self,
-        store: Store,
         backend: ModelBackend,
+        *,
+        batcher: SpanBatcher,
         host: str = "127.0.0.1",
         port: int = 0,
-        *,
-        batcher: SpanBatcher | None = None,
-        check_attempts: bool = True,
         close_backend: bool = False,
     ) -> None:
-        self.store = store
         self.backend = backend
+        self.batcher = batcher
         self.host = host
         self.port = port
-        self.batcher = batcher or SpanBatcher(store)
-        self.check_attempts = check_attempts
         self.close_backend = close_backend
         self.calls = 0  # successful recorded calls
         self.failures = 0  # calls answered with an error
-        self._known_attempts: set[tuple[str, str]] = set()
         self._runner: web.BaseRunner | None = None
-        #: per-rollout sampling that overrides the agent's own (set by the runner from the rollout's
-        #: resources: greedy evaluation, the training temperature); keys: temperature, top_p, max_tokens, seed
-        self.sampling_overrides: dict[str, dict[str, Any]] = {}
+        #: the open attempts, (rollout id, attempt id) -> the sampling overrides of their calls
+        self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -89,20 +93,40 @@ class ProxyServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def url_for(self, rollout_id: str, attempt_id: str) -> str:
-        """The OpenAI base URL (ending in ``/v1``) whose calls are recorded for this rollout attempt."""
-        return f"{self.url}/r/{rollout_id}/{attempt_id}/v1"
+    @contextlib.asynccontextmanager
+    async def attempt(
+        self, rollout_id: str, attempt_id: str, sampling: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[str]:
+        """Serve this rollout attempt while the block runs; yields its OpenAI base URL (ending in ``/v1``).
+
+        ``sampling`` (``temperature``, ``top_p``, ``max_tokens``, ``seed``; None values ignored) overrides
+        what the agent asks for in each call. A call still in flight when the block exits is answered and
+        recorded; a request arriving after it is answered 404.
+        """
+        for what, value in (("rollout_id", rollout_id), ("attempt_id", attempt_id)):
+            if not value or "/" in value:
+                raise ValueError(f"{what} must be a non-empty string without '/', got {value!r}")
+        key = (rollout_id, attempt_id)
+        if key in self._attempts:
+            raise ValueError(f"attempt {attempt_id!r} of rollout {rollout_id!r} is already open on this proxy")
+        url = f"{self.url}/r/{rollout_id}/{attempt_id}/v1"
+        self._attempts[key] = {k: sampling[k] for k in SAMPLING_KEYS if sampling and sampling.get(k) is not None}
+        try:
+            yield url
+        finally:
+            self._attempts.pop(key, None)
 
     async def flush(self) -> None:
         """Return when every call answered so far is in the store."""
         await self.batcher.flush()
 
     async def stop(self) -> None:
-        """Stop serving, write the pending spans, and close the backend if asked to. Idempotent."""
+        """Stop serving, write the pending spans (the batcher stays open: its owner closes it), and close the
+        backend if asked to. Idempotent."""
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
-        await self.batcher.close()
+        await self.batcher.flush()
         if self.close_backend:
             await self.backend.close()
 
@@ -117,18 +141,27 @@ class ProxyServer:
     async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
         """``POST [/r/{rid}/{aid}]/v1/chat/completions``, ``GET [/r/{rid}/{aid}]/v1/models``, ``GET /health``."""
         path = request.path
-        rollout_id = attempt_id = None
+        key: tuple[str, str] | None = None
+        sampling: dict[str, Any] | None = None
         if path.startswith("/r/"):
             parts = path.split("/", 4)  # "", "r", rid, aid, rest
             if len(parts) < 5 or not parts[2] or not parts[3]:
                 return _not_found()
-            rollout_id, attempt_id, path = parts[2], parts[3], "/" + parts[4]
+            key, path = (parts[2], parts[3]), "/" + parts[4]
+            sampling = self._attempts.get(key)
+            if sampling is None:
+                return self._error(
+                    404,
+                    f"attempt {key[1]!r} of rollout {key[0]!r} is not open on this proxy: its calls are served "
+                    "only inside `async with proxy.attempt(rollout_id, attempt_id) as base_url:`",
+                    code="unknown_attempt",
+                )
         method = request.method
         if path == "/v1/chat/completions":
             if method != "POST":
                 return _not_allowed("POST")
-            return await self._chat(request, rollout_id, attempt_id)
-        if path == "/v1/models" or (path == "/health" and rollout_id is None):
+            return await self._chat(request, key, sampling)
+        if path == "/v1/models" or (path == "/health" and key is None):
             if method not in ("GET", "HEAD"):
                 return _not_allowed("GET,HEAD")
             return await (self._models(request) if path == "/v1/models" else self._health(request))
@@ -145,8 +178,9 @@ class ProxyServer:
         return _json({"object": "list", "data": data})
 
     async def _chat(
-        self, request: web.BaseRequest, rollout_id: str | None, attempt_id: str | None
+        self, request: web.BaseRequest, key: tuple[str, str] | None, sampling: dict[str, Any] | None
     ) -> web.Response:
+        """Answer one call; ``key`` (rollout id, attempt id) and its ``sampling`` when the call is recorded."""
         start_time = time.time()
         started = time.perf_counter()
         raw = await request.read()
@@ -158,12 +192,9 @@ class ProxyServer:
             chat, stream = parse_chat_request(body)
         except InvalidRequest as exc:
             return self._error(400, str(exc), param=exc.param)
-        if rollout_id is not None and attempt_id is not None and self.check_attempts:
-            problem = await self._check_attempt(rollout_id, attempt_id)
-            if problem:
-                return self._error(404, problem, code="unknown_attempt")
-        if rollout_id is not None and rollout_id in self.sampling_overrides:
-            _apply_sampling(chat, self.sampling_overrides[rollout_id])
+        if sampling:
+            for name, value in sampling.items():
+                setattr(chat, name, value)
         call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
         try:
             result = await self.backend.chat(chat)
@@ -177,10 +208,10 @@ class ProxyServer:
             log.exception("model backend %s raised", type(self.backend).__name__)
             return self._error(502, f"the model backend raised {type(exc).__name__}: {exc}", kind="upstream_error")
         latency_ms = (time.perf_counter() - started) * 1000.0
-        if rollout_id is not None and attempt_id is not None:
+        if key is not None:
             span = llm_span(
-                rollout_id=rollout_id,
-                attempt_id=attempt_id,
+                rollout_id=key[0],
+                attempt_id=key[1],
                 agent_name=request.headers.get(AGENT_HEADER) or None,
                 call_id=call_id,
                 raw_request=raw,
@@ -199,19 +230,6 @@ class ProxyServer:
             )
         return web.Response(body=payload, content_type=_JSON)
 
-    async def _check_attempt(self, rollout_id: str, attempt_id: str) -> str | None:
-        """None if the attempt belongs to the rollout (cached after the first success), else why not."""
-        if (rollout_id, attempt_id) in self._known_attempts:
-            return None
-        try:
-            attempts = await self.store.get_attempts(rollout_id)
-        except NotFound:
-            return f"unknown rollout {rollout_id!r}: use the URL from ProxyServer.url_for(rollout_id, attempt_id)"
-        if not any(a.attempt_id == attempt_id for a in attempts):
-            return f"attempt {attempt_id!r} is not an attempt of rollout {rollout_id!r}"
-        self._known_attempts.add((rollout_id, attempt_id))
-        return None
-
     def _error(
         self,
         status: int,
@@ -223,12 +241,6 @@ class ProxyServer:
     ) -> web.Response:
         self.failures += 1
         return _json({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
-
-
-def _apply_sampling(chat: ChatRequest, sampling: dict[str, Any]) -> None:
-    for key in ("temperature", "top_p", "max_tokens", "seed"):
-        if sampling.get(key) is not None:
-            setattr(chat, key, sampling[key])
 
 
 def _make_request(

@@ -61,11 +61,6 @@ _PROMPT_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 
 
-def error_body(exc: BaseException, type_name: str | None = None) -> dict[str, Any]:
-    name = type_name or error_type(exc)
-    return {"error": {"type": name, "message": str(exc)}}
-
-
 def error_type(exc: BaseException) -> str:
     for name, (cls, _) in ERRORS.items():
         if type(exc) is cls:
@@ -74,11 +69,6 @@ def error_type(exc: BaseException) -> str:
         if isinstance(exc, cls):
             return name
     return "InternalError"
-
-
-def status_for(exc: BaseException) -> int:
-    name = error_type(exc)
-    return ERRORS[name][1] if name in ERRORS else 500
 
 
 def _fields(data: Any, what: str, schema: dict[str, tuple[tuple[type, ...], bool]]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
+from tether import spans
 from tether.adapters import WrappedAgent, wrap
 from tether.dev_report import DevReport
 from tether.testing.fake_llm import FakeLLM, Reply
@@ -110,9 +111,9 @@ class AdapterConformance:
         assert names <= self.expected_agents and names, f"agent names on LLM calls: {names}"
         assert all(t.prompt_token_ids and t.response_token_ids for t in rollout.transitions)
         tools = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
-        assert any(s.attributes.get("tool.name") == self.tool_name for s in tools), str(rollout)
+        assert any(s.attributes.get(spans.TOOL_NAME) == self.tool_name for s in tools), str(rollout)
         for span in tools:
-            assert "tool.arguments" in span.attributes
+            assert spans.TOOL_ARGUMENTS in span.attributes
             assert span.agent_name in self.expected_agents, f"tool span agent {span.agent_name!r}"
         assert not report.all_problems, report.all_problems
 
