@@ -35,7 +35,7 @@ _JSON = "application/json"
 _MAX_BODY = 256 * 1024 * 1024
 #: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
 #: training temperature); others in the mapping are ignored
-SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
+_SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
 
 
 class ProxyServer:
@@ -100,8 +100,9 @@ class ProxyServer:
         """Serve this rollout attempt while the block runs; yields its OpenAI base URL (ending in ``/v1``).
 
         ``sampling`` (``temperature``, ``top_p``, ``max_tokens``, ``seed``; None values ignored) overrides
-        what the agent asks for in each call. A call still in flight when the block exits is answered and
-        recorded; a request arriving after it is answered 404.
+        what the agent asks for in each call. A call still in flight when the block exits (one the agent
+        abandoned, at a timeout say) is answered and its span submitted; a request arriving after the block
+        is answered 404, so a stray caller never adds spans to an attempt that has ended.
         """
         for what, value in (("rollout_id", rollout_id), ("attempt_id", attempt_id)):
             if not value or "/" in value:
@@ -110,7 +111,7 @@ class ProxyServer:
         if key in self._attempts:
             raise ValueError(f"attempt {attempt_id!r} of rollout {rollout_id!r} is already open on this proxy")
         url = f"{self.url}/r/{rollout_id}/{attempt_id}/v1"
-        self._attempts[key] = {k: sampling[k] for k in SAMPLING_KEYS if sampling and sampling.get(k) is not None}
+        self._attempts[key] = {k: sampling[k] for k in _SAMPLING_KEYS if sampling and sampling.get(k) is not None}
         try:
             yield url
         finally:
