@@ -196,3 +196,11 @@ def test_an_object_without_fit_is_refused_naming_the_fix(tmp_path: Path) -> None
         with pytest.raises(TypeError, match=r"async def fit\(self, session, train, val\)"):
             trainer.fit(agent, train=["x"])
     assert not list(tmp_path.iterdir())  # refused before a run folder was made
+
+
+def test_the_torch_backends_declare_that_they_can_be_trained() -> None:
+    from tether.models.remote import RemoteBackend
+
+    embedded = EmbeddedBackend(preset="nano")
+    assert isinstance(embedded, tether.TrainableBackend) and embedded.pad_token_id >= 0
+    assert not isinstance(RemoteBackend("http://127.0.0.1:9/v1"), tether.TrainableBackend)
