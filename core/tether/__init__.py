@@ -7,9 +7,13 @@ cheap: heavy parts (HTTP servers, models, frameworks) load on first use.
 from __future__ import annotations
 
 from tether.adapters import Adapter, SpanSink, Tracer, WrappedAgent, wrap
+from tether.algorithms.base import Algorithm
 from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
+from tether.models.base import TrainableBackend
 from tether.plugins import AdapterNotFound, get_plugins
+from tether.result import FitResult
+from tether.session import Batch, Session
 from tether.store import Store, StoreError, open_store
 from tether.trainer import Trainer
 from tether.types import (
@@ -49,8 +53,11 @@ __all__ = [
     "GRPO",
     "Adapter",
     "AdapterNotFound",
+    "Algorithm",
     "Attempt",
     "AttemptStatus",
+    "Batch",
+    "FitResult",
     "LLMEndpoint",
     "Mode",
     "PromptTemplate",
@@ -58,6 +65,7 @@ __all__ = [
     "Rollout",
     "RolloutSpec",
     "RolloutStatus",
+    "Session",
     "Span",
     "SpanKind",
     "SpanSink",
@@ -65,6 +73,7 @@ __all__ = [
     "StoreError",
     "Task",
     "Tracer",
+    "TrainableBackend",
     "Trainer",
     "Transition",
     "WrappedAgent",

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tether.transitions import is_proxy_llm_span
+from tether import spans
+from tether.transitions import is_proxy_llm_span, unknown_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
+
+if TYPE_CHECKING:
+    from tether.session import Batch
 
 _CLIP = 80
 
@@ -85,6 +89,27 @@ class DevReport:
         return "\n".join(parts)
 
 
+def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
+    """The report of a ``dev`` batch: each rollout's problems, plus a missing reward and unknown ``optimize=``
+    names."""
+    out = DevReport()
+    for result in batch.results:
+        problems = list(result.problems)
+        if result.succeeded and result.rollout.reward is None:
+            problems.append(
+                f"rollout {result.rollout.rollout_id} has no reward: pass reward= to tether.wrap or call "
+                "tether.emit_reward in the agent"
+            )
+        out.rollouts.append(
+            DevRollout(result.rollout, result.spans, result.transitions, problems, attempts=result.attempts)
+        )
+        out.agent_names |= result.agent_names
+    unknown = unknown_optimize_names(optimize, out.agent_names)
+    if unknown:
+        out.problems.append(unknown)
+    return out
+
+
 def _describe(span: Span) -> str:
     agent = f"{span.agent_name} → " if span.agent_name else ""
     attrs = span.attributes
@@ -104,14 +129,14 @@ def _describe(span: Span) -> str:
         return f"{agent}LLM: {said}" + (f"  [{ids} token ids]" if ids else "")
     if span.kind == SpanKind.TOOL:
         outcome = (
-            f"error {_clip(attrs.get('tool.error'))}"
-            if attrs.get("tool.error") is not None
-            else _clip(attrs.get("tool.result"))
+            f"error {_clip(attrs.get(spans.TOOL_ERROR))}"
+            if attrs.get(spans.TOOL_ERROR) is not None
+            else _clip(attrs.get(spans.TOOL_RESULT))
         )
-        args = _clip(attrs.get("tool.arguments"), 40)
-        return f"{agent}tool {attrs.get('tool.name', span.name)}({args}) → {outcome}"
+        args = _clip(attrs.get(spans.TOOL_ARGUMENTS), 40)
+        return f"{agent}tool {attrs.get(spans.TOOL_NAME, span.name)}({args}) → {outcome}"
     if span.kind == SpanKind.REWARD:
-        return f"{agent}reward {attrs.get('reward.value')}"
+        return f"{agent}reward {attrs.get(spans.REWARD_VALUE)}"
     return f"{agent}{span.kind.value} {span.name}"
 
 

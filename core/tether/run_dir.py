@@ -76,7 +76,8 @@ class RunDir:
     def load_state(self) -> dict[str, Any] | None:
         if not self.state_path.exists():
             return None
-        return json.loads(self.state_path.read_text())
+        state: dict[str, Any] = json.loads(self.state_path.read_text())
+        return state
 
     def plot(self, history: list[dict[str, Any]]) -> Path | None:
         """Reward and accuracy against step as a PNG; None when matplotlib is not installed."""

@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         sampling={"max_tokens": 32},
     )
     result = trainer.fit(agent, train=tasks(), val=tasks()[:2])
+    if result.interrupted:
+        print(result.summary())  # where the last checkpoint is and how to resume
+        return 1
     print(f"before: {result.before}\nafter: {result.after}\ncheckpoint: {result.checkpoint}")
     return 0
 

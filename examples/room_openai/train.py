@@ -169,6 +169,9 @@ def train_apo(agent_module: Any, problems: dict[str, list[data.Request]], args: 
     result = trainer.fit(
         wrapped, train=[r.task() for r in problems["train"]], val=[r.task() for r in problems["val"]]
     )
+    if result.interrupted:
+        print(result.summary())  # APO keeps no checkpoint: the history so far is in the run folder
+        return
     best = result.best_prompts[PROMPT_NAME].template
     test = [r.task() for r in problems["test"]]
     before = trainer.evaluate(wrapped, test)["mean_reward"]

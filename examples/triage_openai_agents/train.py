@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         sampling={"max_tokens": args.max_tokens},
     )
     result = trainer.fit(wrapped, train=tasks(32, args.seed), val=tasks(8, args.seed + 1))
+    if result.interrupted:
+        print(result.summary())  # where the last checkpoint is and how to resume
+        return 1
     print(f"before: {result.before}\nafter:  {result.after}\nrun folder: {result.run_dir}")
     return 0
 

@@ -14,9 +14,10 @@ import pytest
 import tether
 from tether.algorithms import apo_prompts
 from tether.models.remote import RemoteBackend
+from tether.spans import RECORD_METADATA
 from tether.store import open_store
 from tether.testing.fake_llm import FakeLLM, text, tool_call
-from tether.types import Mode, PromptTemplate, Rollout, Span, SpanKind
+from tether.types import Mode, PromptTemplate, Rollout, RolloutStatus, Span, SpanKind
 
 # -- the user's agent: knows nothing of tether -------------------------------------------------------------
 
@@ -158,9 +159,9 @@ async def test_beam_keeps_the_better_prompt(tmp_path: Path) -> None:
         latest = await store.get_resources()
         assert latest is not None and latest.prompts["system"].template == BETTER
         (record,) = [
-            r for r in await store.list_rollouts(mode=Mode.VAL) if r.metadata.get("tether.record") == "apo"
+            r for r in await store.list_rollouts(mode=Mode.VAL) if r.metadata.get(RECORD_METADATA) == "apo"
         ]
-        assert record.status.value == "succeeded" and record.reward == 1.0
+        assert record.status == RolloutStatus.SUCCEEDED and record.reward == 1.0
         assert record.output["prompts"] == {"system": BETTER}
         (attempt,) = await store.get_attempts(record.rollout_id)
         spans = await store.get_spans(attempt.attempt_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tether.fit import FitResult
+from tether.result import FitResult
 
 
 def _eval(step: int, greedy: float, sampled: float) -> dict[str, object]:
@@ -42,3 +42,21 @@ def test_summary_without_evaluations_says_so(tmp_path: Path) -> None:
     result = FitResult(run_dir=tmp_path, history=[{"kind": "train", "step": 1, "reward": 0.0}])
     assert result.before is None and result.after is None
     assert result.summary() == "no evaluation was recorded"
+
+
+def test_an_interrupted_run_says_where_to_continue_from(tmp_path: Path) -> None:
+    run = tmp_path / "run-20250101-120000"
+    history = [_eval(0, 0.25, 0.25), {"kind": "train", "step": 1, "reward": 0.4}]
+    result = FitResult(run_dir=run, history=history, checkpoint=run / "checkpoint", interrupted=True)
+    first, *rest = result.summary().splitlines()
+    assert first == (
+        f"interrupted: the last checkpoint is in {run / 'checkpoint'}; "
+        f"Trainer(name='run-20250101-120000', run_root={str(tmp_path)!r}).fit(..., resume=True) continues"
+    )
+    assert rest[0].split() == ["before", "after", "gain"]
+    early = FitResult(run_dir=run, interrupted=True)
+    assert early.summary().splitlines() == [
+        f"interrupted before the first checkpoint; the run folder is {run}",
+        "no evaluation was recorded",
+    ]
+    assert FitResult(run_dir=run).message is None

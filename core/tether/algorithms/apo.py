@@ -21,18 +21,17 @@ import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tether.algorithms import apo_prompts as _text
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
+from tether.fit_progress import FitProgress
 from tether.models.base import ModelBackend
 from tether.types import PromptTemplate
 
 if TYPE_CHECKING:
-    from tether.adapters import WrappedAgent
-    from tether.run_dir import RunDir
+    from tether.session import Session
     from tether.store import Store
-    from tether.trainer import Trainer
     from tether.types import Task
 
 _ENGINES = ("f-string", "jinja")
@@ -117,55 +116,42 @@ class APO:
 
         return open_backend(spec), True
 
-    # -- the search (called by Trainer.fit) -----------------------------------------------------------------
+    # -- the search (the algorithm contract: called by Trainer.fit) ------------------------------------------
 
-    async def optimize_prompts(
-        self,
-        trainer: Trainer,
-        agent: WrappedAgent,
-        store: Store,
-        proxy: Any,
-        run: RunDir,
-        train: Sequence[Task],
-        val: Sequence[Task],
-    ) -> APOResult:
-        from tether.fit_progress import FitProgress
-        from tether.runner import Runner
-
-        start = self.prompts if self.prompts is not None else await _stored_prompts(store)
+    async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> APOResult:
+        """Search the prompt templates on ``session`` (the model stays as it is); the best become the latest
+        resources version."""
+        store = session.store
+        start = _as_templates(self.prompts) if self.prompts is not None else await _stored_prompts(store)
         targets = self.targets(start)
         optimizer, owned = self._optimizer()
-        search = BeamSearch(self, trainer, agent, store, proxy, run, optimizer, targets)
+        search = BeamSearch(self, session, optimizer, targets)
         rng = random.Random(f"apo:{self.seed}")
         val_tasks = rng.sample(list(val or train), min(self.val_batch_size, len(val or train)))
         try:
             await optimizer.start()
-            async with Runner(agent, store, proxy, batcher=proxy.batcher, concurrency=trainer.n_runners) as runner:
-                search.runner = runner
-                await search.open_record()
-                root = Candidate("c0", dict(start), round=0)
-                await search.score([root], val_tasks)
-                if root.score is None:
-                    raise RuntimeError(
-                        f"every validation rollout of the starting prompts failed: {search.first_error}"
-                    )
-                beam = [root]
-                await search.log_round(0, beam, [])
-                with FitProgress(self.rounds, enabled=trainer.progress) as bar:
-                    bar.update({"kind": "eval", "step": 0, "greedy_accuracy": root.score})
-                    for round_ in range(1, self.rounds + 1):
-                        batch = rng.sample(list(train), min(self.train_batch_size, len(train)))
-                        children, batch_reward, rate = await search.expand(beam, batch, round_)
-                        await search.score(children, val_tasks)
-                        beam = select(beam + children, self.beam_width)
-                        record = await search.log_round(round_, beam, children)
-                        bar.update(
-                            {"kind": "train", "step": round_, "reward": batch_reward, "rollouts_per_s": rate}
-                        )
-                        bar.update(record)
-                best = beam[0]
-                final = await store.add_resources(prompts=best.prompts)
-                await search.close_record(best, final.version)
+            await search.open_record()
+            root = Candidate("c0", dict(start), round=0)
+            await search.score([root], val_tasks)
+            if root.score is None:
+                raise RuntimeError(
+                    f"every validation rollout of the starting prompts failed: {search.first_error}"
+                )
+            beam = [root]
+            await search.log_round(0, beam, [])
+            with FitProgress(self.rounds, enabled=session.settings.progress) as bar:
+                bar.update({"kind": "eval", "step": 0, "greedy_accuracy": root.score})
+                for round_ in range(1, self.rounds + 1):
+                    batch = rng.sample(list(train), min(self.train_batch_size, len(train)))
+                    children, batch_reward, rate = await search.expand(beam, batch, round_)
+                    await search.score(children, val_tasks)
+                    beam = select(beam + children, self.beam_width)
+                    record = await search.log_round(round_, beam, children)
+                    bar.update({"kind": "train", "step": round_, "reward": batch_reward, "rollouts_per_s": rate})
+                    bar.update(record)
+            best = beam[0]
+            final = await store.add_resources(prompts=best.prompts)
+            await search.close_record(best, final.version)
         finally:
             if owned:
                 await optimizer.close()

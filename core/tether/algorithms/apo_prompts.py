@@ -14,6 +14,7 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tether import spans as schema
 from tether.transitions import is_proxy_llm_span
 from tether.types import PromptTemplate, Rollout, Span, SpanKind
 
@@ -126,14 +127,16 @@ def render_trace(rollout: Rollout, spans: Sequence[Span]) -> str:
             who = f" ({span.agent_name})" if span.agent_name else ""
             lines.append(f"[assistant, call {calls}{who}] {_clip(_answer(choice.get('message') or {}))}")
             seen[span.agent_name] = len(messages) + 1  # the answer comes back in the next request
-        elif span.kind == SpanKind.TOOL and span.attributes.get("tool.call_id") not in sent_back:
+        elif span.kind == SpanKind.TOOL and span.attributes.get(schema.TOOL_CALL_ID) not in sent_back:
             attrs = span.attributes
-            outcome = attrs.get("tool.error") if attrs.get("tool.error") is not None else attrs.get("tool.result")
-            label = "error" if attrs.get("tool.error") is not None else "result"
-            lines.append(
-                f"[tool {attrs.get('tool.name', span.name)}] arguments {_json(attrs.get('tool.arguments'))} "
-                f"→ {label}: {_clip(_content(outcome))}"
+            outcome = (
+                attrs.get(schema.TOOL_ERROR)
+                if attrs.get(schema.TOOL_ERROR) is not None
+                else attrs.get(schema.TOOL_RESULT)
             )
+            label = "error" if attrs.get(schema.TOOL_ERROR) is not None else "result"
+            name, arguments = attrs.get(schema.TOOL_NAME, span.name), _json(attrs.get(schema.TOOL_ARGUMENTS))
+            lines.append(f"[tool {name}] arguments {arguments} → {label}: {_clip(_content(outcome))}")
     if not calls:
         lines.append("(no model call was captured)")
     if rollout.error:

@@ -1,7 +1,9 @@
 """The state and steps of one APO search: candidates, their rollouts and scores, the optimizer's critiques
 and rewrites, and the records kept of them (store spans, run folder files).
 
-``tether.algorithms.apo.APO`` holds the settings and drives the rounds; ``BeamSearch`` does the work of each.
+``tether.algorithms.apo.APO`` holds the settings and drives the rounds; ``BeamSearch`` does the work of each,
+on the ``Session`` that ``Trainer.fit`` opens (each candidate's rollouts run under its own resources version,
+all candidates of a round in one batch).
 """
 
 from __future__ import annotations
@@ -10,31 +12,26 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from tether import spans
 from tether.algorithms import apo_prompts as _text
-from tether.fit import FitResult
 from tether.models.base import ChatRequest, ModelBackend
-from tether.types import (
-    AttemptStatus,
-    LLMEndpoint,
-    Mode,
-    PromptTemplate,
-    RolloutSpec,
-    RolloutStatus,
-    Span,
-    SpanKind,
-)
+from tether.result import FitResult
+from tether.session import Job, RolloutResult, Session
+from tether.types import AttemptStatus, Mode, PromptTemplate, RolloutStatus, Span, SpanKind, Task
 
-if TYPE_CHECKING:
-    from tether.adapters import WrappedAgent
-    from tether.algorithms.apo import APO
-    from tether.run_dir import RunDir
-    from tether.runner import Runner
-    from tether.store import Store
-    from tether.store.base import Harvested
-    from tether.trainer import Trainer
-    from tether.types import Task
+
+class SearchSettings(Protocol):
+    """The settings of ``tether.algorithms.apo.APO`` that a search reads."""
+
+    temperature: float
+    success_reward: float
+    max_traces: int
+    branch_factor: int
+    optimizer_temperature: float
+    optimizer_max_tokens: int
+    optimizer_model_name: str | None
 
 
 @dataclass
@@ -83,70 +80,39 @@ def select(candidates: Sequence[Candidate], width: int) -> list[Candidate]:
 class BeamSearch:
     """The state of one search: the store record, the run folder files, the optimizer calls."""
 
-    def __init__(
-        self,
-        apo: APO,
-        trainer: Trainer,
-        agent: WrappedAgent,
-        store: Store,
-        proxy: Any,
-        run: RunDir,
-        optimizer: ModelBackend,
-        targets: list[str],
-    ) -> None:
-        self.apo, self.trainer, self.agent = apo, trainer, agent
-        self.store, self.proxy, self.run = store, proxy, run
+    def __init__(self, apo: SearchSettings, session: Session, optimizer: ModelBackend, targets: list[str]) -> None:
+        self.apo, self.session = apo, session
+        self.store = session.store
+        self.run = session.require_run("APO")
         self.optimizer = optimizer
         self.targets = targets
-        self.runner: Runner | None = None
         self.history: list[dict[str, Any]] = []
         self.metrics: list[dict[str, Any]] = []
         self.first_error = "no rollout ran"
         self._ids = 0
         self._record: tuple[str, str] | None = None  # (rollout id, attempt id) holding the history spans
-        self.history_path = run.path / "apo_history.jsonl"
+        self.history_path = self.run.path / "apo_history.jsonl"
         self.history_path.write_text("")
 
     # -- rollouts -------------------------------------------------------------------------------------------
 
     async def _rollouts(
         self, jobs: Sequence[tuple[Candidate, Sequence[Task]]], mode: Mode
-    ) -> dict[str, list[Any]]:
-        """Run each candidate's tasks under its own resources version; harvested rollouts by candidate id."""
-        assert self.runner is not None
-        sampling = {**self.trainer.sampling, "temperature": self.apo.temperature}
-        specs: list[RolloutSpec] = []
-        owner: list[str] = []
+    ) -> dict[str, list[RolloutResult]]:
+        """Run each candidate's tasks under its own resources version, all in one batch; results by candidate."""
+        sampling = {"temperature": self.apo.temperature}
+        runs: list[Job] = []
         for candidate, tasks in jobs:
             if candidate.resources_version is None:
-                published = await self.store.add_resources(
-                    llm=LLMEndpoint(base_url=self.proxy.url, sampling=sampling), prompts=candidate.prompts
-                )
-                candidate.resources_version = published.version
-            for task in tasks:
-                specs.append(
-                    RolloutSpec(
-                        input=task.input,
-                        task_id=task.task_id,
-                        mode=mode,
-                        metadata={**task.metadata, "apo.candidate": candidate.id},
-                        max_attempts=self.trainer.max_attempts,
-                        timeout_s=self.trainer.timeout_s,
-                        resources_version=candidate.resources_version,
-                    )
-                )
-                owner.append(candidate.id)
-        enqueued = await self.store.enqueue(specs)
-        await self.runner.run_until_idle()
-        by_id = {
-            item.rollout.rollout_id: item for item in await self.store.harvest([r.rollout_id for r in enqueued])
-        }
-        out: dict[str, list[Harvested]] = {}
-        for rollout, candidate_id in zip(enqueued, owner, strict=True):
-            item = by_id[rollout.rollout_id]
-            out.setdefault(candidate_id, []).append(item)
-            if item.rollout.error and self.first_error == "no rollout ran":
-                self.first_error = item.rollout.error.strip().splitlines()[-1]
+                candidate.resources_version = await self.session.publish(sampling, prompts=candidate.prompts)
+            runs.append(Job(tasks, candidate.resources_version, metadata={spans.APO_CANDIDATE: candidate.id}))
+        batches = await self.session.run_jobs(runs, mode)
+        out: dict[str, list[RolloutResult]] = {}
+        for (candidate, _), batch in zip(jobs, batches, strict=True):
+            for item in batch.results:
+                out.setdefault(candidate.id, []).append(item)
+                if item.rollout.error and self.first_error == "no rollout ran":
+                    self.first_error = item.rollout.error.strip().splitlines()[-1]
         return out
 
     async def score(self, candidates: Sequence[Candidate], tasks: Sequence[Task]) -> None:
@@ -156,7 +122,7 @@ class BeamSearch:
         results = await self._rollouts([(c, tasks) for c in candidates], Mode.VAL)
         for candidate in candidates:
             rollouts = [item.rollout for item in results.get(candidate.id, [])]
-            candidate.failed = sum(r.status.value != "succeeded" for r in rollouts)
+            candidate.failed = sum(r.status != RolloutStatus.SUCCEEDED for r in rollouts)
             if rollouts and candidate.failed < len(rollouts):
                 candidate.score = sum(r.reward or 0.0 for r in rollouts) / len(rollouts)
 
@@ -178,7 +144,7 @@ class BeamSearch:
             )[: self.apo.max_traces]
             if not low:
                 continue  # every rollout succeeded: nothing to learn from this batch
-            traces = [_text.render_trace(i.rollout, _last_attempt_spans(i)) for i in low]
+            traces = [_text.render_trace(i.rollout, i.spans) for i in low]
             for branch in range(self.apo.branch_factor):
                 name = self.targets[(branch + round_) % len(self.targets)]
                 critique = await self._ask(_text.critique_messages(parent.prompts, name, traces, mean))
@@ -249,23 +215,14 @@ class BeamSearch:
             f.write(json.dumps(entry) + "\n")
         if self._record is not None:
             rollout_id, attempt_id = self._record
-            span = Span(rollout_id, attempt_id, SpanKind.OTHER, "apo.candidate", attributes=entry)
+            span = Span(rollout_id, attempt_id, SpanKind.OTHER, spans.APO_CANDIDATE, attributes=entry)
             await self.store.add_spans([span])
 
     async def open_record(self) -> None:
         """A rollout that holds the search history as spans (it is claimed here, never run by a runner)."""
-        assert self.runner is not None
-        from tether.store import StoreError
-
         if await self.store.list_rollouts(status=RolloutStatus.QUEUED, limit=1):
-            await self.runner.run_until_idle()  # an earlier run left rollouts queued: let them finish first
-        (rollout,) = await self.store.enqueue(
-            [RolloutSpec(input={"algorithm": "apo"}, mode=Mode.VAL, metadata={"tether.record": "apo"})]
-        )
-        claimed = await self.store.dequeue("apo-history", limit=1)
-        if not claimed or claimed[0][0].rollout_id != rollout.rollout_id:
-            raise StoreError("another worker took APO's history record: stop remote runners while APO starts")
-        self._record = (rollout.rollout_id, claimed[0][1].attempt_id)
+            await self.session.runner.run_until_idle()  # an earlier run left rollouts queued: finish them first
+        self._record = await self.session.open_record("apo")
 
     async def close_record(self, best: Candidate, version: int) -> None:
         if self._record is None:
@@ -290,11 +247,6 @@ class BeamSearch:
             best_score=best.score,
             candidates=list(self.history),
         )
-
-
-def _last_attempt_spans(item: Harvested) -> list[Span]:
-    last = item.attempts[-1].attempt_id if item.attempts else None
-    return [s for s in item.spans if s.attempt_id == last]
 
 
 def _file_name(name: str) -> str:

@@ -7,7 +7,9 @@ group-relative advantage, see ``tether.algorithms.advantages``). Every response 
 weighs the same. Optionally a KL penalty to the starting policy (k3 estimator) and, always, gradient
 clipping. The model is updated in place, so the backend serves the new weights on its next batch.
 
-torch is imported here, so this module is loaded only when an update runs.
+``GRPO.fit`` runs the training loop of ``tether.algorithms.grpo_loop`` (steps, evaluation, checkpoints) on
+the ``Session`` that ``Trainer.fit`` opens. torch is imported here, so this module is loaded only when GRPO is
+used.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tether.types import Transition
+from tether.algorithms import grpo_loop
+from tether.result import FitResult
+from tether.types import Task, Transition
+
+if TYPE_CHECKING:
+    from tether.session import Session
 
 
 @dataclass
@@ -51,6 +57,16 @@ class GRPO:
         if self.tasks_per_step < 1:
             raise ValueError(f"tasks_per_step must be >= 1, got {self.tasks_per_step}")
 
+    # -- the algorithm contract ----------------------------------------------------------------------------
+
+    async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
+        """Train ``session.backend`` (a ``TrainableBackend``) for ``session.settings.steps`` steps."""
+        return await grpo_loop.fit(self, session, train, val)
+
+    async def evaluate(self, session: Session, tasks: Sequence[Task]) -> dict[str, Any]:
+        """Accuracy (mean reward) on ``tasks`` greedy and at temperature 1, as the loop records it."""
+        return await grpo_loop.evaluate(session, tasks)
+
     # -- state ---------------------------------------------------------------------------------------------
 
     def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -73,12 +89,11 @@ class GRPO:
         model: torch.nn.Module,
         transitions: Sequence[Transition],
         *,
-        lock: AbstractContextManager[Any] | None = None,
         pad_token_id: int = 0,
     ) -> dict[str, float]:
         """One policy update on trainable transitions with a non-zero advantage; returns metrics.
 
-        ``lock`` is held while weights change so the backend never samples from half-updated weights.
+        Call it inside ``backend.policy()``, which holds the weights so no batch samples half-updated ones.
         """
         batch = [t for t in transitions if t.trainable and t.advantage and t.response_token_ids]
         metrics = {"trained_transitions": float(len(batch)), "loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0}
@@ -90,21 +105,20 @@ class GRPO:
         optimizer = self.optimizer_for(model)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
         was_training = model.training
-        with lock or nullcontext():
-            model.train()
-            for _ in range(self.epochs):
-                optimizer.zero_grad(set_to_none=True)
-                sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
-                for start in range(0, len(batch), self.micro_batch):
-                    part = batch[start : start + self.micro_batch]
-                    loss, clipped, kl = self._micro_loss(model, part, total_tokens, context_length, pad_token_id)
-                    loss.backward()
-                    sums["loss"] += float(loss.detach())
-                    sums["clipped"] += clipped
-                    sums["kl"] += kl
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
-                optimizer.step()
-            model.train(was_training)
+        model.train()
+        for _ in range(self.epochs):
+            optimizer.zero_grad(set_to_none=True)
+            sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
+            for start in range(0, len(batch), self.micro_batch):
+                part = batch[start : start + self.micro_batch]
+                loss, clipped, kl = self._micro_loss(model, part, total_tokens, context_length, pad_token_id)
+                loss.backward()  # type: ignore[no-untyped-call]
+                sums["loss"] += float(loss.detach())
+                sums["clipped"] += clipped
+                sums["kl"] += kl
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
+            optimizer.step()
+        model.train(was_training)
         metrics.update(
             loss=sums["loss"],
             grad_norm=float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan"),

@@ -9,9 +9,26 @@
 
 from __future__ import annotations
 
-from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
+from tether.models.base import (
+    BackendError,
+    BadRequest,
+    ChatRequest,
+    ChatResult,
+    Choice,
+    ModelBackend,
+    TrainableBackend,
+)
 
-__all__ = ["BackendError", "BadRequest", "ChatRequest", "ChatResult", "Choice", "ModelBackend", "open_backend"]
+__all__ = [
+    "BackendError",
+    "BadRequest",
+    "ChatRequest",
+    "ChatResult",
+    "Choice",
+    "ModelBackend",
+    "TrainableBackend",
+    "open_backend",
+]
 
 _FORMS = (
     '"embedded", "embedded:<checkpoint dir>", "hf:<local checkpoint path>", '

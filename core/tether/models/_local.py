@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
@@ -127,6 +127,19 @@ class LocalBackend(ModelBackend):
         with self.weights_lock, quiet():
             self.model.save_pretrained(directory)
             self.tokenizer.save_pretrained(directory)
+
+    def load_weights(self, directory: str) -> None:
+        """Replace the served weights in place with those of a checkpoint written by ``save`` (a run resuming)."""
+        with quiet():
+            loaded = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
+        with self.policy() as model:
+            model.load_state_dict(loaded.state_dict())
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id that pads update batches (masked out, so any id does when the tokenizer has none)."""
+        pad = self.tokenizer.pad_token_id
+        return int(pad) if pad is not None else 0
 
     def decode(self, token_ids: list[int]) -> str:
         """The text of response token ids, exactly as ``chat`` returned it."""

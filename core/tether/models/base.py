@@ -2,14 +2,16 @@
 
 A backend takes an OpenAI-style chat request and returns choices with the exact token ids it used and
 produced (when it has them) and their logprobs, so the proxy can record them without re-tokenising.
-Backends are chosen by ``model=`` strings; see ``tether.models.open_backend``.
+Backends are chosen by ``model=`` strings; see ``tether.models.open_backend``. A backend whose weights tether
+can update in place (the embedded and ``hf:`` ones) is also a ``TrainableBackend``.
 """
 
 from __future__ import annotations
 
 import abc
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
 class BackendError(Exception):
@@ -70,3 +72,22 @@ class ModelBackend(abc.ABC):
     async def chat(self, request: ChatRequest) -> ChatResult:
         """Answer one chat request. ``BadRequest`` for requests this backend cannot take,
         ``BackendError`` when it fails."""
+
+
+@runtime_checkable
+class TrainableBackend(Protocol):
+    """A backend whose weights an algorithm updates in place (GRPO): the embedded and ``hf:`` backends.
+
+    ``policy()`` holds the weights (no batch is sampled meanwhile) and yields the torch model to update;
+    ``save(dir)`` writes a checkpoint that ``load_weights(dir)`` reads back into the served model (a run
+    resuming); ``pad_token_id`` pads update batches.
+    """
+
+    def policy(self) -> AbstractContextManager[Any]: ...
+
+    def save(self, directory: str) -> None: ...
+
+    def load_weights(self, directory: str) -> None: ...
+
+    @property
+    def pad_token_id(self) -> int: ...

@@ -75,6 +75,11 @@ class Harvested:
     attempts: list[Attempt] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
 
+    def last_attempt_spans(self) -> list[Span]:
+        """The spans of the rollout's last attempt (the one its outcome comes from), in arrival order."""
+        last = self.attempts[-1].attempt_id if self.attempts else None
+        return [s for s in self.spans if s.attempt_id == last]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rollout": self.rollout.to_dict(),

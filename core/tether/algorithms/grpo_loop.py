@@ -1,0 +1,174 @@
+"""GRPO's training loop: rollouts → transitions → policy update → new weights, with evaluation, checkpoints,
+metrics and a progress bar. ``GRPO.fit`` runs it on the ``Session`` that ``Trainer.fit`` opens.
+
+Each step samples ``tasks_per_step`` training tasks, runs ``group_size`` rollouts of each (sampled at the
+algorithm's temperature), builds transitions, computes per-rollout group advantages and updates the model in
+place; the proxy serves the new weights to the next rollouts. Validation runs before training, every
+``eval_every`` steps and at the end, greedy (temperature 0) and sampled (temperature 1). A checkpoint
+(weights, optimizer, step) is written after every evaluation; ``resume=True`` continues from it.
+
+torch is imported only to write and read checkpoints, so this module loads without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from tether.algorithms.advantages import assign, group_advantages
+from tether.fit_progress import FitProgress
+from tether.models.base import TrainableBackend
+from tether.result import FitResult
+from tether.run_dir import RunDir
+from tether.session import Batch, Session
+from tether.transitions import unknown_optimize_names
+from tether.types import Mode, Task, Transition
+
+
+class PolicyUpdate(Protocol):
+    """What the loop needs of the algorithm (``tether.algorithms.grpo.GRPO``)."""
+
+    group_size: int
+    tasks_per_step: int
+    temperature: float
+    scale_by_std: bool
+
+    def update(
+        self, model: Any, transitions: Sequence[Transition], *, pad_token_id: int = 0
+    ) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, model: Any, state: dict[str, Any]) -> None: ...
+
+
+async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
+    """Train ``session.backend`` for ``session.settings.steps`` steps (the rest of them when resuming)."""
+    backend = session.backend
+    if not isinstance(backend, TrainableBackend):
+        raise ValueError(
+            f"{type(algorithm).__name__} trains a model tether holds in torch: use "
+            "model='embedded' or model='hf:<path>' (remote and vLLM backends train through verl)"
+        )
+    run = session.require_run(type(algorithm).__name__)
+    settings = session.settings
+    await session.cancel_unfinished()  # left by an interrupted run
+    loop = _Loop(algorithm, session, backend, run)
+    if session.resume:
+        await loop.restore()
+    rng = random.Random(f"{settings.seed}:{loop.step}")
+    result = FitResult(run_dir=run.path)
+    with FitProgress(settings.steps, enabled=settings.progress, start=loop.step) as bar:
+        if val and loop.step == 0:
+            loop.record(await evaluate(session, val, step=loop.step), bar)
+        while loop.step < settings.steps:
+            loop.record(await loop.train_step(train, rng), bar)
+            if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
+                if val:
+                    loop.record(await evaluate(session, val, step=loop.step), bar)
+                result.checkpoint = await asyncio.to_thread(loop.save)
+    result.history = loop.history
+    result.plot = run.plot(loop.history)
+    return result
+
+
+async def evaluate(session: Session, tasks: Sequence[Task], *, step: int = 0) -> dict[str, Any]:
+    """One pass over ``tasks`` greedy (temperature 0) and one sampled (temperature 1): accuracy (mean
+    reward), the share of rollouts that called a tool, and failed rollouts of each."""
+    record: dict[str, Any] = {"kind": "eval", "step": step}
+    for label, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+        batch = await session.run_batch(tasks, 1, {"temperature": temperature}, Mode.VAL)
+        record[f"{label}_accuracy"] = batch.mean_reward
+        record[f"{label}_tool_rate"] = batch.tool_rate
+        record[f"{label}_failed"] = batch.failed
+    return record
+
+
+class _Loop:
+    """The state of one run: the step, the history, and how to save and restore them."""
+
+    def __init__(self, algorithm: PolicyUpdate, session: Session, backend: TrainableBackend, run: RunDir) -> None:
+        self.algorithm = algorithm
+        self.session = session
+        self.backend = backend
+        self.run = run
+        self.history: list[dict[str, Any]] = []
+        self.step = 0
+
+    def record(self, record: dict[str, Any], bar: FitProgress) -> None:
+        self.history.append(record)
+        self.run.log(record)
+        bar.update(record)
+
+    async def train_step(self, train: Sequence[Task], rng: random.Random) -> dict[str, Any]:
+        algo = self.algorithm
+        tasks = rng.sample(list(train), min(algo.tasks_per_step, len(train)))
+        batch = await self.session.run_batch(tasks, algo.group_size, {"temperature": algo.temperature}, Mode.TRAIN)
+        if self.step == 0:
+            self._check_wiring(batch)
+        stats = group_advantages(batch.rollouts, scale_by_std=algo.scale_by_std)
+        trainable = assign(batch.transitions, stats)
+        pad = self.backend.pad_token_id
+
+        def _update() -> dict[str, float]:
+            with self.backend.policy() as model:
+                return algo.update(model, trainable, pad_token_id=pad)
+
+        update = await asyncio.to_thread(_update)
+        self.step += 1
+        return {
+            "kind": "train",
+            "step": self.step,
+            "reward": batch.mean_reward,
+            "tool_rate": batch.tool_rate,
+            "rollouts": len(batch.results),
+            "failed": batch.failed,
+            "groups": stats.groups,
+            "flat_groups": stats.flat_groups,
+            "transitions": len(batch.transitions),
+            "rollouts_per_s": len(batch.results) / max(batch.seconds, 1e-9),
+            **update,
+        }
+
+    def _check_wiring(self, batch: Batch) -> None:
+        optimize = self.session.agent.optimize
+        names = batch.agent_names
+        unknown = unknown_optimize_names(optimize, names)
+        if unknown and optimize is not None and not (optimize & names):
+            raise ValueError(f"{unknown}; nothing would be trained")
+        if unknown:  # a sub-agent on a path the first rollouts did not take (a conditional node): say so
+            warnings.warn(f"after the first {len(batch.results)} rollouts: {unknown}", stacklevel=2)
+        if batch.results and not batch.transitions:
+            problems = "; ".join(dict.fromkeys(batch.problems)) or "no LLM call was captured"
+            raise RuntimeError(f"the first training rollouts produced no transitions: {problems}")
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+
+    def save(self) -> Path:
+        import torch
+
+        def write(directory: Path) -> None:
+            self.backend.save(str(directory))
+            torch.save(self.algorithm.state_dict(), directory / "optimizer.pt")
+
+        return self.run.save_checkpoint(write, {"step": self.step})
+
+    async def restore(self) -> bool:
+        """Load the run's last checkpoint (weights, optimizer, step) and its history up to that step."""
+        state = self.run.load_state()
+        if state is None:
+            return False
+        import torch
+
+        await asyncio.to_thread(self.backend.load_weights, str(self.run.checkpoint_path))
+        self.step = int(state["step"])
+        optimizer = self.run.checkpoint_path / "optimizer.pt"
+        if optimizer.exists():
+            with self.backend.policy() as model:
+                self.algorithm.load_state_dict(model, torch.load(optimizer, weights_only=False))
+        self.history = [h for h in self.run.history() if h.get("step", 0) <= self.step]
+        return True

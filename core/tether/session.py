@@ -1,0 +1,380 @@
+"""The Session: what an algorithm runs rollouts with, open for one ``dev`` / ``evaluate`` / ``fit`` call.
+
+``Trainer`` opens it (``async with Session(...)``): the store, the model backend, the span batcher, the proxy
+that serves the backend and records each call, the runner that runs the wrapped agent, and the run folder
+(None for ``dev``), with the trainer's settings. An algorithm (``tether.algorithms.base.Algorithm``) gets it
+in ``fit(session, train, val)`` and runs batches of rollouts with ``run_batch``: one resources version is
+published (the sampling, and prompts if given), the tasks are enqueued, run and harvested from the store, and
+the transitions of each rollout's last attempt are built. ``run_jobs`` runs several resources versions in one
+batch, concurrently (APO scores its prompt candidates that way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether import _json, spans
+from tether.models.base import ModelBackend
+from tether.run_dir import RunDir
+from tether.store import Store, StoreError, open_store
+from tether.store.base import Harvested
+from tether.transitions import CreditRule, build_transitions, is_proxy_llm_span
+from tether.types import (
+    LLMEndpoint,
+    Mode,
+    PromptTemplate,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
+    Span,
+    Task,
+    Transition,
+)
+
+if TYPE_CHECKING:
+    from tether.adapters import WrappedAgent
+    from tether.proxy import ProxyServer
+    from tether.runner import Runner
+    from tether.span_batcher import SpanBatcher
+
+
+def as_task(item: Any) -> Task:
+    """A ``Task`` for a dataset item; raw inputs get a stable id from their content."""
+    if isinstance(item, Task):
+        return item
+    digest = hashlib.sha1(_json.dumps(item)).hexdigest()[:12]
+    return Task(input=item, task_id=f"task-{digest}")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The trainer's settings an algorithm reads (``tether.Trainer`` documents each)."""
+
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    max_attempts: int = 1
+    timeout_s: float | None = None
+    credit: CreditRule = "episode"
+    tool_error_penalty: float = 0.0
+    n_runners: int = 4
+    seed: int = 0
+    steps: int = 20
+    eval_every: int = 5
+    progress: bool = True
+
+
+@dataclass(slots=True)
+class RolloutResult:
+    """One finished rollout of a batch: its last attempt's spans and the transitions built from them."""
+
+    rollout: Rollout
+    spans: list[Span]
+    attempts: int
+    transitions: list[Transition]
+    #: what building the transitions found wrong (no LLM call captured, no token ids, ...)
+    problems: list[str]
+    agent_names: set[str]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.rollout.status == RolloutStatus.SUCCEEDED
+
+    @property
+    def used_tools(self) -> bool:
+        """Whether the model asked for a tool call in this rollout."""
+        return any(_has_tool_call(span) for span in self.spans)
+
+
+@dataclass(slots=True)
+class Batch:
+    """The rollouts of one batch, in the order they were enqueued, and the seconds the batch took."""
+
+    results: list[RolloutResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rollouts(self) -> list[Rollout]:
+        return [r.rollout for r in self.results]
+
+    @property
+    def transitions(self) -> list[Transition]:
+        return [t for r in self.results for t in r.transitions]
+
+    @property
+    def agent_names(self) -> set[str]:
+        return set().union(*(r.agent_names for r in self.results))
+
+    @property
+    def problems(self) -> list[str]:
+        """The transition problems of succeeded rollouts and the last line of each failed rollout's error."""
+        out: list[str] = []
+        for r in self.results:
+            if r.succeeded:
+                out.extend(r.problems)
+            else:
+                out.append(f"rollout {r.rollout.rollout_id} failed: {_last_line(r.rollout.error)}")
+        return out
+
+    @property
+    def failed(self) -> int:
+        return sum(not r.succeeded for r in self.results)
+
+    @property
+    def mean_reward(self) -> float:
+        """Mean reward over the batch; a rollout without a reward counts 0."""
+        return sum(r.rollout.reward or 0.0 for r in self.results) / len(self.results) if self.results else 0.0
+
+    @property
+    def tool_rate(self) -> float:
+        """The share of rollouts in which the model called a tool."""
+        return sum(r.used_tools for r in self.results) / max(len(self.results), 1)
+
+
+@dataclass(slots=True)
+class Job:
+    """Tasks to run ``repeats`` times each under one resources version (see ``Session.publish``);
+    ``metadata`` is added to each rollout's."""
+
+    tasks: Sequence[Any]
+    resources_version: int
+    repeats: int = 1
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Parts:
+    store: Store
+    backend: ModelBackend
+    batcher: SpanBatcher
+    proxy: ProxyServer
+    runner: Runner
+
+
+class Session:
+    """The store, backend, proxy, runner and run folder of one call, opened by ``async with``.
+
+    ``model`` is a ``model=`` string (the session opens and closes the backend) or a ``ModelBackend`` (it
+    stays open: its owner closes it). ``store`` is a store URL. ``resume`` says that ``fit`` continues the run
+    in ``run`` (an algorithm with checkpoints reads them back).
+    """
+
+    def __init__(
+        self,
+        agent: WrappedAgent,
+        model: str | ModelBackend,
+        *,
+        store: str = "memory:",
+        run: RunDir | None = None,
+        settings: Settings | None = None,
+        resume: bool = False,
+    ) -> None:
+        self.agent = agent
+        self.model = model
+        self.store_url = store
+        self.run = run
+        self.settings = settings or Settings()
+        self.resume = resume
+        self._parts: _Parts | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Session:
+        from tether.models import open_backend
+        from tether.proxy import ProxyServer
+        from tether.runner import Runner
+        from tether.span_batcher import SpanBatcher
+
+        stack = contextlib.AsyncExitStack()
+        try:
+            store = open_store(self.store_url)
+            stack.push_async_callback(store.close)
+            if isinstance(self.model, ModelBackend):
+                backend = self.model
+            else:
+                backend = open_backend(self.model)
+                stack.push_async_callback(backend.close)
+            await backend.start()
+            batcher = SpanBatcher(store)
+            stack.push_async_callback(batcher.close)  # after the proxy stops: the session owns the batcher
+            proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher))
+            runner = await stack.enter_async_context(
+                Runner(self.agent, store, proxy, batcher=batcher, concurrency=self.settings.n_runners)
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._parts = _Parts(store, backend, batcher, proxy, runner)
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack, self._parts = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    @property
+    def _open(self) -> _Parts:
+        if self._parts is None:
+            raise RuntimeError("the session is not open: use it as `async with Session(...) as session:`")
+        return self._parts
+
+    @property
+    def store(self) -> Store:
+        return self._open.store
+
+    @property
+    def backend(self) -> ModelBackend:
+        return self._open.backend
+
+    @property
+    def batcher(self) -> SpanBatcher:
+        return self._open.batcher
+
+    @property
+    def proxy(self) -> ProxyServer:
+        return self._open.proxy
+
+    @property
+    def runner(self) -> Runner:
+        return self._open.runner
+
+    def require_run(self, who: str) -> RunDir:
+        """The run folder; ``RuntimeError`` naming ``who`` when the session has none (``dev``)."""
+        if self.run is None:
+            raise RuntimeError(f"{who} needs a run folder: run it through Trainer.fit")
+        return self.run
+
+    # -- batches --------------------------------------------------------------------------------------------
+
+    async def publish(
+        self, sampling: Mapping[str, Any] | None = None, prompts: dict[str, PromptTemplate] | None = None
+    ) -> int:
+        """Publish a resources version: the proxy's endpoint with the trainer's sampling updated by ``sampling``,
+        and ``prompts`` (the latest ones when None). Returns its version."""
+        llm = LLMEndpoint(base_url=self.proxy.url, sampling={**self.settings.sampling, **(sampling or {})})
+        resources = await self.store.add_resources(llm=llm, prompts=prompts)
+        return resources.version
+
+    async def run_batch(
+        self,
+        tasks: Sequence[Any],
+        repeats: int = 1,
+        sampling: Mapping[str, Any] | None = None,
+        mode: Mode = Mode.TRAIN,
+        *,
+        prompts: dict[str, PromptTemplate] | None = None,
+        harvest: bool = True,
+    ) -> Batch:
+        """Run each task ``repeats`` times with ``sampling`` (and ``prompts``) and return the batch.
+
+        ``tasks`` are ``Task`` objects or raw inputs. ``harvest=False`` leaves the rollouts in the store.
+        """
+        started = time.perf_counter()
+        version = await self.publish(sampling, prompts)
+        (batch,) = await self._run([Job(tasks, version, repeats)], mode, harvest, started)
+        return batch
+
+    async def run_jobs(self, jobs: Sequence[Job], mode: Mode = Mode.TRAIN, *, harvest: bool = True) -> list[Batch]:
+        """Run every job's rollouts together (enqueued in job order) and return one batch per job."""
+        return await self._run(jobs, mode, harvest, time.perf_counter())
+
+    async def _run(self, jobs: Sequence[Job], mode: Mode, harvest: bool, started: float) -> list[Batch]:
+        specs = [
+            self._spec(task, mode, job.resources_version, job.metadata)
+            for job in jobs
+            for task in job.tasks
+            for _ in range(job.repeats)
+        ]
+        enqueued = await self.store.enqueue(specs)
+        await self.runner.run_until_idle()
+        ids = [r.rollout_id for r in enqueued]
+        items = await self.store.harvest(ids) if harvest else await self._read(ids)
+        by_id = {item.rollout.rollout_id: item for item in items}
+        batches: list[Batch] = []
+        position = 0
+        for job in jobs:
+            count = len(job.tasks) * job.repeats
+            batches.append(Batch([self._result(by_id[i]) for i in ids[position : position + count]]))
+            position += count
+        seconds = time.perf_counter() - started
+        for batch in batches:
+            batch.seconds = seconds
+        return batches
+
+    def _spec(self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any]) -> RolloutSpec:
+        """The one place a rollout of a task is specified."""
+        known = isinstance(task, Task)
+        return RolloutSpec(
+            input=task.input if known else task,
+            task_id=task.task_id if known else None,
+            mode=mode,
+            metadata={**task.metadata, **metadata} if known else dict(metadata),
+            max_attempts=self.settings.max_attempts,
+            timeout_s=self.settings.timeout_s,
+            resources_version=version,
+        )
+
+    async def _read(self, rollout_ids: Sequence[str]) -> list[Harvested]:
+        """The rollouts with their attempts and last attempt's spans, left in the store."""
+        out = []
+        for rollout in await self.store.list_rollouts(rollout_ids=rollout_ids):
+            attempts = await self.store.get_attempts(rollout.rollout_id)
+            found = await self.store.get_spans(attempts[-1].attempt_id) if attempts else []
+            out.append(Harvested(rollout, attempts, found))
+        return out
+
+    def _result(self, item: Harvested) -> RolloutResult:
+        last = item.last_attempt_spans()
+        built = build_transitions(
+            item.rollout,
+            last,
+            optimize=self.agent.optimize,
+            credit=self.settings.credit,
+            tool_error_penalty=self.settings.tool_error_penalty,
+        )
+        return RolloutResult(
+            item.rollout, last, len(item.attempts), built.transitions, built.problems, built.agent_names
+        )
+
+    # -- other store work algorithms share ------------------------------------------------------------------
+
+    async def cancel_unfinished(self) -> int:
+        """Cancel the rollouts an interrupted run left queued or running; returns how many."""
+        cancelled = 0
+        for status in (RolloutStatus.QUEUED, RolloutStatus.RUNNING):
+            for stale in await self.store.list_rollouts(status=status):
+                await self.store.cancel_rollout(stale.rollout_id)
+                cancelled += 1
+        return cancelled
+
+    async def open_record(self, algorithm: str) -> tuple[str, str]:
+        """A rollout that holds ``algorithm``'s records as spans: claimed here, never run by a runner. Returns
+        its rollout and attempt ids; finish the attempt when the records are complete."""
+        (rollout,) = await self.store.enqueue(
+            [
+                RolloutSpec(
+                    input={"algorithm": algorithm}, mode=Mode.VAL, metadata={spans.RECORD_METADATA: algorithm}
+                )
+            ]
+        )
+        claimed = await self.store.dequeue(f"{algorithm}-history", limit=1)
+        if not claimed or claimed[0][0].rollout_id != rollout.rollout_id:
+            raise StoreError(
+                f"another worker took {algorithm}'s history record: stop remote runners while it starts"
+            )
+        return rollout.rollout_id, claimed[0][1].attempt_id
+
+
+def _has_tool_call(span: Span) -> bool:
+    if not is_proxy_llm_span(span):
+        return False
+    return any((c.get("message") or {}).get("tool_calls") for c in span.attributes.get("choices") or [])
+
+
+def _last_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[-1] if text and text.strip() else "unknown error"
