@@ -67,7 +67,7 @@ class Reinforce:
                     taken = logp[len(t.prompt_token_ids) - 1 :].gather(-1, ids[0, len(t.prompt_token_ids) :, None])
                     loss = loss - t.reward * taken.sum()
                 optimizer.zero_grad()
-                (loss / max(len(batch.transitions), 1)).backward()  # type: ignore[no-untyped-call]
+                (loss / max(len(batch.transitions), 1)).backward()
                 optimizer.step()
             record = {"kind": "train", "step": step, "reward": batch.mean_reward}
             session.run.log(record)

@@ -112,7 +112,7 @@ class GRPO:
             for start in range(0, len(batch), self.micro_batch):
                 part = batch[start : start + self.micro_batch]
                 loss, clipped, kl = self._micro_loss(model, part, total_tokens, context_length, pad_token_id)
-                loss.backward()  # type: ignore[no-untyped-call]
+                loss.backward()
                 sums["loss"] += float(loss.detach())
                 sums["clipped"] += clipped
                 sums["kl"] += kl

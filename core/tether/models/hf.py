@@ -141,7 +141,7 @@ class HFBackend(LocalBackend):
             text = template.render(messages, tools)
         elif self.tokenizer.chat_template:
             try:
-                text = self.tokenizer.apply_chat_template(
+                text = self.tokenizer.apply_chat_template(  # type: ignore[assignment]  # tokenize=False: str
                     _for_template(messages),
                     tools=cast(Any, tools or None),
                     add_generation_prompt=True,

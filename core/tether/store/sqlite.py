@@ -301,7 +301,8 @@ class SqliteStore(Store):
         rollout_ids: Sequence[str] | None = None,
         limit: int | None = None,
     ) -> list[Rollout]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if status is not None:
             where.append("status = ?")
             args.append(RolloutStatus(status).value)
@@ -353,7 +354,7 @@ class SqliteStore(Store):
                     (_json.dumps(wanted).decode(),),
                 )
             }
-            sequences = []
+            sequences: list[int] = []
             for row in rows:
                 info = found.get(row[0])
                 if info is None:
@@ -362,9 +363,10 @@ class SqliteStore(Store):
                     raise InvalidInput(
                         f"span {row[5]!r}: attempt {row[0]} belongs to rollout {info[0]}, not {row[2]}"
                     )
-                row[1] = info[1]
-                info[1] += 1
-                sequences.append(row[1])
+                sequence = info[1]
+                row[1] = sequence
+                info[1] = sequence + 1
+                sequences.append(sequence)
             conn.executemany(f"INSERT INTO spans VALUES ({', '.join('?' * 11)})", rows)
             now = time.time()
             conn.executemany(

@@ -164,7 +164,7 @@ class StoreConformance:
 
     async def test_enqueue_rejects_non_specs(self, store: Store) -> None:
         with pytest.raises(InvalidInput):
-            await store.enqueue([{"input": 1}])
+            await store.enqueue([{"input": 1}])  # type: ignore[list-item]  # deliberately wrong
         assert await store.list_rollouts() == []
 
     async def test_get_unknown_rollout(self, store: Store) -> None:
@@ -179,7 +179,10 @@ class StoreConformance:
         val = await store.enqueue([spec(i, mode=Mode.VAL) for i in range(3)])
         (running, _), (done_r, done_a) = await store.dequeue("w", limit=2)
         await store.finish_attempt(done_a.attempt_id, AttemptStatus.SUCCEEDED, reward=1.0)
-        ids = lambda rs: [r.rollout_id for r in rs]  # noqa: E731
+
+        def ids(rollouts: list[Rollout]) -> list[str]:
+            return [r.rollout_id for r in rollouts]
+
         assert ids(await store.list_rollouts(mode=Mode.VAL)) == ids(val)
         assert ids(await store.list_rollouts(mode=Mode.TRAIN)) == ids(train)
         assert ids(await store.list_rollouts(status=RolloutStatus.RUNNING)) == [running.rollout_id]
@@ -260,7 +263,7 @@ class StoreConformance:
             assert out.finished_at is None
             ((again, attempt),) = await store.dequeue(f"w{index}")
             assert again.rollout_id == rollout.rollout_id and attempt.index == index + 1
-        out = await store.finish_attempt(attempt.attempt_id, "failed", error="boom 3")
+        out = await store.finish_attempt(attempt.attempt_id, "failed", error="boom 3")  # type: ignore[arg-type]
         assert out.status == RolloutStatus.FAILED and out.error == "boom 3" and out.attempt_count == 3
         assert out.finished_at is not None
         attempts = await store.get_attempts(rollout.rollout_id)
@@ -284,7 +287,7 @@ class StoreConformance:
             with pytest.raises(InvalidTransition):
                 await store.finish_attempt(attempt.attempt_id, status)
         with pytest.raises(StoreError):
-            await store.finish_attempt(attempt.attempt_id, "bogus")
+            await store.finish_attempt(attempt.attempt_id, "bogus")  # type: ignore[arg-type]
         await store.finish_attempt(attempt.attempt_id, AttemptStatus.FAILED)
         before = await self._snapshot(store)
         for status in (AttemptStatus.SUCCEEDED, AttemptStatus.FAILED):
@@ -465,7 +468,7 @@ class StoreConformance:
 
     async def test_add_spans_rejects_non_spans(self, store: Store) -> None:
         with pytest.raises(InvalidInput):
-            await store.add_spans([{"name": "x"}])
+            await store.add_spans([{"name": "x"}])  # type: ignore[list-item]  # deliberately wrong
 
     # -- resources ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,123 @@
+"""The structure of the core package: its import graph has no circle, algorithms never reach up to the
+trainer, and the plugin contract imports nothing above the types it speaks.
+
+Every import of a ``tether`` module counts — at module level, under ``TYPE_CHECKING``, and inside functions
+(a lazy import is still a dependency; hiding a circle in a function is how the knots this test guards
+against were tied). ``from tether.x import y`` counts as an import of ``tether.x.y`` when that is a module,
+else of ``tether.x``. A package's ``__init__`` is not counted as imported by its own submodules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "core"
+PACKAGE = ROOT / "tether"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(path: Path, modules: dict[str, Path], this: str | None = None) -> set[str]:
+    """The tether modules ``path`` (the module named ``this``) imports, by any route."""
+    this = this or _module_name(path)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.add(submodule if submodule in modules else base)
+    return {m for m in found if m in modules and m != this and not this.startswith(m + ".")}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def test_the_walker_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from tether.trainer import Trainer\n"
+        "def f():\n    from tether import session\n    import tether.runner\n"
+    )
+    assert _imports(source, _modules(), "tether.probe") == {"tether.trainer", "tether.session", "tether.runner"}
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_core_import_graph_has_no_circle() -> None:
+    cycles = _cycles(_graph())
+    assert not cycles, "import circles in core/tether: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_algorithms_never_import_the_trainer() -> None:
+    offenders = {
+        name: sorted(targets & {"tether.trainer", "tether.fit"})
+        for name, targets in _graph().items()
+        if name.startswith("tether.algorithms") and targets & {"tether.trainer", "tether.fit"}
+    }
+    assert not offenders, f"algorithms must not import the trainer: {offenders}"
+
+
+def test_the_plugin_contract_imports_nothing_above_it() -> None:
+    allowed = {"tether.types", "tether.spans", "tether._json", "tether.context"}
+    graph = _graph()
+    for contract in ("tether.adapters", "tether.hookspecs"):
+        above = graph[contract] - allowed
+        assert not above, f"{contract} imports {sorted(above)}; the plugin contract may import only {allowed}"
