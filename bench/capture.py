@@ -162,6 +162,7 @@ class _Captured:
         await self.store.close()
 
     async def call(self) -> Any:
+        from tether import redirect
         from tether.context import RolloutScope, current_scope, current_sink
         from tether.plugins import get_plugins
 
@@ -169,6 +170,7 @@ class _Captured:
         sink_token = current_sink.set(self.sink)
         try:
             async with contextlib.AsyncExitStack() as stack:
+                stack.enter_context(redirect.held())  # as the runner does
                 for manager in get_plugins().rollout_contexts(self.rollout):
                     await stack.enter_async_context(manager)
                 return await self.wrapped.run_task(self.scenario.task, self.resources)

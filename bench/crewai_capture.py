@@ -46,10 +46,10 @@ def main() -> None:
     from crewai.events import crewai_event_bus
     from crewai_script import reply, task
 
+    from tether import redirect
     from tether.context import RolloutScope, rollout_scope
     from tether.testing.fake_llm import FakeLLM
     from tether_crewai import CrewAIAdapter, telemetry
-    from tether_openai import redirect
 
     telemetry.hold()
     with FakeLLM(handler=reply) as llm:

@@ -37,9 +37,9 @@ async def _runs(n: int) -> tuple[list[float], list[float]]:
     from openai import AsyncOpenAI
     from triage_script import example, reply
 
+    from tether import redirect
     from tether.context import RolloutScope, rollout_scope
     from tether.testing.fake_llm import FakeLLM
-    from tether_openai import redirect
     from tether_openai_agents import OpenAIAgentsAdapter, rollout_run_config
 
     plain_times: list[float] = []

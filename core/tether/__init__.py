@@ -6,7 +6,7 @@ cheap: heavy parts (HTTP servers, models, frameworks) load on first use.
 
 from __future__ import annotations
 
-from tether.adapters import Adapter, SpanSink, Tracer, WrappedAgent, wrap
+from tether.adapters import Adapter, SpanSink, Tracer
 from tether.algorithms.base import Algorithm
 from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
@@ -31,6 +31,7 @@ from tether.types import (
     Task,
     Transition,
 )
+from tether.wrap import WrappedAgent, wrap
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,8 @@
 """Context variables that scope a model call to its rollout and sub-agent.
 
-The runner sets ``current_scope`` around each rollout; the openai plugin reads it on every SDK request to
-send the request to that rollout's proxy URL (and leaves the client's own URL alone outside any rollout).
+The runner sets ``current_scope`` around each rollout; the endpoint redirect (``tether.redirect``) reads it
+on every SDK request to send the request to that rollout's proxy URL (and leaves the client's own URL alone
+outside any rollout).
 Framework adapters name the sub-agent making a call, either by setting ``current_agent`` around the agent's
 turn (``agent_scope``) or by registering a resolver that reads the framework's own context (LangGraph keeps
 the running node in its config context variable).
@@ -73,7 +74,7 @@ def current_agent_name() -> str | None:
     return None
 
 
-#: HTTP headers the openai plugin adds to each redirected request; the proxy records them on the span.
+#: HTTP headers the endpoint redirect adds to each redirected request; the proxy records them on the span.
 AGENT_HEADER = "X-Tether-Agent"
 CALL_ID_HEADER = "X-Tether-Call-Id"
 

@@ -1,8 +1,8 @@
 """The whole plugin contract: every hook a tether plugin may implement (pluggy, project name ``tether``).
 
 A plugin is a module or object with functions decorated by ``tether.hookimpl`` whose names match the specs
-below. Bundled framework plugins and third-party ones are found through the ``tether`` entry-point group;
-tether's own defaults are registered the same way, last.
+below. Bundled framework plugins and third-party ones are found through the ``tether`` entry-point group.
+The adapter and tracer types are imported for type checking only: this module imports nothing from tether.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def register_tracers(register: Callable[[Tracer], None]) -> None:
 @hookspec(firstresult=True)
 def adapter_for(agent: Any) -> Adapter | None:
     """Return the adapter that runs ``agent``, or None to let later plugins decide. The first non-None
-    answer wins; tether's own default runs last and asks each registered adapter's ``accepts``."""
+    answer wins; when every plugin answers None, the manager asks each registered adapter's ``accepts`` and
+    exactly one must claim the agent."""
 
 
 @hookspec

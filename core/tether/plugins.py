@@ -1,11 +1,12 @@
 """Builds tether's plugin manager and wraps it in a typed facade; nothing else touches ``pm.hook``.
 
 Plugins come from the ``tether`` entry-point group (bundled framework plugins and third-party ones) and
-from ``register()`` calls; tether's defaults (``tether._default_plugin``) are registered like any plugin and
-run last. A bundled plugin declares ``EXTRA`` (its ``pip install "tether[extra]"`` name) and ``REQUIRES``
-(top-level modules of its framework); when one is missing the plugin is listed as unavailable with the
-install hint instead of loaded, and the others are unaffected. ``TETHER_DISABLE_PLUGINS=a,b`` blocks plugins
-by name. A plugin whose hook implementations name no hook (a misspelling) is rejected with a clear reason.
+from ``register()`` calls. Each manager answers which adapter runs an agent from its own plugins: the first
+non-None ``adapter_for`` hook answer, else the one registered adapter whose ``accepts`` claims it. A bundled
+plugin declares ``EXTRA`` (its ``pip install "tether[extra]"`` name) and ``REQUIRES`` (top-level modules of
+its framework); when one is missing the plugin is listed as unavailable with the install hint instead of
+loaded, and the others are unaffected. ``TETHER_DISABLE_PLUGINS=a,b`` blocks plugins by name. A plugin whose
+hook implementations name no hook (a misspelling) is rejected with a clear reason.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class PluginInfo:
     name: str
     version: str | None
     hooks: list[str]
-    source: str  # "entry point", "default" or "registered"
+    source: str  # "entry point" or "registered"
 
 
 @dataclass(slots=True)
@@ -125,16 +126,27 @@ class Plugins:
         raise AdapterNotFound(f"no adapter named {name!r} (loaded: {known}){hint}")
 
     def adapter_for(self, agent: Any) -> Adapter:
-        """The adapter that claims ``agent``. ``AdapterNotFound`` if none or several do."""
-        adapter = self._pm.hook.adapter_for(agent=agent)
-        if adapter is None:
+        """The adapter for ``agent``: the first plugin's ``adapter_for`` answer, else the one registered
+        adapter whose ``accepts`` claims it. ``AdapterNotFound`` (naming ``adapter="..."``) if none or several
+        do."""
+        answer: Adapter | None = self._pm.hook.adapter_for(agent=agent)
+        if answer is not None:
+            return answer
+        claiming = [a for a in self.adapters() if a.accepts(agent)]
+        if len(claiming) > 1:
+            names = ", ".join(a.name for a in claiming)
+            raise AdapterNotFound(
+                f"several adapters accept {type(agent).__qualname__} ({names}); choose one with "
+                f'adapter="{claiming[0].name}"'
+            )
+        if not claiming:
             hints = "".join(f'\n  pip install "tether[{u.name}]"' for u in self.unavailable if u.hint)
             raise AdapterNotFound(
                 f'no adapter accepts {type(agent).__module__}.{type(agent).__qualname__}; pass adapter="..." '
                 f"(loaded: {', '.join(a.name for a in self.adapters()) or 'none'})"
                 + (f", or install the framework's extra:{hints}" if hints else "")
             )
-        return adapter
+        return claiming[0]
 
     def rollout_contexts(self, rollout: Rollout) -> list[AbstractAsyncContextManager[Any]]:
         results = self._pm.hook.rollout_context(rollout=rollout)
@@ -180,8 +192,8 @@ def _dist_version(ep: importlib.metadata.EntryPoint) -> str | None:
 
 
 def build(*, entry_points: bool = True) -> Plugins:
-    """Build a fresh plugin manager: entry points (minus blocked ones) unless ``entry_points=False``, then
-    tether's defaults."""
+    """Build a fresh plugin manager: the entry points (minus blocked ones), or no plugins with
+    ``entry_points=False``."""
     pm = pluggy.PluginManager("tether")
     pm.add_hookspecs(hookspecs)
     plugins = Plugins(pm)
@@ -192,10 +204,6 @@ def build(*, entry_points: bool = True) -> Plugins:
         if ep.name in blocked or pm.has_plugin(ep.name):
             continue
         _load_entry_point(plugins, ep)
-    from tether import _default_plugin
-
-    plugins.register(_default_plugin, name="tether.defaults", source="default")
-    plugins._versions["tether.defaults"] = _tether_version()
     return plugins
 
 
@@ -222,13 +230,6 @@ def _load_entry_point(plugins: Plugins, ep: importlib.metadata.EntryPoint) -> No
         plugins.unavailable.append(UnavailablePlugin(ep.name, str(exc)))
         return
     plugins._versions[ep.name] = getattr(module, "__version__", None) or _dist_version(ep)
-
-
-def _tether_version() -> str | None:
-    try:
-        return importlib.metadata.version("tether")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 _current: Plugins | None = None

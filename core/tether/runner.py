@@ -1,8 +1,9 @@
 """The runner: takes rollouts from the store and runs the wrapped agent on them.
 
 For each rollout it opens an attempt (``dequeue``), opens it on the proxy (``proxy.attempt``, with the
-sampling of the rollout's resources) and scopes the model endpoint to that attempt's URL, enters every
-plugin's ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and records the
+sampling of the rollout's resources) and scopes the model endpoint to that attempt's URL (holding the openai
+SDK's endpoint redirect, ``tether.redirect``, when the SDK is installed), enters every plugin's
+``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and records the
 outcome — output and reward, or the error with its traceback. A run past the rollout's
 ``timeout_s`` is cancelled and its attempt ends ``timeout`` through the store's own sweep
 (``requeue_stale``), the way the attempt of a runner that died ends. Several rollouts run concurrently on one
@@ -24,13 +25,15 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tether import redirect
 from tether._json import jsonable
-from tether.adapters import Tracer, WrappedAgent
+from tether.adapters import Tracer
 from tether.context import RolloutScope, current_sink, rollout_scope
 from tether.plugins import get_plugins
 from tether.sink import RolloutSink
 from tether.store.base import InvalidTransition
 from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout
+from tether.wrap import WrappedAgent
 
 if TYPE_CHECKING:
     from tether.proxy import ProxyServer
@@ -137,6 +140,7 @@ class Runner:
                 resources.llm.base_url = base_url
                 with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url)):
                     async with contextlib.AsyncExitStack() as stack:
+                        stack.enter_context(redirect.held())  # the SDK's requests reach this attempt's URL
                         for manager in get_plugins().rollout_contexts(rollout):
                             await stack.enter_async_context(manager)
                         async with deadline:

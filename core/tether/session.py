@@ -37,10 +37,10 @@ from tether.types import (
 )
 
 if TYPE_CHECKING:
-    from tether.adapters import WrappedAgent
     from tether.proxy import ProxyServer
     from tether.runner import Runner
     from tether.span_batcher import SpanBatcher
+    from tether.wrap import WrappedAgent
 
 
 def as_task(item: Any) -> Task:

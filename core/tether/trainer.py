@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether._loop import run_sync
-from tether.adapters import WrappedAgent
 from tether.algorithms.base import Algorithm, check_algorithm
 from tether.dev_report import DevReport, report
 from tether.models.base import ModelBackend
@@ -23,6 +22,7 @@ from tether.run_dir import RunDir
 from tether.session import Session, Settings, as_task
 from tether.transitions import CreditRule
 from tether.types import Mode, Task
+from tether.wrap import WrappedAgent
 
 
 @dataclass(slots=True)

@@ -136,7 +136,15 @@ def test_imports_without_its_framework_and_is_listed_unavailable_with_the_hint(p
     assert entry["hint"] == f'pip install "tether[{declared["EXTRA"]}]"'
     assert entry["missing"] == requires and "not installed" in entry["reason"]
     assert ep.name not in seen["loaded"]
-    assert "tether.defaults" in seen["loaded"], "a missing framework must not break the other plugins"
+    others = [
+        e.name
+        for d in BUNDLED
+        if d != package_dir
+        and (e := _entry_point(d.name)) is not None
+        and not set(_declared(d)["REQUIRES"]) & set(requires)
+        and all(importlib.util.find_spec(m) is not None for m in _declared(d)["REQUIRES"])
+    ]
+    assert set(others) <= set(seen["loaded"]), "a missing framework must not break the other plugins"
 
 
 @pytest.mark.parametrize("package_dir", BUNDLED, ids=[p.name for p in BUNDLED])
@@ -150,3 +158,19 @@ def test_loads_when_its_framework_is_installed(package_dir: Path) -> None:
     assert ep is not None
     plugins = build()
     assert ep.name in {p.name for p in plugins.loaded()}, [u.reason for u in plugins.unavailable]
+
+
+@pytest.mark.parametrize("package_dir", BUNDLED, ids=[p.name for p in BUNDLED])
+def test_imports_no_other_plugin(package_dir: Path) -> None:
+    """A framework plugin builds on the core (``tether.*``), never on another plugin: what several need, such
+    as the endpoint redirect, belongs in the core."""
+    others = {d.name for d in BUNDLED} - {package_dir.name}
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            found += [f"{where} imports {n}" for n in names if n.split(".")[0] in others]
+    assert not found, "\n".join(found)

@@ -134,8 +134,15 @@ def test_store_serve_bad_store_url(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_plugins_lists_the_defaults() -> None:
+def test_plugins_lists_loaded_and_unavailable_plugins() -> None:
+    from tether.plugins import build
+
+    expected = build()  # the same environment as the command's
     result = subprocess.run(_tether("plugins"), env=_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "loaded plugins" in result.stdout
-    assert "tether.defaults" in result.stdout and "adapter_for" in result.stdout
+    assert "loaded plugins" in result.stdout and "adapters: " in result.stdout
+    assert expected.loaded() or expected.unavailable, "no bundled plugin is installed as an entry point"
+    for info in expected.loaded():
+        assert info.name in result.stdout and all(hook in result.stdout for hook in info.hooks)
+    for missing in expected.unavailable:
+        assert missing.name in result.stdout and (missing.hint or "") in result.stdout

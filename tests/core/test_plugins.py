@@ -1,10 +1,16 @@
-"""The plugin manager: hooks, defaults, blocking, misspelled hooks, adapter choice, unavailable plugins."""
+"""The plugin manager: hooks, blocking, misspelled hooks, adapter choice (each manager answers from its own
+plugins), unavailable plugins, and the plugin contract's place at the bottom of the import graph.
+
+Each test builds its own manager (``build(entry_points=False)``); tests of ``tether.wrap``, which asks the
+process-wide manager, install theirs with ``reset_plugins`` explicitly (the ``process_wide`` fixture)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,7 +21,7 @@ import pytest
 import tether
 from tether import hookspecs
 from tether.adapters import Adapter
-from tether.plugins import AdapterNotFound, build, reset_plugins
+from tether.plugins import AdapterNotFound, Plugins, build, reset_plugins
 from tether.types import Resources, Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,11 +71,22 @@ class _ListPlugin:
         return _ctx()
 
 
-@pytest.fixture(autouse=True)
-def _fresh_plugins() -> Any:
-    """An isolated manager: tether's defaults only, no bundled plugins."""
-    reset_plugins(build(entry_points=False))
-    yield
+class _DictAdapter(_ListAdapter):
+    name = "dicts"
+
+    def accepts(self, agent: Any) -> bool:
+        return isinstance(agent, dict)
+
+
+@pytest.fixture
+def process_wide() -> Iterator[Callable[[Plugins], Plugins]]:
+    """Make a manager the process-wide one (what ``tether.wrap`` asks) for one test, then forget it."""
+
+    def install(plugins: Plugins) -> Plugins:
+        reset_plugins(plugins)
+        return plugins
+
+    yield install
     reset_plugins()
 
 
@@ -87,16 +104,46 @@ def test_every_hookspec_has_a_readme_section_with_its_signature() -> None:
         assert f"`{name}({', '.join(params)})" in readme, f"README signature of {name} is out of date"
 
 
-def test_defaults_are_registered_like_a_plugin() -> None:
-    plugins = build()
-    names = {p.name: p for p in plugins.loaded()}
-    assert "tether.defaults" in names
-    assert names["tether.defaults"].hooks == ["adapter_for"]
-    assert names["tether.defaults"].source == "default"
+def test_every_hook_is_implemented_by_a_test() -> None:
+    """datasette's second meta-test: a hook no test implements is a hook whose contract nothing checks."""
+    implemented: set[str] = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                _is_hookimpl(d) for d in node.decorator_list
+            ):
+                implemented.add(node.name)
+    untested = [name for name in HOOKS if name not in implemented]
+    assert not untested, f"no test under tests/ implements the hook(s) {', '.join(untested)}: add one"
+
+
+def _is_hookimpl(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
+    return name == "hookimpl"
+
+
+def test_a_manager_without_entry_points_starts_empty() -> None:
+    plugins = build(entry_points=False)
+    assert plugins.loaded() == [] and plugins.adapters() == [] and plugins.unavailable == []
+    with pytest.raises(AdapterNotFound, match=r"no adapter accepts builtins\.list.*\(loaded: none\)"):
+        plugins.adapter_for([1])
+
+
+def test_adapter_for_answers_from_its_own_manager_not_the_process_wide_one(
+    process_wide: Callable[[Plugins], Plugins],
+) -> None:
+    process_wide(build(entry_points=False))  # the process-wide manager knows no adapter
+    plugins = build(entry_points=False)
+    adapter = _DictAdapter()
+    plugins.register(_ListPlugin(adapter), name="dicts")
+    assert plugins.adapter_for({}) is adapter
+    with pytest.raises(AdapterNotFound, match=r"no adapter accepts builtins\.dict"):
+        tether.get_plugins().adapter_for({})
 
 
 def test_register_adapters_and_adapter_for() -> None:
-    plugins = tether.get_plugins()
+    plugins = build(entry_points=False)
     adapter = _ListAdapter()
     plugins.register(_ListPlugin(adapter), name="lists")
     assert plugins.adapters() == [adapter]
@@ -105,8 +152,10 @@ def test_register_adapters_and_adapter_for() -> None:
         plugins.adapter_for({})
 
 
-def test_two_adapters_claiming_one_agent_is_an_error_naming_adapter_kwarg() -> None:
-    plugins = tether.get_plugins()
+def test_two_adapters_claiming_one_agent_is_an_error_naming_adapter_kwarg(
+    process_wide: Callable[[Plugins], Plugins],
+) -> None:
+    plugins = process_wide(build(entry_points=False))
     plugins.register(_ListPlugin(_ListAdapter(), _AnyListAdapter()), name="lists")
     with pytest.raises(
         AdapterNotFound, match=r'several adapters accept list \(lists, any-list\).*adapter="lists"'
@@ -116,7 +165,7 @@ def test_two_adapters_claiming_one_agent_is_an_error_naming_adapter_kwarg() -> N
     assert wrapped.adapter.name == "any-list"
 
 
-def test_adapter_for_first_result_wins_over_default() -> None:
+def test_adapter_for_hook_answer_wins_over_accepts() -> None:
     chosen = _AnyListAdapter()
 
     class _Picker:
@@ -124,7 +173,7 @@ def test_adapter_for_first_result_wins_over_default() -> None:
         def adapter_for(self, agent: Any) -> Adapter | None:
             return chosen if agent == ["pick me"] else None
 
-    plugins = tether.get_plugins()
+    plugins = build(entry_points=False)
     plugins.register(_ListPlugin(_ListAdapter()), name="lists")
     plugins.register(_Picker(), name="picker")
     assert plugins.adapter_for(["pick me"]) is chosen
@@ -144,7 +193,7 @@ def test_register_tracers_collects_tracers_and_rejects_other_objects() -> None:
         def register_tracers(self, register: Any) -> None:
             register("not a tracer")
 
-    plugins = tether.get_plugins()
+    plugins = build(entry_points=False)
     plugins.register(_TracerPlugin(), name="tracer")
     assert plugins.tracers() == [tracer]
     plugins.register(_BadTracerPlugin(), name="bad")
@@ -160,7 +209,7 @@ def test_rollout_context_returns_managers_and_skips_none() -> None:
         def rollout_context(self, rollout: Rollout) -> None:
             return None
 
-    plugins = tether.get_plugins()
+    plugins = build(entry_points=False)
     plugins.register(plugin, name="lists")
     plugins.register(_NoContext(), name="none")
     rollout = Rollout(rollout_id="ro-1", input="x", task_id="t")
@@ -174,7 +223,7 @@ def test_misspelled_hook_is_rejected_with_the_known_hooks() -> None:
         def register_adapter(self, register: Any) -> None:  # missing "s"
             pass
 
-    plugins = tether.get_plugins()
+    plugins = build(entry_points=False)
     with pytest.raises(pluggy.PluginValidationError, match="unknown hook\\(s\\) register_adapter; the hooks are"):
         plugins.register(_Typo(), name="typo")
     assert "typo" not in {p.name for p in plugins.loaded()}
@@ -188,13 +237,14 @@ def test_disable_env_blocks_plugins_by_name(monkeypatch: pytest.MonkeyPatch) -> 
     plugins.register(_ListPlugin(_ListAdapter()), name="fine")
 
 
-def test_adapter_named_unknown_lists_loaded() -> None:
-    with pytest.raises(AdapterNotFound, match="no adapter named 'nope'"):
+def test_adapter_named_unknown_lists_loaded(process_wide: Callable[[Plugins], Plugins]) -> None:
+    process_wide(build(entry_points=False)).register(_ListPlugin(_ListAdapter()), name="lists")
+    with pytest.raises(AdapterNotFound, match=r"no adapter named 'nope' \(loaded: lists\)"):
         tether.wrap([1], adapter="nope")
 
 
-def test_wrap_validates_arguments() -> None:
-    tether.get_plugins().register(_ListPlugin(_ListAdapter()), name="lists")
+def test_wrap_validates_arguments(process_wide: Callable[[Plugins], Plugins]) -> None:
+    process_wide(build(entry_points=False)).register(_ListPlugin(_ListAdapter()), name="lists")
     with pytest.raises(TypeError, match="reward must be a function"):
         tether.wrap([1], reward=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="optimize= takes sub-agent names"):
@@ -206,10 +256,39 @@ def test_wrap_validates_arguments() -> None:
 
 def test_import_tether_is_light() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); import tether; dt = time.perf_counter() - t\n"
+        "import sys, time; t = time.perf_counter(); import tether, tether.redirect, tether.runner\n"
         "heavy = [m for m in ('torch', 'aiohttp', 'openai', 'langgraph', 'langchain_core', 'autogen_agentchat',"
         " 'agents', 'crewai', 'transformers', 'vllm') if m in sys.modules]\n"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _tether_imports(module: str, *, runtime_only: bool) -> set[str]:
+    """The ``tether.*`` modules ``core/tether/<module>.py`` imports (skipping ``if TYPE_CHECKING:`` blocks)."""
+    tree = ast.parse((ROOT / "core" / "tether" / f"{module}.py").read_text())
+    skipped: set[int] = set()
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skipped |= {id(n) for child in node.body for n in ast.walk(child)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tether":
+            found |= {f"{node.module}.{a.name}" if node.module == "tether" else node.module for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "tether"}
+    return found
+
+
+def test_the_plugin_contract_imports_nothing_above_it() -> None:
+    assert _tether_imports("adapters", runtime_only=False) <= {
+        "tether._json",
+        "tether.types",
+        "tether.spans",
+        "tether.context",
+    }
+    assert _tether_imports("hookspecs", runtime_only=True) == set()

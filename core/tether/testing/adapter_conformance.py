@@ -29,11 +29,11 @@ import sys
 from typing import Any, ClassVar
 
 from tether import spans
-from tether.adapters import WrappedAgent, wrap
 from tether.dev_report import DevReport
 from tether.testing.fake_llm import FakeLLM, Reply
 from tether.trainer import Trainer
 from tether.types import RolloutStatus, SpanKind
+from tether.wrap import WrappedAgent, wrap
 
 
 class AdapterConformance:

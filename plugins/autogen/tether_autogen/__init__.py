@@ -3,7 +3,7 @@
 
 ``AutoGenAdapter`` runs an agent or team on each task (a fresh copy per rollout) and captures every model
 call and tool call — failed tool calls included — with the name of the agent that made it. Model calls go
-to tether's proxy through the ``openai`` plugin's endpoint redirect. Importing this module does not import
+to tether's proxy through tether's endpoint redirect. Importing this module does not import
 AutoGen.
 """
 

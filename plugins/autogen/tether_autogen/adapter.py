@@ -15,7 +15,7 @@ and the raw AutoGen ``TaskResult`` as its ``.task_result`` attribute. A reward f
 ``output``: ``reward=lambda task, output: float(output["text"].strip() == str(task["answer"]))``.
 (``str(output)`` is also the final text.)
 
-Model calls reach tether's proxy through the openai plugin's endpoint redirect (AutoGen's OpenAI model
+Model calls reach tether's proxy through tether's endpoint redirect (AutoGen's OpenAI model
 client is an ``openai`` SDK client); capture is in ``tether_autogen.capture``.
 """
 
@@ -25,9 +25,9 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from typing import Any
 
+from tether import redirect
 from tether.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
 from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
@@ -146,8 +146,8 @@ class AutoGenAdapter(Adapter):
     # -- running ------------------------------------------------------------------------------------------
 
     def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect for the run (the rollout context holds it too)."""
-        return _redirect_held()
+        """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
+        return redirect.installed()
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
         from tether_autogen.isolate import fresh_copy
@@ -181,16 +181,3 @@ def _message_dict(message: Any) -> dict[str, Any]:
         except Exception:
             content = message.to_text() if hasattr(message, "to_text") else str(content)
     return {"source": getattr(message, "source", None), "type": type(message).__name__, "content": content}
-
-
-@contextlib.contextmanager
-def _redirect_held() -> Iterator[None]:
-    """Hold the openai plugin's endpoint redirect for the run (its rollout context holds it too; this keeps
-    the adapter working when it is used on its own)."""
-    try:
-        from tether_openai import redirect
-    except ImportError:  # the openai plugin is part of tether; without it calls are not redirected
-        yield
-        return
-    with redirect.installed():
-        yield

@@ -7,7 +7,7 @@
 - A wrapper around ``AssistantAgent.on_messages_stream`` that runs each step of the agent's turn inside
   ``tether.context.agent_scope(agent.name)``. Every model call made during the turn — including the
   reflection call, and the calls of agents inside teams — therefore carries the agent's name: on the spans
-  above, and in the ``X-Tether-Agent`` header the openai plugin adds, which names the proxy's span (the one
+  above, and in the ``X-Tether-Agent`` header the endpoint redirect adds, which names the proxy's span (the one
   with token ids). The wrapper also reads the turn's ``ToolCallRequestEvent`` / ``ToolCallExecutionEvent``
   messages, because AutoGen does not log failing tools: each result with ``is_error`` becomes a ``tool``
   span with ``tool.error``.

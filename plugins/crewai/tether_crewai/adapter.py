@@ -14,7 +14,7 @@ It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
 
 and the raw ``CrewOutput`` as ``.crew_output``. ``str(output)`` is the final text.
 
-Capture is in ``tether_crewai.capture``; model requests reach tether's proxy through the openai plugin's
+Capture is in ``tether_crewai.capture``; model requests reach tether's proxy through tether's endpoint
 redirect (CrewAI's native OpenAI provider is an ``openai`` SDK client).
 """
 
@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from tether import redirect
 from tether.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
 from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper
@@ -124,8 +125,8 @@ class CrewAIAdapter(Adapter):
     # -- running ------------------------------------------------------------------------------------------
 
     def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect for the run (the rollout context holds it too)."""
-        return _redirect_held()
+        """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
+        return redirect.installed()
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> CrewAIOutput:
         inputs = crew_inputs(task)
@@ -161,29 +162,8 @@ def summarize(result: Any) -> CrewAIOutput:
 
 
 def _add_request_listener(listener: RequestLog) -> None:
-    try:
-        from tether_openai import redirect
-    except ImportError:
-        return
     redirect.add_listener(listener)
 
 
 def _remove_request_listener(listener: RequestLog) -> None:
-    try:
-        from tether_openai import redirect
-    except ImportError:
-        return
     redirect.remove_listener(listener)
-
-
-@contextlib.contextmanager
-def _redirect_held() -> Iterator[None]:
-    """Hold the openai plugin's endpoint redirect for the run (its rollout context holds it too; this keeps
-    the adapter working when it is used on its own)."""
-    try:
-        from tether_openai import redirect
-    except ImportError:  # the openai plugin is part of tether; without it calls are not redirected
-        yield
-        return
-    with redirect.installed():
-        yield

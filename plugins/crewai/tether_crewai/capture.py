@@ -6,7 +6,7 @@
   ``event.agent_role``. CrewAI runs these handlers on its own thread pool, in a copy of the emitting
   context, so the rollout scope (and the sink's attribution) carries over; the adapter flushes the pool
   (``crewai_event_bus.flush()``) before the attempt closes.
-- A request listener on the openai plugin's redirect: CrewAI serialises an event's messages only five levels
+- A request listener on tether's endpoint redirect: CrewAI serialises an event's messages only five levels
   deep (a tool call's name arrives as ``"'lookup'"``), so the exact request body is recorded when the SDK
   builds it — in the caller's thread, keyed by CrewAI's own call id — and the ``llm`` span carries it as
   ``request.messages`` (OpenAI-format dicts) and ``request.tools``, with the proxy's ``call_id``.

@@ -2,7 +2,7 @@
 
 ``LangGraphAdapter`` runs a compiled graph on each task and captures its model and tool calls through a
 global LangChain callback handler, naming each call after the graph node that made it
-(``langgraph_node``). Model calls reach tether's proxy through the ``openai`` plugin's endpoint redirect,
+(``langgraph_node``). Model calls reach tether's proxy through tether's endpoint redirect,
 whose ``X-Tether-Agent`` header carries the node name (read from LangChain's own config context variable).
 LangSmith tracing is switched off inside rollouts. Importing this module does not import LangChain or
 LangGraph.

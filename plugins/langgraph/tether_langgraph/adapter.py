@@ -12,8 +12,8 @@ Capture has two parts, both installed by ``instrument`` and removed exactly by `
   next ``instrument``.
 - An agent-name resolver (``tether.context.add_agent_resolver``) that reads the running graph node from
   LangChain's config context variable (``var_child_runnable_config`` → metadata ``langgraph_node``). The
-  ``openai`` plugin's redirect calls it for the ``X-Tether-Agent`` header of every SDK request, so the proxy's
-  span of the call — the one with token ids — is named after the node.
+  endpoint redirect (``tether.redirect``) calls it for the ``X-Tether-Agent`` header of every SDK request, so
+  the proxy's span of the call — the one with token ids — is named after the node.
 
 ``run`` feeds a task to the graph with ``ainvoke``: a dict is the graph's input state, a string becomes
 ``{"messages": [("user", task)]}``. It holds the endpoint redirect for the run.
@@ -26,6 +26,7 @@ import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from tether import redirect
 from tether.adapters import Adapter, SpanSink
 from tether.context import add_agent_resolver, remove_agent_resolver
 from tether.types import Resources
@@ -105,8 +106,6 @@ class LangGraphAdapter(Adapter):
 
     def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
         """Hold the endpoint redirect, so the graph's model clients reach the rollout's endpoint."""
-        from tether_openai import redirect
-
         return redirect.installed()
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:

@@ -1,8 +1,8 @@
 """The adapter for plain Python functions that call the ``openai`` client.
 
 ``OpenAIFunctionAdapter`` runs a function (sync or async, or a ``functools.partial`` of one) on a task input.
-It does not capture LLM spans itself: the endpoint redirect (``tether_openai.redirect``) sends every SDK
-request made inside the rollout to tether's proxy, which records the request, the response, the token ids and
+It does not capture LLM spans itself: the endpoint redirect (``tether.redirect``) sends every SDK request made
+inside the rollout to tether's proxy, which records the request, the response, the token ids and
 the ``X-Tether-Agent`` header on its own span. Sync functions run in a worker thread via ``asyncio.to_thread``,
 which copies the context, so the rollout scope (and hence the redirect) carries over.
 
@@ -21,10 +21,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from tether import redirect
 from tether.adapters import Adapter, SpanSink
 from tether.context import agent_scope, current_agent_name
 from tether.types import Resources, Task
-from tether_openai import redirect
 from tether_openai.tools import ToolResultTracker, tracking_run
 
 

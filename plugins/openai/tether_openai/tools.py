@@ -37,7 +37,7 @@ def tracking_run() -> Iterator[None]:
 
 
 class ToolResultTracker:
-    """A redirect listener that turns newly seen tool results into ``tool`` spans on ``sink``."""
+    """A ``tether.redirect`` listener that turns newly seen tool results into ``tool`` spans on ``sink``."""
 
     def __init__(self) -> None:
         self.sink: SpanSink | None = None

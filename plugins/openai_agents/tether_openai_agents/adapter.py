@@ -9,7 +9,7 @@ the SDK's input items); for a dict, the first string among its ``"task"``, ``"qu
   API — the API tether's proxy serves — at the rollout's endpoint, through an ``AsyncOpenAI`` client made
   for the running event loop. The SDK's own default client shares one HTTP pool bound to the first event
   loop that used it, which fails in the next one; the user's global settings are not touched for this.
-  Agents built with an explicit model object keep it (its requests are redirected by the openai plugin);
+  Agents built with an explicit model object keep it (its requests are redirected by ``tether.redirect``);
 - tracing on, with sensitive data, since nothing leaves the process (``tether_openai_agents.gate``);
 - a ``tool_error_formatter`` that only records a failing tool's exception for its span (the model still
   gets the SDK's default message).
@@ -20,7 +20,7 @@ same. While instrumented the adapter also makes Chat Completions the SDK's defau
 reach the proxy too; ``uninstrument`` restores the previous default.
 
 Capture (``instrument``) holds the gate — tether's trace processor in place of the SDK's, see
-``tether_openai_agents.capture`` — and registers an agent resolver so the openai plugin's ``X-Tether-Agent``
+``tether_openai_agents.capture`` — and registers an agent resolver so the endpoint redirect's ``X-Tether-Agent``
 header names the agent making each model request.
 """
 
@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from tether import redirect
 from tether.adapters import Adapter, SpanSink
 from tether.context import add_agent_resolver, current_scope, remove_agent_resolver
 from tether.types import Resources, Task
@@ -189,8 +190,6 @@ class OpenAIAgentsAdapter(Adapter):
     def run_scope(self, agent: Any) -> Iterator[None]:
         """Hold the endpoint redirect, and hold the upload gate: nothing about this run may reach the SDK's
         trace uploader, even when the adapter is not instrumented."""
-        from tether_openai import redirect
-
         gate.hold()
         try:
             with redirect.installed():

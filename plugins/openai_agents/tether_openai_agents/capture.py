@@ -24,7 +24,7 @@ What a rollout's spans become:
 - ``HandoffSpanData`` → ``other`` span ``handoff`` with ``handoff.from`` and ``handoff.to``.
 
 The agent of a span is the name of its nearest ``AgentSpanData`` ancestor. ``agent_name()`` gives the agent
-of the SDK's current span; the openai plugin's redirect calls it (as an agent resolver) for the
+of the SDK's current span; tether's endpoint redirect calls it (as an agent resolver) for the
 ``X-Tether-Agent`` header of each model request, so the proxy's span is named too. Capture never breaks
 the agent: a span that cannot be converted is logged at debug level and skipped.
 """

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 import pytest_asyncio
 
-from tether_openai import redirect
+from tether import redirect
 
 HERE = Path(__file__).parent
 

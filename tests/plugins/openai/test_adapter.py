@@ -15,11 +15,11 @@ import pytest
 from openai._base_client import BaseClient
 
 import tether
-import tether_openai
+from tether import redirect
 from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, agent_scope, rollout_scope
 from tether.testing.fake_llm import FakeLLM, text
-from tether.types import Resources, Rollout, SpanKind, Task
-from tether_openai import OpenAIFunctionAdapter, redirect
+from tether.types import Resources, SpanKind, Task
+from tether_openai import OpenAIFunctionAdapter
 
 
 class _Sink:
@@ -169,15 +169,41 @@ async def test_run_propagates_the_agents_error() -> None:
     assert not redirect.is_installed()
 
 
-async def test_rollout_context_hook_holds_the_redirect(agent_module: ModuleType) -> None:
-    rollout = Rollout(rollout_id="ro-ctx", input="x", task_id="t-1")
+class _UnheldAdapter(tether.Adapter):
+    """Runs ``agent(task)`` in a worker thread and holds nothing itself: only the runner holds the redirect."""
+
+    name = "unheld"
+
+    def __init__(self) -> None:
+        self.held_during_run: list[bool] = []
+
+    def accepts(self, agent: Any) -> bool:
+        return False
+
+    def instrument(self, sink: Any) -> None:
+        pass
+
+    def uninstrument(self) -> None:
+        pass
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
+        self.held_during_run.append(redirect.is_installed())
+        return await asyncio.to_thread(agent, task)
+
+
+async def test_the_runner_holds_the_redirect_around_each_rollout_whatever_the_adapter(
+    agent_module: ModuleType,
+) -> None:
+    adapter = _UnheldAdapter()
+    agent = tether.wrap(
+        agent_module.answer, adapter=adapter, reward=lambda task, out: float(out == f"echo: {task}")
+    )
     async with FakeLLM(handler=_echo) as llm:
-        async with tether_openai.rollout_context(rollout):
-            assert redirect.is_installed()
-            with rollout_scope(_scope(llm, rollout="ro-ctx")):
-                assert await agent_module.aanswer("via hook") == "echo: via hook"
-        assert not redirect.is_installed()
-    assert len(llm.requests) == 1
+        report = await tether.Trainer(model=llm.base_url).adev(agent, ["via runner", "again"])
+    assert [r.reward for r in report] == [1.0, 1.0], [r.error for r in report]
+    assert adapter.held_during_run == [True, True]
+    assert not redirect.is_installed()
+    assert len(llm.requests) == 2
 
 
 def test_plugin_is_loaded_through_its_entry_point() -> None:

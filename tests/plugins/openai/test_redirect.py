@@ -14,6 +14,7 @@ import pytest_asyncio
 from aiohttp import web
 from openai._base_client import BaseClient
 
+from tether import redirect
 from tether.context import (
     AGENT_HEADER,
     CALL_ID_HEADER,
@@ -24,7 +25,6 @@ from tether.context import (
     rollout_scope,
 )
 from tether.testing.fake_llm import FakeLLM, text
-from tether_openai import redirect
 
 
 def _scope(base_url: str, rollout: str = "ro-1") -> RolloutScope:

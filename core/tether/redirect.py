@@ -18,23 +18,30 @@ release moves it.
 ``add_listener(fn)`` calls ``fn(json_body, scope, call_id)`` for each redirected request, in the caller's
 context (the plain-function adapter reads tool results from it). Agent names go out UTF-8 encoded.
 
-``install()`` / ``uninstall()`` are reference-counted (the openai adapter, each rollout context and framework
-plugins may each hold the patch); the last ``uninstall()`` restores the original function object exactly.
+The runner holds the redirect around every rollout (``held()``: only when the ``openai`` SDK is installed,
+decided once); adapters may hold it too, for a user's own ``run=`` or while instrumented. ``install()`` /
+``uninstall()`` are reference-counted through one ``tether.patching.SharedPatch``; the last ``uninstall()``
+restores the original function object exactly. Importing this module does not import ``openai``: ``seam()``
+does, when the redirect is first installed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
+import importlib.util
 import inspect
 import logging
 import threading
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import Any
 
 from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
+from tether.patching import SharedPatch
+from tether.types import new_id
 
 SEAM_MODULE = "openai._base_client"
 SEAM_CLASS = "BaseClient"
@@ -52,7 +59,7 @@ UNSERVED_PATHS: dict[str, str] = {
 
 #: The call id of the last request redirected in this context (set by the sync or async caller's own context,
 #: so a wrapper around ``create`` can read it after the call to join its capture with the proxy's span).
-last_call_id: ContextVar[str | None] = ContextVar("tether_openai_last_call_id", default=None)
+last_call_id: ContextVar[str | None] = ContextVar("tether_last_call_id", default=None)
 
 
 #: Called as ``listener(json_body, scope, call_id)`` for each redirected request, in the caller's context.
@@ -69,18 +76,14 @@ class UnservedEndpoint(RuntimeError):
     """A request inside a rollout targets an API the tether proxy does not implement."""
 
 
-_lock = threading.Lock()
-_count = 0
 _original: Callable[..., Any] | None = None
 _wrapper: Callable[..., Any] | None = None
-_active = False  # False when uninstalled but the wrapper could not be unlinked (someone patched over it)
+_listeners_lock = threading.Lock()
 _listeners: list[RequestListener] = []
 
 
 def seam() -> tuple[type, Callable[..., Any]]:
     """The class and the current function at the seam; ``SeamMissing`` (naming the SDK version) if moved."""
-    import importlib
-
     import openai
 
     version = getattr(openai, "__version__", "?")
@@ -90,12 +93,12 @@ def seam() -> tuple[type, Callable[..., Any]]:
     except (ImportError, AttributeError) as exc:
         raise SeamMissing(
             f"openai {version}: {SEAM_MODULE}.{SEAM_CLASS} not found ({exc}); tether's endpoint redirect "
-            f"(tether_openai.redirect) needs updating for this SDK release, or pin the openai version it supports"
+            f"(tether.redirect) needs updating for this SDK release, or pin the openai version it supports"
         ) from exc
     func = cls.__dict__.get(SEAM_METHOD)
     if not callable(func):
         raise SeamMissing(
-            f"openai {version}: {where} not found; tether's endpoint redirect (tether_openai.redirect) needs "
+            f"openai {version}: {where} not found; tether's endpoint redirect (tether.redirect) needs "
             f"updating for this SDK release, or pin the openai version it supports"
         )
     params = inspect.signature(func).parameters
@@ -107,71 +110,76 @@ def seam() -> tuple[type, Callable[..., Any]]:
     return cls, func
 
 
+def _patch_seam() -> None:
+    global _original, _wrapper
+    cls, current = seam()
+    if _wrapper is not None and _is_ours(current, _wrapper):
+        return  # still linked from an earlier install that someone patched over; holding it reactivates it
+    if getattr(current, "__tether_redirect__", False):
+        raise RuntimeError(f"{SEAM_CLASS}.{SEAM_METHOD} is already patched by another copy of tether.redirect")
+    _original = current
+    _wrapper = _make_wrapper(current)
+    setattr(cls, SEAM_METHOD, _wrapper)
+
+
+def _unpatch_seam(_: None) -> None:
+    global _original, _wrapper
+    cls, current = seam()
+    if current is _wrapper:
+        setattr(cls, SEAM_METHOD, _original)
+        _original = _wrapper = None
+    # else: something patched over ours and calls it; unheld, it passes requests through unchanged.
+
+
+_patch: SharedPatch[None] = SharedPatch("openai endpoint redirect", _patch_seam, _unpatch_seam)
+
+
 def install() -> None:
     """Patch the seam (first call) or add a reference to the patch (later calls). Thread-safe."""
-    global _count, _original, _wrapper, _active
-    with _lock:
-        if _count == 0:
-            cls, current = seam()
-            if _wrapper is not None and _is_ours(current, _wrapper):
-                pass  # still linked from an earlier install that someone patched over; reactivate it
-            elif getattr(current, "__tether_redirect__", False):
-                raise RuntimeError(
-                    f"{SEAM_CLASS}.{SEAM_METHOD} is already patched by another copy of tether_openai.redirect"
-                )
-            else:
-                _original = current
-                _wrapper = _make_wrapper(current)
-                setattr(cls, SEAM_METHOD, _wrapper)
-            _active = True
-        _count += 1
+    _patch.acquire()
 
 
 def uninstall() -> None:
     """Drop one reference; the last one restores the original function object. No-op when not installed."""
-    global _count, _original, _wrapper, _active
-    with _lock:
-        if _count == 0:
-            return
-        _count -= 1
-        if _count:
-            return
-        _active = False
-        cls, current = seam()
-        if current is _wrapper:
-            setattr(cls, SEAM_METHOD, _original)
-            _original = _wrapper = None
-        # else: something patched over ours and calls it; it now passes requests through unchanged.
+    _patch.release()
 
 
 def is_installed() -> bool:
-    return _count > 0
+    return _patch.count > 0
 
 
 def install_count() -> int:
-    return _count
+    return _patch.count
 
 
-@contextlib.contextmanager
-def installed() -> Iterator[None]:
+def installed() -> AbstractContextManager[None]:
     """Hold the redirect for the duration of a ``with`` block."""
-    install()
-    try:
-        yield
-    finally:
-        uninstall()
+    return _patch.held()
+
+
+@functools.cache
+def sdk_installed() -> bool:
+    """Whether the ``openai`` SDK can be imported (found without importing it; decided once per process)."""
+    return importlib.util.find_spec("openai") is not None
+
+
+def held() -> AbstractContextManager[None]:
+    """Hold the redirect for a ``with`` block when the ``openai`` SDK is installed, else do nothing: the runner
+    enters it around every rollout, whatever the adapter, since every framework's model client is an openai
+    SDK client."""
+    return installed() if sdk_installed() else contextlib.nullcontext()
 
 
 def add_listener(listener: RequestListener) -> None:
     """Call ``listener`` with the JSON body of every redirected request (idempotent). Used to read what the
     proxy cannot know, such as tool results a plain function sends back to the model."""
-    with _lock:
+    with _listeners_lock:
         if listener not in _listeners:
             _listeners.append(listener)
 
 
 def remove_listener(listener: RequestListener) -> None:
-    with _lock:
+    with _listeners_lock:
         if listener in _listeners:
             _listeners.remove(listener)
 
@@ -192,7 +200,7 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def _build_request(self: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
         request = original(self, options, *args, **kwargs)
         scope = current_scope.get()
-        if scope is None or not _active:
+        if scope is None or not _patch.count:  # not held: a wrapper someone patched over passes requests through
             return request
         call_id = redirect_request(self.base_url, request, scope)
         if call_id is not None and _listeners:
@@ -209,7 +217,7 @@ def _notify(options: Any, scope: RolloutScope, call_id: str) -> None:
         try:
             listener(body, scope, call_id)
         except Exception:  # a capture bug must not fail the agent's model call
-            log.exception("tether_openai request listener %r failed", listener)
+            log.exception("tether.redirect request listener %r failed", listener)
 
 
 def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) -> str | None:
@@ -243,7 +251,7 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
         if agent:
             new_raw.append((AGENT_HEADER.encode(), agent.encode("utf-8")))
     supplied = present.get(_CALL_ID_KEY)  # a caller may pass its own id in extra_headers to join its spans
-    call_id = supplied.decode("latin-1") if supplied is not None else "call-" + uuid.uuid4().hex
+    call_id = supplied.decode("latin-1") if supplied is not None else new_id("call")
     if supplied is None:
         new_raw.append((CALL_ID_HEADER.encode(), call_id.encode("ascii")))
     request.headers = request.headers.__class__(new_raw)

@@ -1,0 +1,115 @@
+"""``tether.wrap``: makes an existing agent trainable by pairing it with the adapter that runs it.
+
+``wrap(agent, reward=..., optimize=..., adapter=..., run=...)`` picks the adapter from the process-wide plugin
+manager (``tether.plugins.get_plugins``) unless one is given, checks the arguments, and returns a
+``WrappedAgent``: what the runner runs on each task and scores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tether.adapters import Adapter
+from tether.plugins import get_plugins
+from tether.types import Resources, check_reward
+
+RewardFn = Callable[[Any, Any], float | Awaitable[float]]
+RunFn = Callable[..., Any]  # run(agent, task) or run(agent, task, resources)
+
+
+@dataclass(slots=True)
+class WrappedAgent:
+    """An agent ready to train: the user's object, the adapter that runs it, how to score it, and which
+    sub-agents may be optimized (None: all of them)."""
+
+    agent: Any
+    adapter: Adapter
+    reward: RewardFn | None = None
+    optimize: frozenset[str] | None = None
+    run: RunFn | None = None
+
+    async def run_task(self, task: Any, resources: Resources) -> Any:
+        """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's.
+        A ``run`` with a third parameter also gets the rollout's resources (prompt templates, endpoint).
+        The user's ``run`` runs inside the adapter's ``run_scope``, so its calls are captured and named
+        as the adapter's own runs are."""
+        if self.run is None:
+            return await self.adapter.run(self.agent, task, resources)
+        args = (self.agent, task, resources) if _takes_resources(self.run) else (self.agent, task)
+        with self.adapter.run_scope(self.agent):
+            if inspect.iscoroutinefunction(self.run):
+                return await self.run(*args)
+            # to_thread copies the context, so the scope's context variables reach the worker thread
+            result = await asyncio.to_thread(self.run, *args)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+    async def score(self, task: Any, output: Any) -> float | None:
+        """The ``reward`` function's value for this output (None when there is no reward function)."""
+        if self.reward is None:
+            return None
+        value = self.reward(task, output)
+        if inspect.isawaitable(value):
+            value = await value
+        return check_reward(value)
+
+    def is_trainable(self, agent_name: str | None) -> bool:
+        return self.optimize is None or (agent_name is not None and agent_name in self.optimize)
+
+
+def wrap(
+    agent: Any,
+    *,
+    reward: RewardFn | None = None,
+    optimize: Iterable[str] | str | None = None,
+    adapter: str | Adapter | None = None,
+    run: RunFn | None = None,
+) -> WrappedAgent:
+    """Make ``agent`` trainable without changing it.
+
+    ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
+    the sub-agents whose calls are trained (default: all); ``adapter`` picks the adapter by name when the
+    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent
+    (``run(agent, task, resources)`` also gets the rollout's resources, e.g. the prompt templates APO tunes).
+    """
+    if reward is not None and not callable(reward):
+        raise TypeError(f"reward must be a function (task, output) -> float, got {type(reward).__name__}")
+    if run is not None and not callable(run):
+        raise TypeError(f"run must be a function (agent, task) -> output, got {type(run).__name__}")
+    plugins = get_plugins()
+    if isinstance(adapter, Adapter):
+        chosen = adapter
+    elif isinstance(adapter, str):
+        chosen = plugins.adapter_named(adapter)
+    elif adapter is None:
+        chosen = plugins.adapter_for(agent)
+    else:
+        raise TypeError(f'adapter must be an adapter name such as "langgraph" or an Adapter, got {adapter!r}')
+    return WrappedAgent(agent=agent, adapter=chosen, reward=reward, optimize=_agent_names(optimize), run=run)
+
+
+def _takes_resources(run: RunFn) -> bool:
+    """True if ``run`` accepts a third positional argument (the resources)."""
+    try:
+        params = list(inspect.signature(run).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3
+
+
+def _agent_names(optimize: Iterable[str] | str | None) -> frozenset[str] | None:
+    if optimize is None:
+        return None
+    names = [optimize] if isinstance(optimize, str) else list(optimize)
+    bad = [n for n in names if not isinstance(n, str) or not n]
+    if bad or not names:
+        raise ValueError(f"optimize= takes sub-agent names (non-empty strings), got {optimize!r}")
+    return frozenset(names)
