@@ -223,7 +223,7 @@ def test_someone_patched_over_ours_is_left_in_place(caplog: pytest.LogCaptureFix
     ours = _Target.__dict__["hello"]
 
     def theirs(self: Any) -> str:
-        return "theirs:" + ours(self)
+        return "theirs:" + str(ours(self))
 
     _Target.hello = theirs  # type: ignore[method-assign]
     try:
@@ -248,14 +248,14 @@ def test_patching_an_inherited_attribute_deletes_on_undo() -> None:
 def test_patch_a_module_attribute_and_an_instance() -> None:
     import types
 
-    module = types.ModuleType("m")
-    module.f = lambda: 1  # type: ignore[attr-defined]
-    before = module.f  # type: ignore[attr-defined]
+    module: Any = types.ModuleType("m")
+    module.f = lambda: 1
+    before = module.f
     patch = Patch(module, "f", lambda fn: lambda: fn() + 1)
     patch.apply()
-    assert module.f() == 2  # type: ignore[attr-defined]
+    assert module.f() == 2
     patch.undo()
-    assert module.f is before  # type: ignore[attr-defined]
+    assert module.f is before
 
     obj = _Target()
     on_instance = Patch(obj, "hello", lambda bound: lambda: bound() + "!")
