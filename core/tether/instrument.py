@@ -71,7 +71,7 @@ class Instrumentor:
     def instrument(self, sink: SpanSink) -> None:
         """Start sending captured calls to ``sink``. Again with the same sink: nothing changes; with another
         sink: captured calls go there from now on, nothing is installed twice."""
-        with self._lock():
+        with self._instrumentor_lock():
             current = self.sink
             if current is sink:
                 return
@@ -87,7 +87,7 @@ class Instrumentor:
 
     def uninstrument(self) -> None:
         """Undo exactly what ``instrument`` did; a no-op when not instrumented."""
-        with self._lock():
+        with self._instrumentor_lock():
             if self.sink is None:
                 return
             try:
@@ -108,7 +108,7 @@ class Instrumentor:
         """Send captured calls to ``sink`` from now on (``self.sink`` already is ``sink``): override when
         ``_instrument`` handed the sink to an object that keeps its own reference."""
 
-    def _lock(self) -> threading.RLock:
+    def _instrumentor_lock(self) -> threading.RLock:
         # subclasses that do not call Instrumentor.__init__ (they predate it) still get a lock, made once
         lock: threading.RLock | None = self.__dict__.get("_instrument_lock")
         if lock is None:
