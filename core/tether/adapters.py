@@ -13,41 +13,20 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from typing import Any, Protocol
+from typing import Any
 
 from tether import _json
-from tether.types import Resources, SpanKind
+from tether.instrument import Instrumentor
+from tether.instrument import SpanSink as SpanSink
+from tether.types import Resources
 
 
-class SpanSink(Protocol):
-    """Where adapters and tracers send what they capture. The sink knows which rollout and attempt is
-    current (from context), stamps the span with it, and batches spans to the store."""
-
-    def emit(
-        self,
-        kind: SpanKind,
-        name: str,
-        attributes: dict[str, Any],
-        *,
-        agent_name: str | None = None,
-        start_time: float | None = None,
-        end_time: float | None = None,
-        parent_id: str | None = None,
-    ) -> None: ...
-
-
-class Tracer(abc.ABC):
-    """Captures spans from some instrumentation layer into a sink."""
+class Tracer(Instrumentor, abc.ABC):
+    """Captures spans from some instrumentation layer into a sink: ``instrument(sink)`` /
+    ``uninstrument()`` come from ``Instrumentor`` (idempotent, exact); a tracer implements ``_instrument``
+    and ``_uninstrument``."""
 
     name: str = ""
-
-    @abc.abstractmethod
-    def instrument(self, sink: SpanSink) -> None:
-        """Start sending captured calls to ``sink``. Calling it again with the same sink changes nothing."""
-
-    @abc.abstractmethod
-    def uninstrument(self) -> None:
-        """Undo exactly what ``instrument`` did; a no-op when not instrumented."""
 
 
 class Adapter(Tracer):

@@ -8,10 +8,11 @@ layouts exist:
   source of truth for training. Attributes are nested, not dotted (``ProxyLLMAttributes``): the request as
   sent, the choices with the token ids and logprobs the backend produced, usage, model, latency.
 - **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
-  keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``); it only supplies the sub-agent name of
-  a proxy span with the same request messages when the proxy's lacks one.
+  keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``); it
+  only supplies the sub-agent name of a proxy span with the same request messages when the proxy's lacks one.
 - **Tool spans** (kind ``tool``): ``TOOL_NAME``, ``TOOL_ARGUMENTS``, ``TOOL_CALL_ID``, and ``TOOL_RESULT`` or
-  ``TOOL_ERROR``. **Reward spans** (kind ``reward``): ``REWARD_VALUE``.
+  ``TOOL_ERROR`` (some adapters add ``TOOL_OUTPUT``, ``TOOL_FROM_CACHE``, ``LLM_CALL_ID``). **Reward spans**
+  (kind ``reward``): ``REWARD_VALUE``.
 
 The sub-agent that made a call is the span's ``agent_name`` field, not an attribute.
 """
@@ -34,6 +35,11 @@ APO_CANDIDATE = "apo.candidate"
 REQUEST_MESSAGES = "request.messages"
 REQUEST_MODEL = "request.model"
 REQUEST_TOOLS = "request.tools"
+RESPONSE = "response"  # the assistant message, OpenAI chat format
+USAGE = "usage"  # token counts as the framework reports them
+ERROR = "error"  # why the call failed
+#: the proxy's id of the call (the ``call_id`` of its ``LLM_CALL`` span), where the adapter knows it
+CALL_ID = "call_id"
 
 # -- tool spans -------------------------------------------------------------------------------------------
 
@@ -43,6 +49,10 @@ TOOL_RESULT = "tool.result"
 TOOL_ERROR = "tool.error"
 TOOL_CALL_ID = "tool.call_id"
 TOOL_PARAMETERS = "tool.parameters"  # the tool's JSON schema, where the framework gives it
+TOOL_OUTPUT = "tool.output"  # with ``TOOL_ERROR``: what the model was told instead of a result
+TOOL_FROM_CACHE = "tool.from_cache"  # True when the framework answered from its tool cache
+#: the proxy call id of the request that carried the tool's result back to the model
+LLM_CALL_ID = "llm.call_id"
 
 # -- reward spans -----------------------------------------------------------------------------------------
 

@@ -28,17 +28,8 @@ class _DictAgentAdapter(Adapter):
 
     name = "dict-agent"
 
-    def __init__(self) -> None:
-        self.sink: Any = None
-
     def accepts(self, agent: Any) -> bool:
         return isinstance(agent, dict) and "calls" in agent
-
-    def instrument(self, sink: Any) -> None:
-        self.sink = sink
-
-    def uninstrument(self) -> None:
-        self.sink = None
 
     async def run(self, agent: dict[str, Any], task: Any, resources: Resources) -> Any:
         if agent.get("raise"):

@@ -15,12 +15,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import spans
 from tether.types import SpanKind
 
 KIND_ATTR = "agentops.span.kind"
 NAME_ATTR = "operation.name"
 ENTITY_NAME_ATTR = "agentops.entity.name"
 AGENT_NAME_ATTR = "agent.name"
+
+# AgentOps' own keys, read from its spans. Some are spelled like tether's (``tether.spans``) but belong to
+# AgentOps' schema, so they are named here, apart from the keys of the tether spans written below.
+_AO_TOOL_NAME = "tool.name"
+_AO_TOOL_PARAMETERS = "tool.parameters"  # a tool call's arguments (not its schema, as in tether's)
+_AO_TOOL_RESULT = "tool.result"
+_AO_TOOL_CALL_ID = "tool.call.id"
+_AO_TOOL_CALL_TYPE = "tool.call.type"
+_AO_TOOL_INPUT = "agentops.tool.input"
+_AO_TOOL_OUTPUT = "agentops.tool.output"
+_AO_MODEL = "gen_ai.request.model"
+_AO_SYSTEM = "gen_ai.system"  # copied as is onto the tether span
 
 _PROMPT = "gen_ai.prompt."
 _COMPLETION = "gen_ai.completion."
@@ -56,27 +69,27 @@ def kind_of(attrs: Mapping[str, Any]) -> str | None:
 def is_llm(attrs: Mapping[str, Any]) -> bool:
     if kind_of(attrs) == "llm":
         return True
-    return "gen_ai.request.model" in attrs or "gen_ai.system" in attrs or any(k.startswith(_PROMPT) for k in attrs)
+    return _AO_MODEL in attrs or _AO_SYSTEM in attrs or any(k.startswith(_PROMPT) for k in attrs)
 
 
 def is_tool(attrs: Mapping[str, Any]) -> bool:
-    return kind_of(attrs) == "tool" or "tool.name" in attrs
+    return kind_of(attrs) == "tool" or _AO_TOOL_NAME in attrs
 
 
 def is_tool_call_request(attrs: Mapping[str, Any]) -> bool:
     """A span AgentOps' LLM instrumentation opens under a model call for each tool call the model *asked
     for* (``tool.call.id``, no result): part of that call's response, not a tool execution."""
-    return is_tool(attrs) and "tool.call.id" in attrs and "tool.result" not in attrs
+    return is_tool(attrs) and _AO_TOOL_CALL_ID in attrs and _AO_TOOL_RESULT not in attrs
 
 
 def tool_call_of(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The OpenAI-style tool call a tool-call request span describes."""
     return _tool_call(
         {
-            "id": attrs.get("tool.call.id"),
-            "type": attrs.get("tool.call.type", "function"),
-            "name": attrs.get("tool.name"),
-            "arguments": attrs.get("tool.parameters"),
+            "id": attrs.get(_AO_TOOL_CALL_ID),
+            "type": attrs.get(_AO_TOOL_CALL_TYPE, "function"),
+            "name": attrs.get(_AO_TOOL_NAME),
+            "arguments": attrs.get(_AO_TOOL_PARAMETERS),
         }
     )
 
@@ -103,12 +116,14 @@ def convert(
     else:
         out = Converted(SpanKind.OTHER, span_name, {k: plain(v) for k, v in attrs.items()})
     if error is not None:
-        out.attributes["tool.error" if out.kind == SpanKind.TOOL else "error"] = error
+        out.attributes[spans.TOOL_ERROR if out.kind == SpanKind.TOOL else spans.ERROR] = error
     return out
 
 
 def _entity_name(span_name: str, attrs: Mapping[str, Any], *, suffix: str) -> str:
-    for key in ("tool.name", NAME_ATTR, ENTITY_NAME_ATTR) if suffix == ".tool" else (NAME_ATTR, ENTITY_NAME_ATTR):
+    for key in (
+        (_AO_TOOL_NAME, NAME_ATTR, ENTITY_NAME_ATTR) if suffix == ".tool" else (NAME_ATTR, ENTITY_NAME_ATTR)
+    ):
         value = attrs.get(key)
         if isinstance(value, str) and value:
             return value
@@ -119,21 +134,21 @@ def _llm_attributes(attrs: Mapping[str, Any], tool_calls: list[dict[str, Any]]) 
     out: dict[str, Any] = {}
     messages = _messages(attrs, _PROMPT)
     if messages:
-        out["request.messages"] = messages
-    model = attrs.get("gen_ai.request.model")
+        out[spans.REQUEST_MESSAGES] = messages
+    model = attrs.get(_AO_MODEL)
     if model is not None:
-        out["request.model"] = model
+        out[spans.REQUEST_MODEL] = model
     completions = _messages(attrs, _COMPLETION)
     if completions:
-        out["response"] = completions[0]
-    if tool_calls and not out.get("response", {}).get("tool_calls"):
-        out.setdefault("response", {"role": "assistant"})["tool_calls"] = tool_calls
+        out[spans.RESPONSE] = completions[0]
+    if tool_calls and not out.get(spans.RESPONSE, {}).get("tool_calls"):
+        out.setdefault(spans.RESPONSE, {"role": "assistant"})["tool_calls"] = tool_calls
     usage = {short: attrs[key] for key, short in _USAGE.items() if key in attrs}
     if usage:
-        out["usage"] = usage
-    system = attrs.get("gen_ai.system")
+        out[spans.USAGE] = usage
+    system = attrs.get(_AO_SYSTEM)
     if system is not None:
-        out["gen_ai.system"] = system
+        out[_AO_SYSTEM] = system
     return out
 
 
@@ -179,14 +194,14 @@ def _tool_call(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tool_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"tool.name": _entity_name("", attrs, suffix=".tool")}
-    if "tool.parameters" in attrs:
-        out["tool.arguments"] = _arguments(attrs["tool.parameters"])
-    elif "agentops.tool.input" in attrs:
-        out["tool.arguments"] = _arguments(attrs["agentops.tool.input"])
-    for key in ("tool.result", "agentops.tool.output"):
+    out: dict[str, Any] = {spans.TOOL_NAME: _entity_name("", attrs, suffix=".tool")}
+    if _AO_TOOL_PARAMETERS in attrs:
+        out[spans.TOOL_ARGUMENTS] = _arguments(attrs[_AO_TOOL_PARAMETERS])
+    elif _AO_TOOL_INPUT in attrs:
+        out[spans.TOOL_ARGUMENTS] = _arguments(attrs[_AO_TOOL_INPUT])
+    for key in (_AO_TOOL_RESULT, _AO_TOOL_OUTPUT):
         if key in attrs:
-            out["tool.result"] = plain(attrs[key])
+            out[spans.TOOL_RESULT] = plain(attrs[key])
             break
     return out
 

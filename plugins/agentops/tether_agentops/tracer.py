@@ -36,7 +36,7 @@ class AgentOpsTracer(Tracer):
     name = "agentops"
 
     def __init__(self) -> None:
-        self._sink: SpanSink | None = None
+        super().__init__()
         self._processor: TetherSpanProcessor | None = None
         self._provider: Any | None = None
         self._warned = False
@@ -50,13 +50,16 @@ class AgentOpsTracer(Tracer):
     def processor(self) -> TetherSpanProcessor | None:
         return self._processor
 
-    def instrument(self, sink: SpanSink) -> None:
-        self._sink = sink
+    def _instrument(self, sink: SpanSink) -> None:
+        self.attach()
+
+    def _repoint(self, sink: SpanSink) -> None:
         self.attach()
 
     def attach(self) -> bool:
         """Attach to the user's AgentOps if it is initialised now (idempotent); True when attached."""
-        if self._sink is None:
+        sink = self.sink
+        if sink is None:
             return False
         provider = agentops_provider()
         if provider is None:
@@ -68,15 +71,14 @@ class AgentOpsTracer(Tracer):
             self._provider = None
         if self._processor is None:
             self._processor = TetherSpanProcessor()
-        self._processor.sink = self._sink
+        self._processor.sink = sink
         if not any(p is self._processor for p in processors_of(provider)):
             add_to(provider, self._processor)
         self._provider = provider
         self._warn_if_online()
         return True
 
-    def uninstrument(self) -> None:
-        self._sink = None
+    def _uninstrument(self) -> None:
         if self._processor is None:
             return
         self._processor.sink = None  # inert at once, even before it is taken out

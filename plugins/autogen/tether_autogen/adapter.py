@@ -29,6 +29,7 @@ from typing import Any
 
 from tether import redirect
 from tether.adapters import Adapter, SpanSink
+from tether.instrument import Patch
 from tether.types import Resources, Task
 from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
 from tether_autogen.loop_clients import LoopClients
@@ -78,10 +79,10 @@ class AutoGenAdapter(Adapter):
     extra = "autogen"
 
     def __init__(self) -> None:
-        self._sink: SpanSink | None = None
+        super().__init__()
         self._handler: EventHandler | None = None
         self._logger_state: tuple[int, bool] | None = None  # the event logger's level and propagate
-        self._original_stream: Any = None
+        self._turns: Patch | None = None  # AssistantAgent.on_messages_stream, run under the agent's name
         self._clients = LoopClients()
 
     def accepts(self, agent: Any) -> bool:
@@ -95,19 +96,10 @@ class AutoGenAdapter(Adapter):
 
     # -- capture ------------------------------------------------------------------------------------------
 
-    @property
-    def instrumented(self) -> bool:
-        return self._handler is not None
-
-    def instrument(self, sink: SpanSink) -> None:
-        if self._handler is not None:
-            self._sink = sink  # spans go to the latest sink; nothing else changes
-            self._handler.sink = sink
-            return
+    def _instrument(self, sink: SpanSink) -> None:
         from autogen_agentchat.agents import AssistantAgent
         from autogen_core import EVENT_LOGGER_NAME
 
-        self._sink = sink
         logger = logging.getLogger(EVENT_LOGGER_NAME)
         self._logger_state = (logger.level, logger.propagate)
         if logger.getEffectiveLevel() > logging.INFO:
@@ -117,31 +109,34 @@ class AutoGenAdapter(Adapter):
             logger.propagate = False
         self._handler = EventHandler(sink)
         logger.addHandler(self._handler)
-        self._original_stream = AssistantAgent.__dict__["on_messages_stream"]
-        AssistantAgent.on_messages_stream = make_turn_wrapper(  # type: ignore[method-assign]
-            self._original_stream, lambda: self._sink
+        self._turns = Patch(
+            AssistantAgent, "on_messages_stream", lambda original: make_turn_wrapper(original, lambda: self.sink)
         )
+        self._turns.apply()
+
+    def _repoint(self, sink: SpanSink) -> None:
+        if self._handler is not None:
+            self._handler.sink = sink  # spans go to the latest sink; nothing else changes
 
     def uninstrument(self) -> None:
-        self._clients.close_for_running_loop()
-        if self._handler is None:
-            return
-        from autogen_agentchat.agents import AssistantAgent
+        self._clients.close_for_running_loop()  # made by run(), instrumented or not
+        super().uninstrument()
+
+    def _uninstrument(self) -> None:
         from autogen_core import EVENT_LOGGER_NAME
 
         logger = logging.getLogger(EVENT_LOGGER_NAME)
-        logger.removeHandler(self._handler)
+        if self._handler is not None:
+            logger.removeHandler(self._handler)
         if self._logger_state is not None:
             level, propagate = self._logger_state
             logger.setLevel(level)
             logger.propagate = propagate
-        current = AssistantAgent.__dict__.get("on_messages_stream")
-        if getattr(current, "__tether_autogen__", False):
-            AssistantAgent.on_messages_stream = self._original_stream  # type: ignore[method-assign]
+        if self._turns is not None:
+            self._turns.undo()
         self._handler = None
-        self._sink = None
         self._logger_state = None
-        self._original_stream = None
+        self._turns = None
 
     # -- running ------------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from tether import spans
 from tether.adapters import SpanSink
 from tether.adapters import json_safe as plain
 from tether.adapters import tool_arguments as _arguments
@@ -70,11 +71,9 @@ class EventHandler(logging.Handler):
                 self.sink.emit(
                     SpanKind.TOOL,
                     str(kwargs["tool_name"]),
-                    {
-                        "tool.name": kwargs["tool_name"],
-                        "tool.arguments": plain(kwargs.get("arguments")),
-                        "tool.result": kwargs.get("result"),
-                    },
+                    spans.tool_attributes(
+                        kwargs["tool_name"], plain(kwargs.get("arguments")), result=kwargs.get("result")
+                    ),
                     agent_name=current_agent_name(),
                     start_time=record.created,
                     end_time=record.created,
@@ -93,15 +92,15 @@ class EventHandler(logging.Handler):
         streamed: bool = False,
     ) -> None:
         attributes: dict[str, Any] = {
-            "request.messages": plain(messages) if messages is not None else None,
-            "response": plain(response),
-            "usage": {
+            spans.REQUEST_MESSAGES: plain(messages) if messages is not None else None,
+            spans.RESPONSE: plain(response),
+            spans.USAGE: {
                 "prompt_tokens": kwargs.get("prompt_tokens"),
                 "completion_tokens": kwargs.get("completion_tokens"),
             },
         }
         if kwargs.get("tools"):
-            attributes["request.tools"] = plain(kwargs["tools"])
+            attributes[spans.REQUEST_TOOLS] = plain(kwargs["tools"])
         if streamed:
             attributes["streamed"] = True
         agent = current_agent_name()
@@ -130,7 +129,11 @@ class _TurnToolErrors:
                 sink.emit(
                     SpanKind.TOOL,
                     str(result.name or name),
-                    {"tool.name": result.name or name, "tool.arguments": arguments, "tool.error": result.content},
+                    {
+                        spans.TOOL_NAME: result.name or name,
+                        spans.TOOL_ARGUMENTS: arguments,
+                        spans.TOOL_ERROR: result.content,
+                    },
                     agent_name=current_agent_name(),
                     start_time=start,
                 )
@@ -166,7 +169,6 @@ def make_turn_wrapper(
                 await stream.aclose()
 
     on_messages_stream.__wrapped__ = original  # type: ignore[attr-defined]
-    on_messages_stream.__tether_autogen__ = True  # type: ignore[attr-defined]
     on_messages_stream.__doc__ = original.__doc__
     on_messages_stream.__qualname__ = getattr(original, "__qualname__", "on_messages_stream")
     return on_messages_stream

@@ -28,6 +28,7 @@ from typing import Any
 
 from tether import redirect
 from tether.adapters import Adapter, SpanSink
+from tether.instrument import Patch
 from tether.types import Resources, Task
 from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper
 
@@ -72,10 +73,10 @@ class CrewAIAdapter(Adapter):
     extra = "crewai"
 
     def __init__(self) -> None:
-        self._sink: SpanSink | None = None
+        super().__init__()
         self._requests = RequestLog()
         self._handlers: list[tuple[type, Callable[[Any, Any], None]]] = []
-        self._originals: dict[str, Any] = {}
+        self._patches: list[Patch] = []
 
     def accepts(self, agent: Any) -> bool:
         crew_type = getattr(sys.modules.get("crewai.crew"), "Crew", None)
@@ -83,44 +84,33 @@ class CrewAIAdapter(Adapter):
 
     # -- capture ------------------------------------------------------------------------------------------
 
-    @property
-    def instrumented(self) -> bool:
-        return bool(self._handlers)
-
-    def instrument(self, sink: SpanSink) -> None:
-        self._sink = sink  # spans go to the latest sink
-        if self._handlers:
-            return
+    def _instrument(self, sink: SpanSink) -> None:
         from crewai import Agent
         from crewai.events import crewai_event_bus
 
-        handlers = EventHandlers(lambda: self._sink, self._requests).handlers()
+        handlers = EventHandlers(lambda: self.sink, self._requests).handlers()
         for event_type, handler in handlers:
             crewai_event_bus.on(event_type)(handler)
         self._handlers = handlers
         for attr in _PATCHED:
             original = Agent.__dict__.get(attr)
-            if original is not None and not getattr(original, "__tether_crewai__", False):
-                self._originals[attr] = original
-                setattr(Agent, attr, make_execute_wrapper(original))
+            if original is not None and not Patch.is_patch(original):
+                patch = Patch(Agent, attr, make_execute_wrapper)
+                patch.apply()
+                self._patches.append(patch)
         _add_request_listener(self._requests)
 
-    def uninstrument(self) -> None:
-        if not self._handlers:
-            return
-        from crewai import Agent
+    def _uninstrument(self) -> None:
         from crewai.events import crewai_event_bus
 
         _remove_request_listener(self._requests)
         for event_type, handler in self._handlers:
             crewai_event_bus.off(event_type, handler)
-        for attr, original in self._originals.items():
-            if getattr(Agent.__dict__.get(attr), "__tether_crewai__", False):
-                setattr(Agent, attr, original)
+        for patch in self._patches:
+            patch.undo()
         self._handlers = []
-        self._originals = {}
+        self._patches = []
         self._requests.clear()
-        self._sink = None
 
     # -- running ------------------------------------------------------------------------------------------
 

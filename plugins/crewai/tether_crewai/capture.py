@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tether import spans
 from tether.adapters import SpanSink
 from tether.adapters import json_safe as plain
 from tether.adapters import tool_arguments as _arguments
@@ -128,14 +129,14 @@ class EventHandlers:
         start = end
         if recorded is not None:
             request, proxy_call_id, start = recorded
-            attributes["request.messages"] = request["messages"]
+            attributes[spans.REQUEST_MESSAGES] = request["messages"]
             if request.get("tools"):
-                attributes["request.tools"] = request["tools"]
-            attributes["call_id"] = proxy_call_id
+                attributes[spans.REQUEST_TOOLS] = request["tools"]
+            attributes[spans.CALL_ID] = proxy_call_id
         elif isinstance(getattr(event, "messages", None), list):  # lossy: CrewAI's serialisation, cleaned up
-            attributes["request.messages"] = [_role_message(m) for m in event.messages]
+            attributes[spans.REQUEST_MESSAGES] = [_role_message(m) for m in event.messages]
         if event.model:
-            attributes["request.model"] = event.model
+            attributes[spans.REQUEST_MODEL] = event.model
         sink.emit(
             SpanKind.LLM,
             LLM_SPAN_NAME,
@@ -146,25 +147,28 @@ class EventHandlers:
         )
 
     def llm_completed(self, sink: SpanSink, event: Any) -> None:
-        attributes: dict[str, Any] = {"response": response_message(event.response)}
+        attributes: dict[str, Any] = {spans.RESPONSE: response_message(event.response)}
         if event.usage:
-            attributes["usage"] = plain(event.usage)
+            attributes[spans.USAGE] = plain(event.usage)
         if event.finish_reason:
             attributes["finish_reason"] = event.finish_reason
         self._llm_span(sink, event, attributes)
 
     def llm_failed(self, sink: SpanSink, event: Any) -> None:
-        self._llm_span(sink, event, {"error": str(event.error)})
+        self._llm_span(sink, event, {spans.ERROR: str(event.error)})
 
     def tool_finished(self, sink: SpanSink, event: Any) -> None:
-        attributes: dict[str, Any] = {"tool.name": event.tool_name, "tool.arguments": _arguments(event.tool_args)}
+        attributes: dict[str, Any] = {
+            spans.TOOL_NAME: event.tool_name,
+            spans.TOOL_ARGUMENTS: _arguments(event.tool_args),
+        }
         failure = getattr(event, "failure", None)
         if failure is not None:
-            attributes["tool.error"] = str(getattr(failure, "message", None) or failure)
+            attributes[spans.TOOL_ERROR] = str(getattr(failure, "message", None) or failure)
         else:
-            attributes["tool.result"] = plain(event.output)
+            attributes[spans.TOOL_RESULT] = plain(event.output)
         if event.from_cache:
-            attributes["tool.from_cache"] = True
+            attributes[spans.TOOL_FROM_CACHE] = True
         sink.emit(
             SpanKind.TOOL,
             str(event.tool_name),
@@ -180,9 +184,9 @@ class EventHandlers:
             SpanKind.TOOL,
             str(event.tool_name),
             {
-                "tool.name": event.tool_name,
-                "tool.arguments": _arguments(event.tool_args),
-                "tool.error": str(event.error),
+                spans.TOOL_NAME: event.tool_name,
+                spans.TOOL_ARGUMENTS: _arguments(event.tool_args),
+                spans.TOOL_ERROR: str(event.error),
             },
             agent_name=event.agent_role,
             start_time=at,
@@ -213,5 +217,4 @@ def make_execute_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 return original(self, *args, **kwargs)
 
         wrapper = execute_task
-    wrapper.__tether_crewai__ = True  # type: ignore[attr-defined]
     return wrapper

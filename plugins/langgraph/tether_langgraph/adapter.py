@@ -57,11 +57,11 @@ class LangGraphAdapter(Adapter):
     extra = "langgraph"
 
     def __init__(self) -> None:
+        super().__init__()
         self._handler: TetherCallbackHandler | None = None
         self._hook_var: ContextVar[Any | None] | None = None
         self._hook_entry: tuple[Any, ...] | None = None
         self._registered = False  # our hook entry is in LangChain's hook list
-        self._sink: SpanSink | None = None
 
     def accepts(self, agent: Any) -> bool:
         for module_name, class_name in _GRAPH_TYPES:
@@ -70,13 +70,7 @@ class LangGraphAdapter(Adapter):
                 return True
         return False
 
-    @property
-    def instrumented(self) -> bool:
-        return self._sink is not None
-
-    def instrument(self, sink: SpanSink) -> None:
-        if self._sink is sink:
-            return
+    def _instrument(self, sink: SpanSink) -> None:
         from langchain_core.tracers import context as tracers_context
 
         from tether_langgraph.handler import TetherCallbackHandler
@@ -90,12 +84,12 @@ class LangGraphAdapter(Adapter):
             tracers_context.register_configure_hook(self._hook_var, inheritable=True)
             self._registered = True
         add_agent_resolver(node_name)
-        self._sink = sink
 
-    def uninstrument(self) -> None:
-        if self._sink is None:
-            return
-        self._sink = None
+    def _repoint(self, sink: SpanSink) -> None:
+        if self._handler is not None:
+            self._handler.sink = sink
+
+    def _uninstrument(self) -> None:
         remove_agent_resolver(node_name)
         if self._handler is not None:
             self._handler.detach()  # inert even if the hook cannot be unlinked below

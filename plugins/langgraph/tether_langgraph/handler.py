@@ -28,6 +28,7 @@ import orjson
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
 
+from tether import spans
 from tether.adapters import SpanSink
 from tether.context import current_scope
 from tether.types import SpanKind
@@ -99,7 +100,7 @@ class TetherCallbackHandler(BaseCallbackHandler):
         first = generations[0][0] if generations[0] else None
         message = getattr(first, "message", None)
         reply = openai_messages([message])[0] if isinstance(message, BaseMessage) else None
-        attributes = {"request.messages": request, "request.model": model, "response": reply}
+        attributes = {spans.REQUEST_MESSAGES: request, spans.REQUEST_MODEL: model, spans.RESPONSE: reply}
         sink.emit(SpanKind.LLM, name, attributes, agent_name=node, start_time=start)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -108,7 +109,7 @@ class TetherCallbackHandler(BaseCallbackHandler):
         if call is None or sink is None:
             return
         start, node, name, request, model = call
-        attributes = {"request.messages": request, "request.model": model, "error": _describe(error)}
+        attributes = {spans.REQUEST_MESSAGES: request, spans.REQUEST_MODEL: model, spans.ERROR: _describe(error)}
         sink.emit(SpanKind.LLM, name, attributes, agent_name=node, start_time=start)
 
     # -- tool calls ---------------------------------------------------------------------------------------
@@ -130,10 +131,10 @@ class TetherCallbackHandler(BaseCallbackHandler):
         self._tool_calls[run_id] = (time.time(), _node(metadata), str(name), arguments, kwargs.get("tool_call_id"))
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._end_tool(run_id, {"tool.result": _tool_output(output)})
+        self._end_tool(run_id, {spans.TOOL_RESULT: _tool_output(output)})
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._end_tool(run_id, {"tool.error": _describe(error)})
+        self._end_tool(run_id, {spans.TOOL_ERROR: _describe(error)})
 
     def _end_tool(self, run_id: UUID, outcome: dict[str, Any]) -> None:
         call = self._tool_calls.pop(run_id, None)
@@ -141,7 +142,12 @@ class TetherCallbackHandler(BaseCallbackHandler):
         if call is None or sink is None:
             return
         start, node, name, arguments, call_id = call
-        attributes = {"tool.name": name, "tool.arguments": arguments, "tool.call_id": call_id, **outcome}
+        attributes = {
+            spans.TOOL_NAME: name,
+            spans.TOOL_ARGUMENTS: arguments,
+            spans.TOOL_CALL_ID: call_id,
+            **outcome,
+        }
         sink.emit(SpanKind.TOOL, name, attributes, agent_name=node, start_time=start)
 
 

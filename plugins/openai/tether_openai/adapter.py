@@ -46,7 +46,7 @@ class OpenAIFunctionAdapter(Adapter):
     extra = "openai"
 
     def __init__(self) -> None:
-        self._installed = False
+        super().__init__()
         self._tools = ToolResultTracker()
 
     def accepts(self, agent: Any) -> bool:
@@ -57,23 +57,18 @@ class OpenAIFunctionAdapter(Adapter):
             return False
         return not (inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func))
 
-    def instrument(self, sink: SpanSink) -> None:
+    def _instrument(self, sink: SpanSink) -> None:
         self._tools.sink = sink
-        if not self._installed:
-            redirect.install()
-            redirect.add_listener(self._tools)
-            self._installed = True
+        redirect.install()
+        redirect.add_listener(self._tools)
 
-    def uninstrument(self) -> None:
-        if self._installed:
-            self._installed = False
-            redirect.remove_listener(self._tools)
-            self._tools.sink = None
-            redirect.uninstall()
+    def _repoint(self, sink: SpanSink) -> None:
+        self._tools.sink = sink
 
-    @property
-    def instrumented(self) -> bool:
-        return self._installed
+    def _uninstrument(self) -> None:
+        redirect.remove_listener(self._tools)
+        self._tools.sink = None
+        redirect.uninstall()
 
     @contextlib.contextmanager
     def run_scope(self, agent: Any) -> Iterator[None]:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from tether import spans
 from tether.adapters import SpanSink
 from tether.context import RolloutScope, current_agent_name
 from tether.types import SpanKind
@@ -70,11 +71,11 @@ class ToolResultTracker:
                     SpanKind.TOOL,
                     name,
                     {
-                        "tool.name": name,
-                        "tool.arguments": arguments,
-                        "tool.call_id": call_key,
-                        "tool.result": _content(message.get("content")),
-                        "llm.call_id": call_id,  # the request that carried the result back
+                        spans.TOOL_NAME: name,
+                        spans.TOOL_ARGUMENTS: arguments,
+                        spans.TOOL_CALL_ID: call_key,
+                        spans.TOOL_RESULT: _content(message.get("content")),
+                        spans.LLM_CALL_ID: call_id,  # the request that carried the result back
                     },
                     agent_name=agent,
                 )

@@ -140,7 +140,7 @@ class OpenAIAgentsAdapter(Adapter):
     extra = "openai-agents"
 
     def __init__(self) -> None:
-        self._sink: SpanSink | None = None
+        super().__init__()
         self._responses_default: bool | None = None
 
     def accepts(self, agent: Any) -> bool:
@@ -152,17 +152,7 @@ class OpenAIAgentsAdapter(Adapter):
                 return True
         return False
 
-    @property
-    def instrumented(self) -> bool:
-        return self._sink is not None
-
-    def instrument(self, sink: SpanSink) -> None:
-        if self._sink is not None:
-            self._sink = sink  # spans go to the latest sink; nothing else changes
-            processor = gate.held()
-            if processor is not None:
-                processor.sink = sink
-            return
+    def _instrument(self, sink: SpanSink) -> None:
         import agents
         from agents.models import _openai_shared
 
@@ -171,15 +161,19 @@ class OpenAIAgentsAdapter(Adapter):
         add_agent_resolver(agent_name)
         self._responses_default = _openai_shared.get_use_responses_by_default()
         agents.set_default_openai_api("chat_completions")
-        self._sink = sink
+
+    def _repoint(self, sink: SpanSink) -> None:
+        processor = gate.held()
+        if processor is not None:
+            processor.sink = sink  # spans go to the latest sink; nothing else changes
 
     def uninstrument(self) -> None:
-        _clients.close_for_running_loop()
-        if self._sink is None:
-            return
+        _clients.close_for_running_loop()  # made by run(), instrumented or not
+        super().uninstrument()
+
+    def _uninstrument(self) -> None:
         from agents.models import _openai_shared
 
-        self._sink = None
         remove_agent_resolver(agent_name)
         if self._responses_default is not None:
             _openai_shared.set_use_responses_by_default(self._responses_default)

@@ -50,6 +50,7 @@ from agents.tracing import (
     get_current_span,
 )
 
+from tether import spans
 from tether.adapters import SpanSink
 from tether.adapters import json_safe as _plain
 from tether.context import current_scope
@@ -167,24 +168,24 @@ class TetherTraceProcessor(TracingProcessor):
         start = opened.start if opened is not None else None
         if isinstance(data, GenerationSpanData):
             attributes: dict[str, Any] = {
-                "request.messages": _plain(data.input) if data.input is not None else None,
-                "request.model": data.model,
-                "response": _assistant_message(data.output),
+                spans.REQUEST_MESSAGES: _plain(data.input) if data.input is not None else None,
+                spans.REQUEST_MODEL: data.model,
+                spans.RESPONSE: _assistant_message(data.output),
             }
             if data.usage:
-                attributes["usage"] = _plain(data.usage)
+                attributes[spans.USAGE] = _plain(data.usage)
             if span.error:
-                attributes["error"] = _error_text(span.error)
+                attributes[spans.ERROR] = _error_text(span.error)
             sink.emit(SpanKind.LLM, LLM_SPAN_NAME, attributes, agent_name=agent, start_time=start)
         elif isinstance(data, FunctionSpanData):
-            attributes = {"tool.name": data.name, "tool.arguments": _arguments(data.input)}
+            attributes = {spans.TOOL_NAME: data.name, spans.TOOL_ARGUMENTS: _arguments(data.input)}
             caught = self.tool_errors.pop(span.span_id, None)
             if span.error or caught:
-                attributes["tool.error"] = caught or _error_text(span.error)
+                attributes[spans.TOOL_ERROR] = caught or _error_text(span.error)
                 if data.output is not None:
-                    attributes["tool.output"] = _plain(data.output)  # what the model was told instead
+                    attributes[spans.TOOL_OUTPUT] = _plain(data.output)  # what the model was told instead
             else:
-                attributes["tool.result"] = _plain(data.output)
+                attributes[spans.TOOL_RESULT] = _plain(data.output)
             sink.emit(SpanKind.TOOL, str(data.name), attributes, agent_name=agent, start_time=start)
         elif isinstance(data, HandoffSpanData):
             attributes = {"handoff.from": data.from_agent, "handoff.to": data.to_agent}

@@ -3,6 +3,7 @@ arguments, agent names (pure functions, no AgentOps needed)."""
 
 from __future__ import annotations
 
+from tether import spans
 from tether.types import SpanKind
 from tether_agentops.convert import agent_name_of, convert, is_tool_call_request, kind_of
 
@@ -25,13 +26,13 @@ def test_llm_span_messages_are_rebuilt_in_order() -> None:
     }
     out = convert("openai.chat.completion", attrs, None)
     assert out.kind == SpanKind.LLM
-    assert [m.get("content") for m in out.attributes["request.messages"]] == ["first", None, "last"]
-    assert out.attributes["request.messages"][1]["tool_calls"] == [
+    assert [m.get("content") for m in out.attributes[spans.REQUEST_MESSAGES]] == ["first", None, "last"]
+    assert out.attributes[spans.REQUEST_MESSAGES][1]["tool_calls"] == [
         {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": "{}"}}
     ]
-    assert out.attributes["response"] == {"role": "assistant", "content": "done"}
+    assert out.attributes[spans.RESPONSE] == {"role": "assistant", "content": "done"}
     assert out.attributes["usage"] == {"prompt_tokens": 3}
-    assert out.attributes["request.model"] == "m"
+    assert out.attributes[spans.REQUEST_MODEL] == "m"
 
 
 def test_tool_spans_from_the_decorator_and_their_errors() -> None:
@@ -43,10 +44,10 @@ def test_tool_spans_from_the_decorator_and_their_errors() -> None:
     }
     out = convert("search.tool", attrs, None)
     assert (out.kind, out.name) == (SpanKind.TOOL, "search")
-    assert out.attributes["tool.arguments"] == {"args": ["q"], "kwargs": {"k": 2}}
-    assert out.attributes["tool.result"] == "[1, 2]"
+    assert out.attributes[spans.TOOL_ARGUMENTS] == {"args": ["q"], "kwargs": {"k": 2}}
+    assert out.attributes[spans.TOOL_RESULT] == "[1, 2]"
     failed = convert("search.tool", attrs, "KeyError: 'x'")
-    assert failed.attributes["tool.error"] == "KeyError: 'x'"
+    assert failed.attributes[spans.TOOL_ERROR] == "KeyError: 'x'"
 
 
 def test_other_spans_keep_their_attributes_and_kinds_are_normalised() -> None:

@@ -12,6 +12,7 @@ from calc_script import reply, task
 from opentelemetry import trace
 
 import tether
+from tether import spans as schema
 from tether.dev_report import DevReport
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM
@@ -54,17 +55,21 @@ async def test_agentops_spans_land_in_the_rollout_with_tether_kinds() -> None:
     ], str(rollout)
     assert {s.agent_name for s in ours} == {"calc_agent"}
     first, tool, second, agent_span = ours
-    assert first.attributes["request.messages"] == [SYSTEM, {"role": "user", "content": "What is 1 + 4?"}]
-    (call,) = first.attributes["response"]["tool_calls"]
+    assert first.attributes[schema.REQUEST_MESSAGES] == [SYSTEM, {"role": "user", "content": "What is 1 + 4?"}]
+    (call,) = first.attributes[schema.RESPONSE]["tool_calls"]
     assert call["function"] == {"name": "calculator", "arguments": '{"expression":"1 + 4"}'}
     assert first.attributes["usage"]["completion_tokens"] > 0
-    assert tool.attributes["tool.name"] == "calculator"
-    assert tool.attributes["tool.arguments"] == {"expression": "1 + 4"}
-    assert tool.attributes["tool.result"] == "5"
+    assert tool.attributes[schema.TOOL_NAME] == "calculator"
+    assert tool.attributes[schema.TOOL_ARGUMENTS] == {"expression": "1 + 4"}
+    assert tool.attributes[schema.TOOL_RESULT] == "5"
     # the second call's request carries the tool call and its result, rebuilt from AgentOps' flat attributes
-    assert second.attributes["request.messages"][2]["tool_calls"][0]["id"] == call["id"]
-    assert second.attributes["request.messages"][3] == {"role": "tool", "content": "5", "tool_call_id": call["id"]}
-    assert second.attributes["response"]["content"] == "The answer is 5"
+    assert second.attributes[schema.REQUEST_MESSAGES][2]["tool_calls"][0]["id"] == call["id"]
+    assert second.attributes[schema.REQUEST_MESSAGES][3] == {
+        "role": "tool",
+        "content": "5",
+        "tool_call_id": call["id"],
+    }
+    assert second.attributes[schema.RESPONSE]["content"] == "The answer is 5"
     assert agent_span.attributes["agentops.span.kind"] == "agent"
     # AgentOps' spans nest as they did in OpenTelemetry, and sit in time inside the agent span
     assert first.attributes["otel.parent_id"] == agent_span.attributes["otel.span_id"]
@@ -75,7 +80,7 @@ async def test_the_agentops_agent_name_reaches_the_proxy_and_optimize_selects_it
     report = await _dev(_wrap(optimize=["calc_agent"]), ["What is 2 + 5?"])
     (rollout,) = report.rollouts
     assert [(t.agent_name, t.trainable) for t in rollout.transitions] == [("calc_agent", True)] * 2
-    proxy = [s for s in rollout.spans if s.kind == SpanKind.LLM and s.name == "chat.completions"]
+    proxy = [s for s in rollout.spans if s.kind == SpanKind.LLM and s.name == schema.LLM_CALL]
     assert [s.agent_name for s in proxy] == ["calc_agent", "calc_agent"]
     assert report.agent_names == {"calc_agent"}
 
@@ -85,9 +90,9 @@ async def test_a_failing_tool_yields_a_tool_span_with_the_error() -> None:
     (rollout,) = report.rollouts
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
     (tool,) = [s for s in _agentops_spans(rollout.spans) if s.kind == SpanKind.TOOL]
-    assert tool.attributes["tool.arguments"] == {"expression": "2 * 3"}
-    assert tool.attributes["tool.error"] == "ValueError: unsupported operator '*'"
-    assert "tool.result" not in tool.attributes
+    assert tool.attributes[schema.TOOL_ARGUMENTS] == {"expression": "2 * 3"}
+    assert tool.attributes[schema.TOOL_ERROR] == "ValueError: unsupported operator '*'"
+    assert schema.TOOL_RESULT not in tool.attributes
 
 
 async def test_concurrent_rollouts_each_get_their_own_agentops_spans() -> None:
@@ -97,10 +102,10 @@ async def test_concurrent_rollouts_each_get_their_own_agentops_spans() -> None:
     for rollout in report:
         ours = _agentops_spans(rollout.spans)
         assert len(ours) == 4, str(rollout)
-        asked = {s.attributes["request.messages"][1]["content"] for s in ours if s.kind == SpanKind.LLM}
+        asked = {s.attributes[schema.REQUEST_MESSAGES][1]["content"] for s in ours if s.kind == SpanKind.LLM}
         assert asked == {rollout.rollout.input}
         (tool,) = [s for s in ours if s.kind == SpanKind.TOOL]
-        assert tool.attributes["tool.arguments"]["expression"] in rollout.rollout.input
+        assert tool.attributes[schema.TOOL_ARGUMENTS]["expression"] in rollout.rollout.input
     otel_traces = {s.attributes["otel.trace_id"] for r in report for s in _agentops_spans(r.spans)}
     assert len(otel_traces) == 4
 

@@ -10,6 +10,7 @@ import agentops_calc_agent
 from agentops.sdk.decorators import agent
 from opentelemetry import trace
 
+from tether import spans
 from tether.context import RolloutScope, agent_scope, current_agent, current_agent_name, rollout_scope
 from tether.types import SpanKind
 from tether_agentops import AgentOpsTracer, agentops_provider
@@ -42,7 +43,7 @@ def test_instrument_is_idempotent_and_uninstrument_exact() -> None:
         assert agentops_calc_agent.calculator(expression="1 + 2") == "3"
     (span,) = sink.spans
     assert (span["kind"], span["name"], span["scope"]) == (SpanKind.TOOL, "calculator", SCOPE)
-    assert span["attributes"]["tool.result"] == "3"
+    assert span["attributes"][spans.TOOL_RESULT] == "3"
     tracer.uninstrument()
     assert not tracer.attached
     assert trace.get_tracer_provider() is provider

@@ -18,6 +18,7 @@ from autogen_core import EVENT_LOGGER_NAME
 from autogen_core.logging import ToolCallEvent
 
 import tether
+from tether import spans
 from tether.plugins import AdapterNotFound
 from tether.types import Task
 from tether_autogen import AutoGenAdapter, task_text
@@ -100,9 +101,9 @@ def test_a_users_own_event_logging_is_left_alone() -> None:
         ((kind, name, attributes, _),) = sink.spans
         assert (kind, name) == ("tool", "calculator")
         assert attributes == {
-            "tool.name": "calculator",
-            "tool.arguments": {"expression": "1+1"},
-            "tool.result": "2",
+            spans.TOOL_NAME: "calculator",
+            spans.TOOL_ARGUMENTS: {"expression": "1+1"},
+            spans.TOOL_RESULT: "2",
         }
     finally:
         logger.removeHandler(mine)

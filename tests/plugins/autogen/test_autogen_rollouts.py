@@ -15,6 +15,7 @@ from autogen_agentchat.base import TaskResult
 from autogen_script import reply, task
 
 import tether
+from tether import spans
 from tether.dev_report import DevReport
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, Reply
@@ -35,7 +36,7 @@ async def _dev(agent: Any, tasks: list[Any], handler: Any = reply, **trainer: An
 
 
 def _proxy_calls(rollout: Any) -> list[Any]:
-    return [s for s in rollout.spans if s.kind == SpanKind.LLM and s.name == "chat.completions"]
+    return [s for s in rollout.spans if s.kind == SpanKind.LLM and s.name == spans.LLM_CALL]
 
 
 async def test_team_calls_carry_each_agents_name() -> None:
@@ -52,9 +53,9 @@ async def test_team_calls_carry_each_agents_name() -> None:
     (tool,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
     assert tool.agent_name == "solver"
     assert tool.attributes == {
-        "tool.name": "calculator",
-        "tool.arguments": {"expression": "1 + 4"},
-        "tool.result": "5",
+        spans.TOOL_NAME: "calculator",
+        spans.TOOL_ARGUMENTS: {"expression": "1 + 4"},
+        spans.TOOL_RESULT: "5",
     }
     assert rollout.output["text"] == "Checked. APPROVED"
     assert rollout.output["stop_reason"] and "APPROVED" in rollout.output["stop_reason"]
@@ -67,10 +68,10 @@ async def test_a_tool_that_raises_yields_a_tool_span_with_the_error() -> None:
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
     (tool,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
     assert tool.agent_name == "calculator_agent"
-    assert tool.attributes["tool.name"] == "calculator"
-    assert tool.attributes["tool.arguments"] == {"expression": "1/0"}
-    assert "division by zero" in tool.attributes["tool.error"]
-    assert "tool.result" not in tool.attributes
+    assert tool.attributes[spans.TOOL_NAME] == "calculator"
+    assert tool.attributes[spans.TOOL_ARGUMENTS] == {"expression": "1/0"}
+    assert "division by zero" in tool.attributes[spans.TOOL_ERROR]
+    assert spans.TOOL_RESULT not in tool.attributes
     # the error reached the model as the tool's result
     assert rollout.transitions[1].messages[-1]["role"] == "tool"
     assert "division by zero" in rollout.transitions[1].messages[-1]["content"]
@@ -86,8 +87,8 @@ async def test_arguments_that_are_not_json_yield_a_tool_error_with_the_raw_argum
     (rollout,) = report.rollouts
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
     (tool,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
-    assert tool.attributes["tool.arguments"] == "{not json"
-    assert tool.attributes["tool.error"].startswith("Error:")
+    assert tool.attributes[spans.TOOL_ARGUMENTS] == "{not json"
+    assert tool.attributes[spans.TOOL_ERROR].startswith("Error:")
     assert tool.agent_name == "calculator_agent"
 
 
@@ -107,8 +108,8 @@ async def test_two_concurrent_team_rollouts_do_not_mix() -> None:
             users = [m["content"] for m in t.messages if m["role"] == "user"]
             assert users[0] == question, users
         (tool,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
-        assert tool.attributes["tool.arguments"] == {"expression": expression}
-        assert tool.attributes["tool.result"] == answer
+        assert tool.attributes[spans.TOOL_ARGUMENTS] == {"expression": expression}
+        assert tool.attributes[spans.TOOL_RESULT] == answer
         assert {s.rollout_id for s in rollout.spans} == {rollout.rollout.rollout_id}
         texts = [m["content"] for m in rollout.output["messages"] if m["type"] == "TextMessage"]
         assert f"The answer is {answer}" in texts
@@ -123,8 +124,8 @@ async def test_streamed_model_calls_are_captured() -> None:
     assert all(t.prompt_token_ids and t.response_token_ids for t in rollout.transitions)
     own = [s for s in rollout.spans if s.kind == SpanKind.LLM and s.name == "autogen.llm_call"]
     assert len(own) == 2 and all(s.attributes.get("streamed") for s in own)
-    assert own[0].attributes["request.messages"][-1] == {"role": "user", "name": "user", "content": task(2)}
-    assert own[1].attributes["response"]["content"] == "The answer is 7"
+    assert own[0].attributes[spans.REQUEST_MESSAGES][-1] == {"role": "user", "name": "user", "content": task(2)}
+    assert own[1].attributes[spans.RESPONSE]["content"] == "The answer is 7"
     assert rollout.output["text"] == "The answer is 7"
 
 

@@ -14,6 +14,7 @@ from crewai import Crew, Process, Task
 from crewai_script import reply, task
 
 import tether
+from tether import spans
 from tether.dev_report import DevReport
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM
@@ -41,26 +42,26 @@ async def test_each_call_carries_its_agents_role() -> None:
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
     roles = ["researcher", "researcher", "writer"]
     assert [t.agent_name for t in rollout.transitions] == roles, str(rollout)
-    proxy = _spans(rollout, SpanKind.LLM, "chat.completions")
+    proxy = _spans(rollout, SpanKind.LLM, spans.LLM_CALL)
     assert [s.agent_name for s in proxy] == roles  # the X-Tether-Agent header, set around each agent's task
     own = _spans(rollout, SpanKind.LLM, "crewai.llm_call")
     assert [s.agent_name for s in own] == roles
     for mine, theirs in zip(own, proxy, strict=True):
         # the exact request (not CrewAI's depth-limited serialisation), joined by the proxy's call id
-        assert mine.attributes["call_id"] == theirs.attributes["call_id"]
-        assert mine.attributes["request.messages"] == theirs.attributes["request"]["messages"]
-    assert own[0].attributes["request.tools"][0]["function"]["name"] == "lookup"
-    assert own[0].attributes["response"]["tool_calls"][0]["function"]["name"] == "lookup"
-    assert own[2].attributes["response"] == {
+        assert mine.attributes[spans.CALL_ID] == theirs.attributes[spans.CALL_ID]
+        assert mine.attributes[spans.REQUEST_MESSAGES] == theirs.attributes["request"]["messages"]
+    assert own[0].attributes[spans.REQUEST_TOOLS][0]["function"]["name"] == "lookup"
+    assert own[0].attributes[spans.RESPONSE]["tool_calls"][0]["function"]["name"] == "lookup"
+    assert own[2].attributes[spans.RESPONSE] == {
         "role": "assistant",
         "content": "In short: Paris is the capital of France.",
     }
     (tool,) = _spans(rollout, SpanKind.TOOL)
     assert tool.agent_name == "researcher"
     assert tool.attributes == {
-        "tool.name": "lookup",
-        "tool.arguments": {"topic": "Paris"},
-        "tool.result": "Paris is the capital of France.",
+        spans.TOOL_NAME: "lookup",
+        spans.TOOL_ARGUMENTS: {"topic": "Paris"},
+        spans.TOOL_RESULT: "Paris is the capital of France.",
     }
     assert proxy[0].end_time <= tool.start_time <= tool.end_time <= proxy[1].start_time
     assert rollout.output["text"] == "In short: Paris is the capital of France."
@@ -74,10 +75,10 @@ async def test_a_tool_that_raises_yields_a_tool_span_with_the_error() -> None:
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
     (tool,) = _spans(rollout, SpanKind.TOOL)
     assert tool.agent_name == "researcher"
-    assert tool.attributes["tool.name"] == "lookup"
-    assert tool.attributes["tool.arguments"] == {"topic": "Atlantis"}
-    assert "no fact about 'Atlantis'" in tool.attributes["tool.error"]
-    assert "tool.result" not in tool.attributes
+    assert tool.attributes[spans.TOOL_NAME] == "lookup"
+    assert tool.attributes[spans.TOOL_ARGUMENTS] == {"topic": "Atlantis"}
+    assert "no fact about 'Atlantis'" in tool.attributes[spans.TOOL_ERROR]
+    assert spans.TOOL_RESULT not in tool.attributes
     # CrewAI handed the error to the model as the tool's result
     second = rollout.transitions[1]
     assert second.messages[-1]["role"] == "tool" and "no fact about" in second.messages[-1]["content"]
@@ -111,14 +112,14 @@ async def test_a_task_crewai_runs_in_its_own_thread_keeps_the_role_and_the_rollo
     report = await _dev(tether.wrap(crew, reward=lambda t, o: 1.0), [task("Nile"), task("Everest")])
     for rollout in report.rollouts:
         assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
-        assert [s.agent_name for s in _spans(rollout, SpanKind.LLM, "chat.completions")] == [
+        assert [s.agent_name for s in _spans(rollout, SpanKind.LLM, spans.LLM_CALL)] == [
             "researcher",
             "researcher",
             "writer",
         ]
         assert {s.rollout_id for s in rollout.spans} == {rollout.rollout.rollout_id}
         (tool,) = _spans(rollout, SpanKind.TOOL)
-        assert tool.attributes["tool.arguments"] == {"topic": rollout.rollout.input["topic"]}
+        assert tool.attributes[spans.TOOL_ARGUMENTS] == {"topic": rollout.rollout.input["topic"]}
 
 
 async def test_reward_receives_the_crews_output_and_the_users_crew_is_not_run() -> None:

@@ -22,6 +22,7 @@ from langgraph.graph import StateGraph
 from langgraph_script import reply, task
 
 import tether
+from tether import spans as schema
 from tether.dev_report import DevReport
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM
@@ -57,10 +58,10 @@ async def test_tool_error_turned_into_a_message_is_captured_and_the_rollout_comp
     assert dev.status == RolloutStatus.SUCCEEDED, dev.error
     (span,) = _tools(dev.spans)
     assert span.agent_name == "tools"
-    assert span.attributes["tool.name"] == "divide"
-    assert span.attributes["tool.arguments"] == {"a": 6, "b": 0}
-    assert span.attributes["tool.error"].startswith("ZeroDivisionError")
-    assert "tool.result" not in span.attributes
+    assert span.attributes[schema.TOOL_NAME] == "divide"
+    assert span.attributes[schema.TOOL_ARGUMENTS] == {"a": 6, "b": 0}
+    assert span.attributes[schema.TOOL_ERROR].startswith("ZeroDivisionError")
+    assert schema.TOOL_RESULT not in span.attributes
     # the graph carried on: the solver saw the error as a tool message and the finisher answered
     assert any(
         m.get("role") == "tool" and "ZeroDivisionError" in str(m.get("content"))
@@ -79,7 +80,7 @@ async def test_tool_error_that_ends_the_graph_fails_the_rollout_cleanly() -> Non
     assert failed.status == RolloutStatus.FAILED
     assert "ZeroDivisionError" in (failed.error or "")
     (span,) = _tools(failed.spans)
-    assert span.attributes["tool.error"].startswith("ZeroDivisionError") and span.agent_name == "tools"
+    assert span.attributes[schema.TOOL_ERROR].startswith("ZeroDivisionError") and span.agent_name == "tools"
     assert {t.agent_name for t in failed.transitions} == {"planner", "agent"}  # calls before the failure
     assert ok.status == RolloutStatus.SUCCEEDED, ok.error  # the other rollout is unaffected
 
@@ -97,12 +98,14 @@ async def test_graph_name_node_names_and_matching_requests() -> None:
     own = _adapter_llm(dev.spans)
     assert sorted(s.agent_name or "" for s in own) == sorted(s.agent_name or "" for s in proxy)
     for span in own:
-        (match,) = [p for p in proxy if p.attributes["request"]["messages"] == span.attributes["request.messages"]]
+        (match,) = [
+            p for p in proxy if p.attributes["request"]["messages"] == span.attributes[schema.REQUEST_MESSAGES]
+        ]
         assert match.agent_name == span.agent_name
-        assert span.attributes["response"]["role"] == "assistant"
-        assert span.attributes["request.model"] == "gpt-4o-mini"
+        assert span.attributes[schema.RESPONSE]["role"] == "assistant"
+        assert span.attributes[schema.REQUEST_MODEL] == "gpt-4o-mini"
     (tool,) = _tools(dev.spans)
-    assert tool.attributes["tool.result"] == "9.0" and tool.attributes["tool.call_id"]
+    assert tool.attributes[schema.TOOL_RESULT] == "9.0" and tool.attributes[schema.TOOL_CALL_ID]
 
 
 async def test_two_interleaved_rollouts_keep_their_own_spans() -> None:
@@ -115,9 +118,9 @@ async def test_two_interleaved_rollouts_keep_their_own_spans() -> None:
         question = dev.rollout.input["question"]
         own = _adapter_llm(dev.spans)
         assert len(own) == 4
-        assert all(question in str(s.attributes["request.messages"]) for s in own)
+        assert all(question in str(s.attributes[schema.REQUEST_MESSAGES]) for s in own)
         (tool,) = _tools(dev.spans)
-        assert tool.attributes["tool.arguments"] == {"a": int(question.split()[2]), "b": 7}
+        assert tool.attributes[schema.TOOL_ARGUMENTS] == {"a": int(question.split()[2]), "b": 7}
         assert len([s for s in dev.spans if s.name == "graph"]) == 1
     first, second = ([s for s in dev.spans if is_proxy_llm_span(s)] for dev in report.rollouts)
     assert first[0].start_time < second[-1].start_time and second[0].start_time < first[-1].start_time, starts

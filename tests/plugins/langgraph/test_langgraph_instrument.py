@@ -11,6 +11,7 @@ import pytest
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers import context as tracers_context
 
+from tether import spans
 from tether.context import RolloutScope, current_agent_name, rollout_scope
 from tether_langgraph import LangGraphAdapter, node_name
 
@@ -85,7 +86,7 @@ def test_events_outside_a_rollout_are_ignored_and_tool_runs_give_one_span() -> N
             handler.on_tool_end("late", run_id=run_id)  # a second end of the same run adds nothing
         ((kind, name, attributes, agent),) = sink.spans
         assert (kind, name, agent) == ("tool", "add", "tools")
-        assert attributes["tool.error"] == "ValueError: bad" and attributes["tool.arguments"] == {"a": 1}
+        assert attributes[spans.TOOL_ERROR] == "ValueError: bad" and attributes[spans.TOOL_ARGUMENTS] == {"a": 1}
     finally:
         adapter.uninstrument()
 

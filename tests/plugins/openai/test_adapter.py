@@ -15,7 +15,7 @@ import pytest
 from openai._base_client import BaseClient
 
 import tether
-from tether import redirect
+from tether import redirect, spans
 from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, agent_scope, rollout_scope
 from tether.testing.fake_llm import FakeLLM, text
 from tether.types import Resources, SpanKind, Task
@@ -261,11 +261,11 @@ async def test_tool_results_are_reported_once_and_only_inside_the_adapters_runs(
             SpanKind.TOOL,
             "lookup",
             {
-                "tool.name": "lookup",
-                "tool.arguments": {"k": 1},
-                "tool.call_id": "c1",
-                "tool.result": "v1",
-                "llm.call_id": llm.requests[2].headers[CALL_ID_HEADER],
+                spans.TOOL_NAME: "lookup",
+                spans.TOOL_ARGUMENTS: {"k": 1},
+                spans.TOOL_CALL_ID: "c1",
+                spans.TOOL_RESULT: "v1",
+                spans.LLM_CALL_ID: llm.requests[2].headers[CALL_ID_HEADER],
             },
             "two_calls",
         )

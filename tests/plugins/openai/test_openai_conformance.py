@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import pytest
 from openai._base_client import BaseClient
 
-from tether import redirect
+from tether import redirect, spans
 from tether.testing.adapter_conformance import AdapterConformance
 from tether.testing.fake_llm import Reply, text, tool_call
 
@@ -84,9 +84,9 @@ async def test_tool_spans_carry_name_arguments_result_and_agent(run: Any) -> Non
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
     (tool,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
     assert tool.agent_name == "solve"
-    assert tool.attributes["tool.name"] == "calculator"
-    assert tool.attributes["tool.arguments"] == {"expression": "2 * 3"}
-    assert tool.attributes["tool.result"] == "error: unsupported operator '*'"
+    assert tool.attributes[spans.TOOL_NAME] == "calculator"
+    assert tool.attributes[spans.TOOL_ARGUMENTS] == {"expression": "2 * 3"}
+    assert tool.attributes[spans.TOOL_RESULT] == "error: unsupported operator '*'"
     llm_calls = [s for s in rollout.spans if s.kind == SpanKind.LLM]
     assert len(llm_calls) == 2 and all(s.agent_name == "solve" for s in llm_calls)
-    assert tool.attributes["llm.call_id"] == llm_calls[1].attributes["call_id"]
+    assert tool.attributes[spans.LLM_CALL_ID] == llm_calls[1].attributes[spans.CALL_ID]

@@ -14,6 +14,7 @@ from agents.tracing import TracingProcessor, default_exporter, flush_traces, get
 from triage_script import example, math_task, reply, reward, words_task
 
 import tether
+from tether import spans
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM
 from tether.trainer import Trainer
@@ -51,14 +52,14 @@ async def test_handoffs_are_attributed_to_the_agent_that_made_each_call() -> Non
         assert handoff.agent_name == "triage_agent"
         (tool_span,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
         assert tool_span.agent_name == specialist and tool_span.name == tool
-        assert tool_span.attributes["tool.result"] == result
-        assert "tool.error" not in tool_span.attributes
+        assert tool_span.attributes[spans.TOOL_RESULT] == result
+        assert spans.TOOL_ERROR not in tool_span.attributes
         llm_spans = [s for s in rollout.spans if s.name == "openai_agents.generation"]
         assert [s.agent_name for s in llm_spans] == ["triage_agent", specialist, specialist]
         first = llm_spans[0].attributes
-        assert first["request.messages"][0] == {"role": "system", "content": example.TRIAGE_PROMPT}
-        assert first["response"]["tool_calls"][0]["function"]["name"] == f"transfer_to_{specialist}"
-        assert first["request.model"] == example.MODEL
+        assert first[spans.REQUEST_MESSAGES][0] == {"role": "system", "content": example.TRIAGE_PROMPT}
+        assert first[spans.RESPONSE]["tool_calls"][0]["function"]["name"] == f"transfer_to_{specialist}"
+        assert first[spans.REQUEST_MODEL] == example.MODEL
     assert not report.all_problems, report.all_problems
 
 
@@ -76,13 +77,13 @@ async def test_a_tool_that_raises_yields_a_tool_span_with_the_error() -> None:
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error  # the SDK tells the model, the run goes on
     (span,) = [s for s in rollout.spans if s.kind == SpanKind.TOOL]
     assert span.name == "divide" and span.agent_name == "math_agent"
-    assert span.attributes["tool.arguments"] == {"a": 5, "b": 0}
+    assert span.attributes[spans.TOOL_ARGUMENTS] == {"a": 5, "b": 0}
     if _formatter_sees_tool_exceptions():
-        assert span.attributes["tool.error"] == "ZeroDivisionError: division by zero"
+        assert span.attributes[spans.TOOL_ERROR] == "ZeroDivisionError: division by zero"
     else:
-        assert span.attributes["tool.error"] == "Error running tool (non-fatal): division by zero"
-    assert "tool.result" not in span.attributes
-    assert "error occurred" in span.attributes["tool.output"]  # what the model was told
+        assert span.attributes[spans.TOOL_ERROR] == "Error running tool (non-fatal): division by zero"
+    assert spans.TOOL_RESULT not in span.attributes
+    assert "error occurred" in span.attributes[spans.TOOL_OUTPUT]  # what the model was told
     # the model saw the SDK's default message, not the exception (the agent's behaviour is unchanged)
     last = rollout.transitions[-1].messages[-1]
     assert last["role"] == "tool" and "ZeroDivisionError" not in last["content"]
