@@ -12,6 +12,7 @@ string keeps the tokens before the one where the stop string begins, so the text
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,19 @@ class Sample:
     logprobs: list[float]
     text: str
     finish_reason: str  # "stop" or "length"
+
+
+_cache_keywords: dict[type, str] = {}
+
+
+def _cache_keyword(model: torch.nn.Module) -> str:
+    """The name ``forward`` takes the KV cache under: ``cache`` from transformers 5.24 (which warns on every call
+    given ``past_key_values``), ``past_key_values`` before. Looked up once per model class."""
+    kind = type(model)
+    if kind not in _cache_keywords:
+        params = inspect.signature(model.forward).parameters
+        _cache_keywords[kind] = "cache" if "cache" in params else "past_key_values"
+    return _cache_keywords[kind]
 
 
 def row_seed(seed: int | None, index: int) -> int | None:
@@ -130,12 +144,13 @@ def generate(
     results: list[Sample | None] = [None] * rows
     active = list(range(rows))  # original row index of each batch row
     cache = DynamicCache(config=model.config)
+    cache_arg = {_cache_keyword(model): cache}
     mask, input_ids, positions = mask.to(device), input_ids.to(device), positions.to(device)
     logits = model(
         input_ids=input_ids,
         attention_mask=mask,
         position_ids=positions,
-        past_key_values=cache,
+        **cache_arg,
         use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1, :]
@@ -178,7 +193,7 @@ def generate(
             input_ids=tokens.unsqueeze(1).to(device),
             attention_mask=mask,
             position_ids=(next_pos[act] + step - 1).unsqueeze(1).to(device),
-            past_key_values=cache,
+            **cache_arg,
             use_cache=True,
         ).logits[:, -1, :]
     return [r for r in results if r is not None]
