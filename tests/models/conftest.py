@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tether.models.embedded import EmbeddedModel, create_embedded  # noqa: E402
+from tether.models.embedded import EmbeddedModel, create_embedded, sft  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -59,3 +59,25 @@ def nano() -> EmbeddedModel:
 @pytest.fixture(scope="session")
 def nano_dir(nano: EmbeddedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return nano.save(tmp_path_factory.mktemp("nano"))
+
+
+LETTERS = "abcdefgh"
+
+
+def letter_tasks(n: int, offset: int = 0) -> list[str]:
+    """The toy task of the fit tests: the agent answers with one letter; "a" and "b" are rewarded."""
+    return [f"Pick a letter, round {offset + i}." for i in range(n)]
+
+
+@pytest.fixture(scope="session")
+def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A nano model fine-tuned to answer one letter uniformly: about a quarter of its answers are good
+    (session-shared as a directory: each test loads its own copy)."""
+    rng = random.Random(0)
+    demos = [
+        [{"role": "user", "content": task}, {"role": "assistant", "content": rng.choice(LETTERS)}]
+        for task in letter_tasks(400)
+    ]
+    model = create_embedded([d[0]["content"] for d in demos] + list(LETTERS), preset="nano", seed=0)
+    sft(model, demos, epochs=3, lr=3e-3, batch_size=32, seed=0, progress=False)
+    return model.save(tmp_path_factory.mktemp("warm"))

@@ -4,7 +4,6 @@ change to tether; and Ctrl-C in ``fit`` returns the real run folder without prin
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 import threading
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
-from tether.models.embedded import EmbeddedBackend, create_embedded, sft  # noqa: E402
+from tether.models.embedded import EmbeddedBackend  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
 LETTERS = "abcdefgh"
@@ -80,19 +79,6 @@ class Reinforce:
 
 def _tasks(n: int) -> list[str]:
     return [f"Pick a letter, round {i}." for i in range(n)]
-
-
-@pytest.fixture(scope="module")
-def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A nano model fine-tuned to answer one letter uniformly: about a quarter of its answers are good."""
-    rng = random.Random(0)
-    demos = [
-        [{"role": "user", "content": task}, {"role": "assistant", "content": rng.choice(LETTERS)}]
-        for task in _tasks(400)
-    ]
-    model = create_embedded([d[0]["content"] for d in demos] + list(LETTERS), preset="nano", seed=0)
-    sft(model, demos, epochs=3, lr=3e-3, batch_size=32, seed=0, progress=False)
-    return model.save(tmp_path_factory.mktemp("warm"))
 
 
 def _p_good(backend: EmbeddedBackend, tasks: Sequence[str]) -> float:

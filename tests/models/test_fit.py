@@ -4,7 +4,6 @@ hard-coded URL) learns a toy preference by GRPO, and a run resumes from its chec
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
-from tether.models.embedded import create_embedded, sft  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
 LETTERS = "abcdefgh"
@@ -33,19 +31,6 @@ def reward(task: str, output: str) -> float:
 
 def _tasks(n: int, offset: int = 0) -> list[str]:
     return [f"Pick a letter, round {offset + i}." for i in range(n)]
-
-
-@pytest.fixture(scope="module")
-def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A nano model fine-tuned to answer one letter uniformly: about a quarter of its answers are good."""
-    rng = random.Random(0)
-    demos = [
-        [{"role": "user", "content": task}, {"role": "assistant", "content": rng.choice(LETTERS)}]
-        for task in _tasks(400)
-    ]
-    model = create_embedded([d[0]["content"] for d in demos] + list(LETTERS), preset="nano", seed=0)
-    sft(model, demos, epochs=3, lr=3e-3, batch_size=32, seed=0, progress=False)
-    return model.save(tmp_path_factory.mktemp("warm"))
 
 
 def _trainer(checkpoint: Path, run_root: Path, steps: int, **kwargs: Any) -> tether.Trainer:
