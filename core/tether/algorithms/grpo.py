@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tether.algorithms import grpo_loop
+from tether.lora import LoRA
 from tether.result import FitResult
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
+    from tether.models.base import ModelBackend
     from tether.session import Session
 
 
@@ -35,6 +37,7 @@ class GRPO:
     """Group Relative Policy Optimization.
 
     ``group_size`` rollouts are sampled per task; ``tasks_per_step`` tasks make one update batch.
+    ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
     """
 
     group_size: int = 8
@@ -48,6 +51,7 @@ class GRPO:
     temperature: float = 1.0  # sampling temperature of training rollouts (the recorded logprobs' distribution)
     scale_by_std: bool = True
     weight_decay: float = 0.0
+    lora: LoRA | None = None
     _optimizer: Any = field(default=None, init=False, repr=False)
     _reference: Any = field(default=None, init=False, repr=False)
 
@@ -62,6 +66,18 @@ class GRPO:
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         """Train ``session.backend`` (a ``TrainableBackend``) for ``session.settings.steps`` steps."""
         return await grpo_loop.fit(self, session, train, val)
+
+    def prepare_backend(self, backend: ModelBackend) -> None:
+        """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any."""
+        if self.lora is None:
+            return
+        attach = getattr(backend, "attach_lora", None)
+        if attach is None:
+            raise ValueError(
+                f"GRPO(lora=...) needs a backend that can hold LoRA adapters (model='embedded', 'hf:<path>' or "
+                f"'vllm:<model>'); the {type(backend).__name__} cannot"
+            )
+        attach(self.lora)
 
     async def evaluate(self, session: Session, tasks: Sequence[Task]) -> dict[str, Any]:
         """Accuracy (mean reward) on ``tasks`` greedy and at temperature 1, as the loop records it."""
