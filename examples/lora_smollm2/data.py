@@ -1,8 +1,9 @@
 """The task: single-digit additions asked with "Reply with only the number."; a checkable reward.
 
-SmolLM2-135M-Instruct (a Q4_1 GGUF dequantised) knows the sums but ignores the format: it explains ("3 + 5
-equals 8."), wanders, or answers wrongly. Reward 1 for a reply that is exactly the right number, 0.5 for a
-reply whose last number is the right one (right, wrong format), 0 otherwise.
+SmolLM2-135M-Instruct (a Q4_1 GGUF dequantised) often knows the sum but ignores the format: it explains ("3 + 5
+equals 8."), wanders, or answers wrongly. Reward: 1 for a reply that is exactly the right number; for a reply
+whose last number is the right one, 0.5 less 0.01 per character around it (at least 0.25: right, wordy);
+0 otherwise.
 """
 
 from __future__ import annotations
@@ -34,5 +35,10 @@ def grade(task: dict[str, Any], reply: str) -> tuple[bool, bool]:
 
 
 def reward(task: dict[str, Any], output: Any) -> float:
-    exact, right = grade(task, str(output or ""))
-    return 1.0 if exact else 0.5 if right else 0.0
+    text = str(output or "").strip()
+    exact, right = grade(task, text)
+    if exact:
+        return 1.0
+    if right:
+        return max(0.25, 0.5 - 0.01 * (len(text) - len(task["answer"])))
+    return 0.0

