@@ -46,6 +46,10 @@ def __getattr__(name: str) -> object:
         from tether.algorithms.apo import APO
 
         return APO
+    if name == "VERL":  # imports no verl: that waits for VERL.fit
+        from tether.algorithms.verl import VERL
+
+        return VERL
     raise AttributeError(f"module 'tether' has no attribute {name!r}")
 
 
@@ -77,6 +81,7 @@ __all__ = [
     "TrainableBackend",
     "Trainer",
     "Transition",
+    "VERL",
     "WrappedAgent",
     "__version__",
     "emit_reward",
