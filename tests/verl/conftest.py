@@ -47,6 +47,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         num_key_value_heads=1,
         pad_token_id=0,
         eos_token_id=vocab["<|im_end|>"],
+        architectures=["LlamaForCausalLM"],
     ).save_pretrained(path)
     return path
 

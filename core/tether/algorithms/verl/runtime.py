@@ -24,13 +24,13 @@ from tether import _json
 from tether.models.base import ModelBackend
 from tether.session import Job, RolloutResult, Session, Settings
 from tether.types import Mode, Task
-from tether.wrap import WrappedAgent
+from tether.wrap import WrappedAgent, wrap
 
 
 class RuntimeSpec(TypedDict, total=False):
     """What a verl worker needs to run tether rollouts (the ``tether`` section of verl's config)."""
 
-    agent_path: str  # the pickled ``WrappedAgent``
+    agent_path: str  # the pickled agent (``save_agent``)
     settings: dict[str, Any]  # ``tether.session.Settings`` fields
     server_addresses: list[str]  # verl's vLLM servers, filled in when verl has started them
     model: str | None  # the served model name (default: the servers' first listed model)
@@ -39,31 +39,38 @@ class RuntimeSpec(TypedDict, total=False):
 
 
 def save_agent(agent: WrappedAgent, path: Path) -> Path:
-    """Pickle ``agent`` for verl's workers (with cloudpickle, so functions of a ``__main__`` script travel)."""
+    """Pickle what ``agent`` was wrapped from for verl's workers, which wrap it again: the user's agent,
+    reward, ``optimize`` and ``run`` (with cloudpickle, so functions of a ``__main__`` script travel) and the
+    adapter's name (adapters hold process state: each worker uses its own)."""
+    import cloudpickle  # comes with Ray, which verl needs
+
+    parts = {
+        "agent": agent.agent,
+        "reward": agent.reward,
+        "optimize": sorted(agent.optimize) if agent.optimize is not None else None,
+        "run": agent.run,
+        "adapter": agent.adapter.name,
+    }
     try:
-        import cloudpickle  # comes with Ray, which verl needs
-    except ImportError:  # pragma: no cover - Ray brings it
-        dump = pickle.dumps(agent)
-    else:
-        try:
-            dump = cloudpickle.dumps(agent)
-        except Exception as exc:
-            raise TypeError(
-                f"tether.VERL sends the wrapped agent to verl's Ray workers, but it cannot be pickled ({exc}): "
-                "build the agent's unpicklable parts (clients, connections) inside its functions, or at import "
-                "of a module the workers can import"
-            ) from None
+        dump = cloudpickle.dumps(parts)
+    except Exception as exc:
+        raise TypeError(
+            f"tether.VERL sends the wrapped agent to verl's Ray workers, but it cannot be pickled ({exc}): "
+            "build its unpicklable parts (clients, connections) inside its functions, or at import of a module "
+            "the workers import"
+        ) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(dump)
     return path
 
 
 def load_agent(path: str | Path) -> WrappedAgent:
+    """The wrapped agent ``save_agent`` wrote, wrapped again in this process."""
     with open(path, "rb") as f:
-        agent = pickle.load(f)
-    if not isinstance(agent, WrappedAgent):
-        raise TypeError(f"{path} holds a {type(agent).__name__}, not a tether.wrap(...) result")
-    return agent
+        parts = pickle.load(f)
+    return wrap(
+        parts["agent"], reward=parts["reward"], optimize=parts["optimize"], run=parts["run"], adapter=parts["adapter"]
+    )
 
 
 def settings_dict(settings: Settings) -> dict[str, Any]:
