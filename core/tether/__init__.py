@@ -56,6 +56,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "APO",
     "GRPO",
+    "VERL",
     "Adapter",
     "AdapterNotFound",
     "Algorithm",
@@ -81,7 +82,6 @@ __all__ = [
     "TrainableBackend",
     "Trainer",
     "Transition",
-    "VERL",
     "WrappedAgent",
     "__version__",
     "emit_reward",

@@ -21,7 +21,9 @@ from tether.types import Rollout, Transition
 Advantages = Callable[[Sequence[str], Sequence[dict[str, Any]], int], Any]
 
 
-def _call(rollout: str, step: int, agent: str, prompt: list[int], response: list[int], trainable: bool) -> Transition:
+def _call(
+    rollout: str, step: int, agent: str, prompt: list[int], response: list[int], trainable: bool
+) -> Transition:
     return Transition(
         rollout_id=rollout,
         attempt_id=f"at-{rollout}",
@@ -38,7 +40,9 @@ def _call(rollout: str, step: int, agent: str, prompt: list[int], response: list
     )
 
 
-def _rollout(name: str, rewarded: float, calls: int, last_untrained: bool = False) -> tuple[Rollout, list[Transition]]:
+def _rollout(
+    name: str, rewarded: float, calls: int, last_untrained: bool = False
+) -> tuple[Rollout, list[Transition]]:
     transitions = [
         _call(name, i, "writer", [7, 8, 9 + i], [20 + i, 21 + i, 22 + i], trainable=True) for i in range(calls)
     ]
@@ -80,7 +84,7 @@ def _batch() -> tuple[list[str], list[dict[str, Any]], dict[str, list[Transition
 
 
 def test_rows_carry_the_calls_ids_masks_logprobs_and_the_rollouts_reward() -> None:
-    rollout, transitions = _rollout("a0", 1.0, 2, last_untrained=True)
+    _, transitions = _rollout("a0", 1.0, 2, last_untrained=True)
     rows = rollout_rows(transitions, reward=1.0, uid="uid-a", session=3)
     assert [r.key for r in rows] == ["uid-a_3_0", "uid-a_3_1", "uid-a_3_2"]
     # the untrained call first, so the row verl reads the session's advantage from (the last) is a trained one

@@ -65,7 +65,7 @@ def weights_version(global_steps: Any) -> int:
 
 
 @register(LOOP_NAME)
-class TetherAgentLoop(AgentLoopBase):
+class TetherAgentLoop(AgentLoopBase):  # type: ignore[misc,unused-ignore]
     """Runs the tether-wrapped agent on the sample's task and returns one output per LLM call."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -74,9 +74,9 @@ class TetherAgentLoop(AgentLoopBase):
         if section is None:
             raise RuntimeError("verl's config has no tether section: run verl through tether.VERL.fit")
         spec = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else section
-        self.spec: dict[str, Any] = dict(spec)  # type: ignore[arg-type]
+        self.spec: dict[str, Any] = dict(spec)  # type: ignore[arg-type,unused-ignore]
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # type: ignore[override]
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # type: ignore[override,unused-ignore]
         task = task_from(kwargs)
         rollouts = rollouts_for(self.spec)
         response_length = self.rollout_config.get("response_length")

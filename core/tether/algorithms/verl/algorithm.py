@@ -90,9 +90,13 @@ class VERL:
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         require_gpu()
         config = self.prepare(session, train, val)
-        from tether.algorithms.verl.launch import launch
+        from tether.algorithms.verl.launch import launch, stop
 
-        await asyncio.to_thread(launch, config)
+        try:
+            await asyncio.to_thread(launch, config)
+        except asyncio.CancelledError:  # Ctrl-C in Trainer.fit: verl's Ray actors go with the cluster
+            stop()
+            raise
         run = session.require_run("tether.VERL")
         history = _verl_history(Path(config.tether.metrics_path))
         for record in history:

@@ -48,7 +48,9 @@ class LoRASettings:
             raise ValueError(f"lora= needs a positive rank (an int, or an object with r=...), got {lora!r}")
         modules = getattr(lora, "target_modules", None) or "all-linear"
         alpha = getattr(lora, "alpha", None) or getattr(lora, "lora_alpha", None) or 16.0
-        return cls(rank=rank, alpha=float(alpha), target_modules=modules if isinstance(modules, str) else list(modules))
+        return cls(
+            rank=rank, alpha=float(alpha), target_modules=modules if isinstance(modules, str) else list(modules)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +215,7 @@ def _free_form(config: DictConfig, prefix: str = "") -> set[str]:
     for key in config.keys():
         node = config._get_node(key)
         if isinstance(node, DictConfig) and not node._is_missing() and not node._is_none():
-            name = f"{prefix}{key}"
+            name = f"{prefix}{key!s}"
             out.update(_free_form(node, name + ".") if len(node) else {name})
     return out
 

@@ -15,7 +15,7 @@ import ray
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
 
-class _TetherTaskRunner(TaskRunnerV1.__ray_actor_class__):  # type: ignore[misc,name-defined]
+class _TetherTaskRunner(TaskRunnerV1.__ray_actor_class__):  # type: ignore[misc,name-defined,unused-ignore]
     def init_agent_loop_manager(self) -> None:
         self.config.tether.server_addresses = list(self.trainer.llm_server_manager.get_addresses())
         super().init_agent_loop_manager()
@@ -27,3 +27,8 @@ TetherTaskRunner = ray.remote(_TetherTaskRunner)
 def launch(config: Any) -> None:
     """Run verl's trainer on ``config`` (from ``tether.algorithms.verl.config.build_config``) to the end."""
     run_ppo(config, task_runner_class=TetherTaskRunner)
+
+
+def stop() -> None:
+    """Stop verl's run: disconnect from Ray (a local cluster ``launch`` started ends with it)."""
+    ray.shutdown()

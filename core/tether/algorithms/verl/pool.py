@@ -47,7 +47,9 @@ class ServerPool(ModelBackend):
         timeout_s: float = 600.0,
     ) -> None:
         if not addresses:
-            raise ValueError("ServerPool needs at least one server address (verl's LLMServerManager.get_addresses())")
+            raise ValueError(
+                "ServerPool needs at least one server address (verl's LLMServerManager.get_addresses())"
+            )
         self.urls = [base_url(a) for a in addresses]
         self.model = model
         self.defaults = dict(defaults or {})

@@ -25,7 +25,6 @@ from typing import Any
 from tether.types import Transition
 
 
-
 @dataclass(slots=True)
 class Row:
     """One training row: the fields of verl's ``AgentLoopOutput`` plus where verl stores it (``key``)."""
@@ -110,7 +109,12 @@ def rollout_rows(
             "tool_rewards": [],
             "reward_extra_info": {},
             **(extra_fields or {}),
-            "tether": {"rollout_id": t.rollout_id, "step": t.step, "agent": t.agent_name, "trainable": t.trainable},
+            "tether": {
+                "rollout_id": t.rollout_id,
+                "step": t.step,
+                "agent": t.agent_name,
+                "trainable": t.trainable,
+            },
         }
         rows.append(
             Row(

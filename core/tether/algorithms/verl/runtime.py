@@ -69,7 +69,11 @@ def load_agent(path: str | Path) -> WrappedAgent:
     with open(path, "rb") as f:
         parts = pickle.load(f)
     return wrap(
-        parts["agent"], reward=parts["reward"], optimize=parts["optimize"], run=parts["run"], adapter=parts["adapter"]
+        parts["agent"],
+        reward=parts["reward"],
+        optimize=parts["optimize"],
+        run=parts["run"],
+        adapter=parts["adapter"],
     )
 
 
@@ -132,6 +136,7 @@ class Rollouts:
         session, self._session = self._session, None
         if session is not None:
             await session.__aexit__(None, None, None)
+        await self.backend.close()  # the session leaves a backend it was given open
 
     async def _open(self) -> Session:
         async with self._opening:
