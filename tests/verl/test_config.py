@@ -40,7 +40,7 @@ def test_tethers_settings_land_in_verls_config_and_pass_verls_checks(tiny_model:
     assert rollout.agent.default_agent_loop == LOOP_NAME
     assert rollout.agent.agent_loop_config_path == "/data/loops.yaml"
     assert config.actor_rollout_ref.model.path == str(tiny_model)
-    assert config.algorithm.adv_estimator == "grpo"
+    assert config.algorithm.adv_estimator == "grpo" and config.critic.enable is False
     assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "sync"
     assert config.trainer.total_training_steps == 7 and config.data.train_batch_size == 2
     assert (config.data.train_files, config.data.val_files) == ("/data/train.parquet", "/data/val.parquet")

@@ -172,6 +172,8 @@ def build_config(
             "them for token ids with vLLM's return_token_ids"
         )
     _apply(config, required_settings(plan), "tether's setting", free)
+    if _select(config, "critic.enable") is None and _select(config, "algorithm.adv_estimator") == "grpo":
+        config.critic.enable = False  # what verl decides for GRPO anyway, said here so it need not warn
     with open_dict(config):
         config.tether = OmegaConf.create(dict(tether or {}))
     if plan.metrics_path:  # read by verl's file logger in its task runner, a Ray actor
