@@ -314,11 +314,14 @@ class Session:
     def _spec(self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any]) -> RolloutSpec:
         """The one place a rollout of a task is specified."""
         known = isinstance(task, Task)
+        meta = {**task.metadata, **metadata} if known else dict(metadata)
+        if self.agent.optimize is not None:
+            meta[spans.OPTIMIZE_METADATA] = sorted(self.agent.optimize)
         return RolloutSpec(
             input=task.input if known else task,
             task_id=task.task_id if known else None,
             mode=mode,
-            metadata={**task.metadata, **metadata} if known else dict(metadata),
+            metadata=meta,
             max_attempts=self.settings.max_attempts,
             timeout_s=self.settings.timeout_s,
             resources_version=version,

@@ -63,6 +63,9 @@ REWARD_VALUE = "reward.value"
 
 #: metadata of a rollout that holds an algorithm's records (claimed by the algorithm, never run)
 RECORD_METADATA = "tether.record"
+#: metadata of a rollout: the sub-agent names its wrapped agent optimizes (``optimize=``), sorted; absent when
+#: every sub-agent is trained (the dashboard rebuilds the transitions' ``trainable`` flags from it)
+OPTIMIZE_METADATA = "tether.optimize"
 
 
 # -- the proxy's LLM span -------------------------------------------------------------------------------------
