@@ -19,7 +19,7 @@ function h(tag, attrs, ...children) {
     else if (k === "style") Object.assign(el.style, v); // CSSOM, which the page's CSP allows (style="" is not)
     else el.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -549,7 +549,7 @@ async function renderResources(main, source, params) {
       h("button", { class: "btn", disabled: offset === 0, onclick: () => go(href(source.name, "resources", null, { offset: Math.max(0, offset - 20) })) }, "‹ Newer"),
       h("button", { class: "btn", disabled: data.next_offset === null, onclick: () => go(href(source.name, "resources", null, { offset: data.next_offset })) }, "Older ›")));
   main.replaceChildren(...sourceHead(source, "resources"),
-    data.versions.length ? cards : h("div", { class: "empty-box" }, "No resources published to this store yet."), data.total ? pager : "");
+    ...(data.versions.length ? cards : [h("div", { class: "empty-box" }, "No resources published to this store yet.")]), data.total ? pager : "");
 }
 
 // -- live updates -------------------------------------------------------------------------------------------
