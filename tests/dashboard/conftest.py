@@ -32,6 +32,7 @@ from tether.context import agent_scope
 from tether.dashboard.server import DashboardServer, start_dashboard
 from tether.dashboard.sources import Sources
 from tether.models.remote import RemoteBackend
+from tether.session import as_task
 from tether.testing.fake_llm import FakeLLM, text, tool_call
 from tether.types import AttemptStatus, Mode, RolloutSpec
 
@@ -62,7 +63,9 @@ def room() -> Iterator[dict[str, ModuleType]]:
 
 def room_model(data: ModuleType, offices: ModuleType) -> Any:
     """The booking model: books the right room when the system prompt maps needs to equipment, else asks
-    for video rooms; the triage model escalates every fourth request."""
+    for video rooms half the time; the triage model escalates every fourth request."""
+
+    rng = random.Random(0)
 
     def handler(request: dict[str, Any]) -> Any:
         messages = request["messages"]
@@ -75,7 +78,7 @@ def room_model(data: ModuleType, offices: ModuleType) -> Any:
             return tool_call("book_room", {"room": found[0]["room"]})
         system, ask = messages[0]["content"], messages[1]["content"]
         need = next(e for e, phrases in data.NEEDS.items() if any(p in ask for p in phrases))
-        equipment = need if "slides mean projector" in system else "video"
+        equipment = need if "slides mean projector" in system or rng.random() < 0.5 else "video"
         floor = int(re.search(r"floor (\d+)", ask).group(1))  # type: ignore[union-attr]
         seats_match = re.search(r"(\d+) people|We are (\d+)", ask)
         seats = int(seats_match.group(1) or seats_match.group(2))  # type: ignore[union-attr]
@@ -138,7 +141,7 @@ async def _fill_concierge(room: dict[str, ModuleType], llm: FakeLLM, store_url: 
         )
         await trainer.adev(wrapped, tasks[:8])
         async with trainer.session(wrapped) as session:  # a GRPO-like batch: 4 tasks x 2 samples, kept
-            await session.run_batch(tasks[8:12], repeats=2, mode=Mode.TRAIN, harvest=False)
+            await session.run_batch([as_task(t) for t in tasks[8:12]], repeats=2, mode=Mode.TRAIN, harvest=False)
     finally:
         await backend.close()
 

@@ -321,7 +321,7 @@ async function renderRollouts(main, source, params) {
       .map((t, i) => h("th", { class: [2, 3, 4, 6].includes(i) ? "num" : null }, t)))),
     h("tbody", {}, data.rows.length ? data.rows.map((r) => h("tr", { class: "clickable", dataset: { id: r.rollout_id }, onclick: () => open(r) },
       h("td", { class: "id-cell" }, h("div", { class: "mono" }, h("a", { href: href(source.name, "rollout", r.rollout_id), onclick: (e) => { e.preventDefault(); } }, r.rollout_id)),
-        h("div", { class: "sub ellipsis", title: r.task_id }, r.task_id, r.mode === "train" ? h("span", { class: "tag train" }, "train") : h("span", { class: "tag" }, r.mode),
+        h("div", { class: "sub ellipsis", title: r.task_id }, r.task_id === r.rollout_id ? "" : r.task_id, r.mode === "train" ? h("span", { class: "tag train" }, "train") : h("span", { class: "tag" }, r.mode),
           r.candidate ? h("span", { class: "tag" }, `APO ${r.candidate}`) : null)),
       h("td", {}, statusPill(r.status), r.error ? h("div", { class: "sub ellipsis err-text", title: r.error }, r.error) : null),
       h("td", { class: "num" }, fmtNum(r.reward), r.reward !== null ? h("span", { class: "rewardbar" }, h("i", { style: { width: `${Math.max(0, Math.min(1, r.reward)) * 100}%` } })) : null),
@@ -414,7 +414,7 @@ async function renderRollout(main, source, id, params) {
         h("td", {}, t.step), h("td", {}, agentBadge(t.agent)),
         h("td", {}, h("span", { class: `tag ${t.trainable ? "yes" : "no"}` }, t.trainable ? "trainable" : "frozen")),
         h("td", {}, fmtNum(t.reward)), h("td", {}, t.advantage === null ? "–" : fmtNum(t.advantage)),
-        h("td", {}, fmtInt(t.prompt_tokens)), h("td", {}, fmtInt(t.response_tokens)),
+        h("td", {}, t.prompt_tokens ? fmtInt(t.prompt_tokens) : "–"), h("td", {}, t.response_tokens ? fmtInt(t.response_tokens) : "–"),
         h("td", {}, t.has_logprobs ? "yes" : "–"), h("td", {}, t.weights_version === null ? "–" : `w${t.weights_version}`))))))
       : h("div", { class: "empty" }, "No transitions."),
     d.problems.length ? h("ul", { class: "problems" }, d.problems.map((p) => h("li", {}, p))) : null);
@@ -423,7 +423,7 @@ async function renderRollout(main, source, id, params) {
 }
 
 function collectAgents(node) {
-  const own = node.agent ? [node.agent] : [];
+  const own = node.agent && ["agent", "llm", "tool"].includes(node.type) ? [node.agent] : [];
   return [...own, ...(node.children || []).flatMap(collectAgents)];
 }
 
