@@ -36,7 +36,9 @@ from tether.session import as_task
 from tether.testing.fake_llm import FakeLLM, text, tool_call
 from tether.types import AttemptStatus, Mode, RolloutSpec
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="the dashboard tests need playwright (tox -e dashboard)")
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="the dashboard tests need playwright (tox -e dashboard)"
+)
 
 CHROMIUM = os.environ.get("TETHER_CHROMIUM", "/usr/bin/chromium")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "room_openai"
@@ -260,7 +262,9 @@ def page(browser: Any) -> Iterator[Any]:
     tab = context.new_page()
     problems: list[str] = []
     tab.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-    tab.on("console", lambda msg: problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None)
+    tab.on(
+        "console", lambda msg: problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
+    )
     yield tab
     context.close()
     assert not problems, problems

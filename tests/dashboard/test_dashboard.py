@@ -57,7 +57,7 @@ def test_runs_and_the_apo_curve(page: Any, dashboard: Served, artifacts: Path) -
 
 
 def test_a_rollout_as_a_tree(page: Any, dashboard: Served, artifacts: Path) -> None:
-    page.goto(dashboard.url + "#/s/concierge/rollouts?mode=train&status=succeeded")
+    page.goto(dashboard.url + "#/s/concierge/rollouts?mode=train&status=succeeded&sort=reward_desc")
     rows = page.locator("table.rows tbody tr.clickable")
     expect(rows.first).to_be_visible()
     expect(page.locator("table.rows tbody")).to_contain_text("triage")
@@ -92,7 +92,7 @@ def test_a_rollout_as_a_tree(page: Any, dashboard: Served, artifacts: Path) -> N
     expect(second).to_contain_text("trainable")
     advantage = second.locator("td").nth(4).inner_text()
     assert re.fullmatch(r"-?\d+(\.\d+)?", advantage), advantage  # group-relative, from the train batch
-    _shot(page, artifacts, "rollout")
+    _shot(page, artifacts, "rollout")  # the README's docs/dashboard.png
 
 
 def test_filters_and_search(page: Any, dashboard: Served, artifacts: Path) -> None:

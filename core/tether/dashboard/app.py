@@ -222,7 +222,9 @@ async def _apo_scores(source: Source, index: Any) -> dict[int, list[dict[str, An
     for entry in entries:
         version = entry.get("resources_version")
         if isinstance(version, int):
-            keep = {k: entry.get(k) for k in ("candidate", "round", "score", "status", "in_beam", "failed", "edited")}
+            keep = {
+                k: entry.get(k) for k in ("candidate", "round", "score", "status", "in_beam", "failed", "edited")
+            }
             out.setdefault(version, []).append(keep)
     return out
 

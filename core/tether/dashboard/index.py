@@ -128,6 +128,7 @@ class RolloutIndex:
         self._agents_seen: set[str] = set()
         self._version = 0  # bumped when any row changes
         self._sorted: tuple[tuple[Any, ...], int, list[Row]] | None = None
+        self._counts: tuple[int, dict[str, int]] | None = None
         self._lock = asyncio.Lock()
         self._full_at = 0.0
         self._full_s = 0.0
@@ -181,7 +182,9 @@ class RolloutIndex:
                 live[rollout.rollout_id] = rollout
         gone = [i for i in self._unfinished if i not in live]
         changed = bool(gone) or any(
-            (row := self._rows.get(i)) is None or row.status != str(r.status) or row.attempt_count != r.attempt_count
+            (row := self._rows.get(i)) is None
+            or row.status != str(r.status)
+            or row.attempt_count != r.attempt_count
             for i, r in live.items()
         )
         if gone:
@@ -212,12 +215,15 @@ class RolloutIndex:
         return self._rows.get(rollout_id)
 
     def counts(self) -> dict[str, int]:
-        """Rollouts of the agent (not records) by status, and in all."""
+        """Rollouts of the agent (not records) by status, and in all (kept until a row changes)."""
+        if self._counts is not None and self._counts[0] == self._version:
+            return dict(self._counts[1])
         out = {s.value: 0 for s in RolloutStatus}
         for row in self._rows.values():
             if row.record is None:
                 out[row.status] = out.get(row.status, 0) + 1
         out["all"] = sum(out.values())
+        self._counts = (self._version, dict(out))
         return out
 
     def records(self, kind: str) -> list[Row]:

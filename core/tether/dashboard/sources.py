@@ -105,7 +105,9 @@ class Sources:
     ) -> None:
         self._fixed: list[Source] = []
         if store_url is not None:
-            self._fixed.append(Source(name=_display_url(store_url), kind="store", store_url=store_url, token=token))
+            self._fixed.append(
+                Source(name=_display_url(store_url), kind="store", store_url=store_url, token=token)
+            )
         self.runs_root = Path(runs_root) if runs_root is not None else None
         self._runs: dict[str, Source] = {}
 

@@ -93,7 +93,9 @@ async def _advantage(store: Store, rollout: Rollout, group: Sequence[str]) -> tu
 def build_tree(found: Sequence[Span]) -> list[dict[str, Any]]:
     """The attempt's spans as nested nodes (see the module docstring), in arrival order."""
     ordered = sorted(found, key=lambda s: s.sequence if s.sequence is not None else 0)
-    proxy_requests = {_key(s.attributes.get("request", {}).get("messages")) for s in ordered if is_proxy_llm_span(s)}
+    proxy_requests = {
+        _key(s.attributes.get("request", {}).get("messages")) for s in ordered if is_proxy_llm_span(s)
+    }
     nodes: dict[str, dict[str, Any]] = {}
     by_tool_call: dict[str, dict[str, Any]] = {}
     top: list[dict[str, Any]] = []
