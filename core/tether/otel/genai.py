@@ -105,7 +105,8 @@ def span_id(tether_id: str) -> int:
 def attempt_spans(
     rollout: Rollout, attempt: Attempt, captured: Iterable[Span], *, content: bool = True, last: bool = True
 ) -> list[OTelSpan]:
-    """The OTel spans of one attempt: its root ``invoke_agent`` span first, then one per captured span.
+    """The OTel spans of one attempt: one per captured span, then the root ``invoke_agent`` span last (as
+    live spans end: a receiver that waits for a trace's root then has all of it).
 
     ``content=False`` leaves out messages, tool arguments and results (the conventions' opt-in content).
     ``last`` says this attempt gave the rollout its outcome (its root carries the rollout's reward).
@@ -131,25 +132,25 @@ def attempt_spans(
     if last and rollout.reward is not None:
         root_attrs[REWARD] = rollout.reward
     failed = attempt.status not in (AttemptStatus.SUCCEEDED, AttemptStatus.RUNNING)
-    out = [
-        OTelSpan(
-            trace,
-            root_id,
-            None,
-            f"{INVOKE_AGENT} {agent}" if agent else INVOKE_AGENT,
-            "internal",
-            _ns(attempt.started_at),
-            _ns(max(end, attempt.started_at)),
-            root_attrs,
-            error=(attempt.error or str(attempt.status)) if failed else None,
-        )
-    ]
+    root = OTelSpan(
+        trace,
+        root_id,
+        None,
+        f"{INVOKE_AGENT} {agent}" if agent else INVOKE_AGENT,
+        "internal",
+        _ns(attempt.started_at),
+        _ns(max(end, attempt.started_at)),
+        root_attrs,
+        error=(attempt.error or str(attempt.status)) if failed else None,
+    )
+    out: list[OTelSpan] = []
     if failed:
         root_attrs[ERROR_TYPE] = str(attempt.status)
     known = {s.span_id for s in items}
     for item in items:
         parent = span_id(item.parent_id) if item.parent_id in known and item.parent_id else root_id
         out.append(_child(item, trace, parent, content))
+    out.append(root)
     return out
 
 

@@ -368,20 +368,24 @@ def _input(root: OtlpSpan, llm: list[Span]) -> Any:
         for message in span.attributes["request"]["messages"]:
             if message.get("role") == "user":
                 return message.get("content")
-    value = root.attributes.get("input.value")
-    return _loads(value) if value is not None else None
+    return _value(root, "input")
 
 
 def _output(root: OtlpSpan, llm: list[Span]) -> Any:
-    value = root.attributes.get("output.value")
-    if value is not None:
-        return _loads(value)
+    if root.attributes.get("output.value") is not None:
+        return _value(root, "output")
     for span in reversed(llm):
         for choice in span.attributes["choices"]:
             content = choice["message"].get("content")
             if content:
                 return content
     return None
+
+
+def _value(s: OtlpSpan, which: str) -> Any:
+    """OpenInference's ``input.value`` / ``output.value``: parsed when its mime type says JSON."""
+    value = s.attributes.get(f"{which}.value")
+    return _loads(value) if s.attributes.get(f"{which}.mime_type") == "application/json" else value
 
 
 def _loads(value: Any) -> Any:

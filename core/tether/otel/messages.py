@@ -59,7 +59,9 @@ def from_genai(message: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     if texts or calls or not responses:
-        chat: dict[str, Any] = {"role": role, "content": "".join(texts) if texts else None}
+        chat: dict[str, Any] = {"role": role}
+        if texts or not calls:  # an assistant message that only calls tools has no content
+            chat["content"] = "".join(texts)
         if calls:
             chat["tool_calls"] = [
                 {
@@ -69,8 +71,6 @@ def from_genai(message: dict[str, Any]) -> list[dict[str, Any]]:
                 }
                 for call in calls
             ]
-        elif chat["content"] is None:
-            chat["content"] = ""
         if message.get("name"):
             chat["name"] = message["name"]
         out.append(chat)
