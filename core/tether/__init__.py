@@ -12,6 +12,7 @@ from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
 from tether.lora import LoRA
 from tether.models.base import TrainableBackend
+from tether.otel.export import OTLPExport
 from tether.plugins import AdapterNotFound, get_plugins
 from tether.result import FitResult
 from tether.session import Batch, Session
@@ -68,6 +69,7 @@ __all__ = [
     "LLMEndpoint",
     "LoRA",
     "Mode",
+    "OTLPExport",
     "PromptTemplate",
     "Resources",
     "Rollout",

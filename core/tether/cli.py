@@ -1,4 +1,4 @@
-"""The ``tether`` command line: ``plugins``, ``demo``, ``store serve``, ``dashboard``."""
+"""The ``tether`` command line: ``plugins``, ``demo``, ``store serve``, ``dashboard``, ``import``."""
 
 from __future__ import annotations
 
@@ -136,3 +136,38 @@ def dashboard(store_url: str | None, runs: str, host: str, port: int, token: str
         serve(store_url, runs, host=host, port=port, token=token)
     except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
         raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
+
+
+@main.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--store",
+    "store_url",
+    default="sqlite:///runs/tether.db",
+    show_default=True,
+    help="The store to import into: sqlite:///path.db, http://host:port (tether store serve).",
+)
+def import_traces(files: tuple[str, ...], store_url: str) -> None:
+    """Import OTLP JSON trace files (OpenTelemetry GenAI or OpenInference spans) as rollouts, one per trace."""
+    import asyncio
+    from pathlib import Path
+
+    from tether.otel.ingest import convert
+    from tether.otel.ingest import import_traces as write
+    from tether.otel.otlp import OtlpError, parse_json
+    from tether.store import StoreError, open_store
+
+    async def _run() -> list[str]:
+        items = [s for f in files for s in parse_json(Path(f).read_bytes())]
+        traces = convert(items)
+        store = open_store(store_url)
+        try:
+            return await write(store, traces)
+        finally:
+            await store.close()
+
+    try:
+        ids = asyncio.run(_run())
+    except (OtlpError, StoreError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"imported {len(ids)} rollout(s) into {store_url}")

@@ -66,6 +66,9 @@ RECORD_METADATA = "tether.record"
 #: metadata of a rollout: the sub-agent names its wrapped agent optimizes (``optimize=``), sorted; absent when
 #: every sub-agent is trained (the dashboard rebuilds the transitions' ``trainable`` flags from it)
 OPTIMIZE_METADATA = "tether.optimize"
+#: metadata of a rollout imported from traces (``tether import``, the store's ``/v1/traces``): where from; and,
+#: set True, an attribute of each span it holds
+IMPORTED = "tether.imported"
 
 
 # -- the proxy's LLM span -------------------------------------------------------------------------------------

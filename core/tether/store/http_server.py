@@ -255,6 +255,9 @@ def create_app(store: Store, token: str | None = None, *, dashboard: bool = True
     app.on_shutdown.append(_on_shutdown)
     for method, path, handler in _ROUTES:
         app.router.add_route(method, path, handler)
+    from tether.otel.receiver import mount as mount_otlp  # POST /v1/traces: OTLP traces in, as rollouts
+
+    mount_otlp(app, store)
     if dashboard:
         from tether.dashboard.app import mount
 
