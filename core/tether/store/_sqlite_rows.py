@@ -122,9 +122,10 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
     )  # fmt: skip
 
 
+SPAN_KINDS = {kind.value: kind for kind in SpanKind}
+
+
 def span_from_row(row: Sequence[Any]) -> Span:
-    return Span(
-        rollout_id=row[0], attempt_id=row[1], kind=SpanKind(row[2]), name=row[3], agent_name=row[4],
-        attributes=_json.loads(row[5]), span_id=row[6], parent_id=row[7], start_time=row[8], end_time=row[9],
-        sequence=row[10],
-    )  # fmt: skip
+    # positional, with the kind looked up rather than constructed: this runs once per span read from the file
+    return Span(row[0], row[1], SPAN_KINDS[row[2]], row[3], row[4], _json.loads(row[5]), row[6], row[7], row[8],
+                row[9], row[10])  # fmt: skip

@@ -1,4 +1,9 @@
-"""In-process store (``memory:``): dicts behind a lock. Fast, and gone when the process exits."""
+"""In-process store (``memory:``): dicts behind a lock. Fast, and gone when the process exits.
+
+Span attributes are kept frozen (``tether.store._frozen``): a read thaws a fresh copy that shares only the
+immutable leaves, so neither the writer nor a reader can change what the store holds, and reading a span costs
+a few microseconds instead of a JSON round trip.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
+from tether.store._frozen import snapshot, thaw
 from tether.store.base import (
     FINISHED_ATTEMPT_STATUSES,
     Harvested,
@@ -190,10 +196,10 @@ class MemoryStore(Store):
         for span in spans:
             validate_span(span)
             try:
-                attributes = _json.clone(span.attributes)
+                encoded = _json.dumps(span.attributes)
             except TypeError as exc:
                 raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
-            prepared.append((span, attributes))
+            prepared.append((span, snapshot(span.attributes, encoded)))
         with self._lock:
             for span, _ in prepared:
                 attempt = self._attempts.get(span.attempt_id)
@@ -208,21 +214,12 @@ class MemoryStore(Store):
             sequences: list[int] = []
             for span, attributes in prepared:
                 stored = self._spans[span.attempt_id]
-                copy = Span(
-                    rollout_id=span.rollout_id,
-                    attempt_id=span.attempt_id,
-                    kind=SpanKind(span.kind),
-                    name=span.name,
-                    agent_name=span.agent_name,
-                    attributes=attributes,
-                    span_id=span.span_id,
-                    parent_id=span.parent_id,
-                    start_time=span.start_time,
-                    end_time=span.end_time,
-                    sequence=len(stored),
-                )
-                stored.append(copy)
-                sequences.append(len(stored) - 1)
+                sequence = len(stored)
+                stored.append(
+                    Span(span.rollout_id, span.attempt_id, SpanKind(span.kind), span.name, span.agent_name,
+                         attributes, span.span_id, span.parent_id, span.start_time, span.end_time, sequence)
+                )  # fmt: skip
+                sequences.append(sequence)
                 attempt = self._attempts[span.attempt_id]
                 if attempt.status == AttemptStatus.RUNNING:
                     attempt.last_heartbeat_at = now
@@ -230,9 +227,11 @@ class MemoryStore(Store):
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         with self._lock:
-            if attempt_id not in self._spans:
+            stored = self._spans.get(attempt_id)
+            if stored is None:
                 raise NotFound(f"unknown attempt {attempt_id!r}")
-            return [_copy_span(s) for s in self._spans[attempt_id][max(since, 0) :]]
+            picked = stored[max(since, 0) :]  # the stored spans never change: thaw them outside the lock
+        return [_thawed(s) for s in picked]
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -277,7 +276,7 @@ class MemoryStore(Store):
                 rollout = self._rollouts.pop(rid)
                 attempt_ids = self._attempts_of.pop(rid)
                 attempts = [self._attempts.pop(a) for a in attempt_ids]
-                spans = [s for a in attempt_ids for s in self._spans.pop(a)]
+                spans = [_thawed(s) for a in attempt_ids for s in self._spans.pop(a)]
                 out.append(Harvested(rollout=rollout, attempts=attempts, spans=spans))
             return out
 
@@ -342,7 +341,7 @@ def _copy_attempt(a: Attempt) -> Attempt:
     return Attempt.from_dict(a.to_dict())
 
 
-def _copy_span(s: Span) -> Span:
-    out = Span.from_dict(s.to_dict())
-    out.attributes = _json.clone(s.attributes)
-    return out
+def _thawed(s: Span) -> Span:
+    """A caller's copy of a stored span (whose attributes are frozen)."""
+    return Span(s.rollout_id, s.attempt_id, s.kind, s.name, s.agent_name, thaw(s.attributes), s.span_id,
+                s.parent_id, s.start_time, s.end_time, s.sequence)  # fmt: skip

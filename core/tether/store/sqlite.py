@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from tether import _json
+from tether.store._frozen import snapshot, thaw
 from tether.store._group_commit import GroupCommit
+from tether.store._span_cache import SpanCache
 from tether.store._sqlite_rows import (
     ATTEMPT_COLS,
     NEXT_QUEUE_POS,
@@ -76,17 +78,28 @@ from tether.types import (
 )
 
 _WAL_CAP_BYTES = 64 * 1024 * 1024  # a writer checkpoints inline only past this (the background thread lags)
+DEFAULT_SPAN_CACHE_BYTES = 64 * 1024 * 1024  # of span JSON: a training batch's spans, until harvested
 
 
 class SqliteStore(Store):
-    """A store in one SQLite file (or ``":memory:"``). Creates the file, its folder and the schema."""
+    """A store in one SQLite file (or ``":memory:"``). Creates the file, its folder and the schema.
 
-    def __init__(self, path: Path | str, *, busy_timeout_s: float = 30.0) -> None:
+    ``span_cache_bytes`` bounds the cache of the spans this store wrote (``tether.store._span_cache``),
+    counted as the size of their JSON; 0 turns it off."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        busy_timeout_s: float = 30.0,
+        span_cache_bytes: int = DEFAULT_SPAN_CACHE_BYTES,
+    ) -> None:
         self.path = path if path == ":memory:" else Path(path)
         if isinstance(self.path, Path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._group = GroupCommit(self._tx)  # writes of one loop turn share a transaction
+        self._cache = SpanCache(span_cache_bytes)
         conn = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
         )
@@ -126,10 +139,19 @@ class SqliteStore(Store):
         if write and self._checkpointer is not None:
             self._checkpointer.poke()
 
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads that are each one statement (its own snapshot, no transaction)."""
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("this SqliteStore is closed; open a new one")
+            yield self._conn
+
     async def close(self) -> None:
         self._group.flush(asyncio.get_running_loop())  # writes already asked for are not dropped
         if self._checkpointer is not None:
             self._checkpointer.close()
+        self._cache.clear()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -331,12 +353,20 @@ class SqliteStore(Store):
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         rows = []
+        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the size of its JSON
         for span in spans:
             validate_span(span)
             try:
                 attributes = _json.dumps(span.attributes)
             except TypeError as exc:
                 raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+            if self._cache.max_bytes > 0:
+                frozen = snapshot(span.attributes, attributes)
+                kind = SpanKind(span.kind)
+                cached.append(
+                    (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
+                          span.parent_id, span.start_time, span.end_time), len(attributes))
+                )  # fmt: skip
             rows.append(
                 [span.attempt_id, 0, span.rollout_id, span.span_id, SpanKind(span.kind).value, span.name,
                  span.agent_name, span.parent_id, span.start_time, span.end_time, attributes]
@@ -377,17 +407,22 @@ class SqliteStore(Store):
             )
             return sequences
 
-        return await self._group.run(insert)
+        sequences = await self._group.run(insert)
+        if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
+            for (span, _), sequence in zip(cached, sequences, strict=True):
+                span.sequence = sequence
+            self._cache.add(cached)
+        return sequences
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
-        with self._tx(write=False) as conn:
-            if conn.execute("SELECT 1 FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone() is None:
+        with self._read() as conn:  # one statement reads the spans: no transaction needed around it
+            found = self._spans_of(conn, attempt_id, since)
+            if (
+                not found
+                and not conn.execute("SELECT 1 FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+            ):
                 raise NotFound(f"unknown attempt {attempt_id!r}")
-            rows = conn.execute(
-                f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
-                (attempt_id, since),
-            ).fetchall()
-        return [span_from_row(row) for row in rows]
+        return found
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -443,17 +478,11 @@ class SqliteStore(Store):
                 return []
             rollouts = self._rollouts_by_id(conn, ids)
             attempts = self._attempts_of(conn, ids)
-            spans_of: dict[str, list[Span]] = {}
-            for a in attempts:
-                spans_of[a.attempt_id] = [
-                    span_from_row(row)
-                    for row in conn.execute(
-                        f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? ORDER BY sequence", (a.attempt_id,)
-                    )
-                ]
+            spans_of = {a.attempt_id: self._spans_of(conn, a.attempt_id, 0) for a in attempts}
             conn.executemany("DELETE FROM spans WHERE attempt_id = ?", [(a.attempt_id,) for a in attempts])
             conn.executemany("DELETE FROM attempts WHERE rollout_id = ?", [(rid,) for rid in ids])
             conn.executemany("DELETE FROM rollouts WHERE rollout_id = ?", [(rid,) for rid in ids])
+        self._cache.drop(spans_of)
         out = []
         for rollout in rollouts:
             mine = [a for a in attempts if a.rollout_id == rollout.rollout_id]
@@ -463,6 +492,28 @@ class SqliteStore(Store):
         return out
 
     # -- helpers (called inside a transaction) ------------------------------------------------------------
+
+    def _spans_of(self, conn: sqlite3.Connection, attempt_id: str, since: int) -> list[Span]:
+        """The attempt's spans from ``since`` on, in order, read by one statement: thawed from the cache when
+        it holds them all (the file is asked only which exist), else decoded from the file."""
+        cached = self._cache.spans_of(attempt_id)
+        if cached is not None:
+            sequences = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT sequence FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
+                    (attempt_id, since),
+                )
+            ]
+            if all(seq in cached for seq in sequences):
+                return [_thawed(cached[seq]) for seq in sequences]
+        rows = conn.execute(  # some were written by another process, or evicted
+            f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
+            (attempt_id, since),
+        ).fetchall()
+        if not cached:
+            return [span_from_row(row) for row in rows]
+        return [_thawed(cached[row[10]]) if row[10] in cached else span_from_row(row) for row in rows]
 
     def _status(self, conn: sqlite3.Connection, rollout_id: str) -> RolloutStatus:
         row = conn.execute("SELECT status FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
@@ -538,4 +589,9 @@ class SqliteStore(Store):
         )
 
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+def _thawed(s: Span) -> Span:
+    return Span(s.rollout_id, s.attempt_id, s.kind, s.name, s.agent_name, thaw(s.attributes), s.span_id,
+                s.parent_id, s.start_time, s.end_time, s.sequence)  # fmt: skip
+
+
+__all__ = ["DEFAULT_SPAN_CACHE_BYTES", "SCHEMA_VERSION", "SqliteStore"]

@@ -444,6 +444,50 @@ class StoreConformance:
         assert await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "late")]) == [0]
         assert [s.name for s in await store.get_spans(attempt.attempt_id)] == ["late"]
 
+    async def test_spans_are_copied_in_and_out(self, store: Store) -> None:
+        rollout, attempt = await self._running(store)
+
+        def attributes() -> dict[str, Any]:
+            return {
+                "prompt_token_ids": list(range(100, 164)),
+                "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}],
+                "nested": {"a": [1.5, None, "x", True], "b": {"c": [[1, 2], []]}},
+                "empty": {},
+            }
+
+        given = attributes()
+        await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "s", attributes=given)])
+        given["prompt_token_ids"].append(1)  # the writer changes its objects after the call
+        given["messages"][0]["content"] = "changed"
+        given["nested"]["b"]["c"][0].append(3)
+        given["empty"]["x"] = 1
+        (got,) = await store.get_spans(attempt.attempt_id)
+        assert got.attributes == attributes()
+        got.attributes["prompt_token_ids"][0] = -1  # so does a reader
+        got.attributes["messages"].append({"role": "tool"})
+        got.attributes["nested"]["a"].clear()
+        got.attributes["nested"]["b"]["c"][1].append(0)
+        got.name = "renamed"
+        (again,) = await store.get_spans(attempt.attempt_id)
+        assert again.attributes == attributes() and again.name == "s"
+        await store.finish_attempt(attempt.attempt_id, AttemptStatus.SUCCEEDED)
+        (harvested,) = await store.harvest([rollout.rollout_id])
+        assert [s.attributes for s in harvested.spans] == [attributes()]
+
+    async def test_span_attributes_come_back_as_json_gives_them(self, store: Store) -> None:
+        rollout, attempt = await self._running(store)
+        given = {"pair": (1, "a"), 7: "int key", "nan": math.nan, "deep": [(1.0, 2), {"k": (None,)}], "big": 2**62}
+        await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "s", attributes=given)])
+        (got,) = await store.get_spans(attempt.attempt_id)
+        assert got.attributes == {
+            "pair": [1, "a"],
+            "7": "int key",
+            "nan": None,
+            "deep": [[1.0, 2], {"k": [None]}],
+            "big": 2**62,
+        }
+        assert type(got.attributes["pair"]) is list and type(got.attributes["deep"][0]) is list
+
     @pytest.mark.parametrize(
         "bad", ["unknown_attempt", "wrong_rollout", "bad_kind", "non_json", "not_dict", "no_name"]
     )
