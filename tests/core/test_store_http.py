@@ -168,6 +168,13 @@ _MALFORMED = [
     ("POST", "/v1/rollouts/list", b'{"status": "sleeping"}', "status must be one of"),
     ("POST", "/v1/resources", b'{"llm": {"model": "m"}}', "'base_url'"),
     ("GET", "/v1/resources/latest", None, "integer"),
+    ("GET", "/v1/resources/" + "9" * 31, None, "version must be between"),
+    ("GET", "/v1/attempts/at-x/spans?since=" + "9" * 31, None, "since must be between"),
+    ("GET", "/v1/attempts/at-x/spans?since=-" + "9" * 31, None, "since must be between"),
+    ("POST", "/v1/rollouts/list", b'{"limit": -1}', "limit"),
+    ("POST", "/v1/rollouts/list", b'{"limit": 18446744073709551615}', "limit"),
+    ("POST", "/v1/dequeue", b'{"worker_id": "w", "limit": 18446744073709551615}', "limit"),
+    ("POST", "/v1/rollouts", b'{"specs": [{"input": 1, "max_attempts": 18446744073709551615}]}', "max_attempts"),
 ]
 
 

@@ -174,3 +174,33 @@ async def test_a_small_span_cache_evicts_and_reads_stay_right(tmp_path: Path) ->
         got = await store.get_spans(attempt.attempt_id)
         assert [(s.name, s.attributes["ids"][0]) for s in got] == [(f"{k}-{j}", k) for j in range(3)]
     await store.close()
+
+
+async def test_sqlite_errors_are_store_errors(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, busy_timeout_s=0.1)
+    (rollout,) = await store.enqueue([spec(1)])
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
+    try:
+        with pytest.raises(StoreError, match=f"{path}.*locked"):
+            await store.enqueue([spec(2)])
+        with pytest.raises(StoreError, match="locked"):
+            await store.cancel_rollout(rollout.rollout_id)
+        assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.QUEUED  # reads go on
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert len(await store.enqueue([spec(2)])) == 1
+    await store.close()
+
+
+def test_a_file_that_cannot_be_a_store_is_named(tmp_path: Path) -> None:
+    garbage = tmp_path / "not.db"
+    garbage.write_bytes(b"this is not a database, but it is long enough to look like one" * 100)
+    with pytest.raises(StoreError, match=f"cannot open the SQLite store {garbage}: file is not a database"):
+        SqliteStore(garbage)
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    with pytest.raises(StoreError, match=f"cannot open the SQLite store {blocked}/x.db: .*{blocked}"):
+        SqliteStore(blocked / "x.db")  # its folder would be a file

@@ -19,8 +19,9 @@ import math
 from typing import Any
 
 from tether import _json
+from tether.types import Span
 
-__all__ = ["FrozenObject", "NotNative", "freeze_copy", "snapshot", "thaw"]
+__all__ = ["FrozenObject", "NotNative", "freeze_copy", "snapshot", "thaw", "thawed_span"]
 
 
 class NotNative(Exception):
@@ -64,6 +65,12 @@ def thaw(value: Any) -> Any:
     if kind is list:  # a list holding containers
         return [item.copy() if type(item) is dict else thaw(item) for item in value]
     return value
+
+
+def thawed_span(span: Span) -> Span:
+    """A caller's copy of a stored span whose attributes are frozen."""
+    return Span(span.rollout_id, span.attempt_id, span.kind, span.name, span.agent_name, thaw(span.attributes),
+                span.span_id, span.parent_id, span.start_time, span.end_time, span.sequence)  # fmt: skip
 
 
 def snapshot(value: Any, encoded: bytes) -> Any:

@@ -1,4 +1,8 @@
-"""The SQLite store's schema and how its rows become tether records (``tether.store.sqlite``)."""
+"""The SQLite store's schema and how its rows become tether records (``tether.store.sqlite``).
+
+Spans are read through ``read_spans``: from the store's cache of the spans it wrote (``tether.store._span_cache``)
+when it holds them all, else decoded from their rows.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tether import _json
+from tether.store._frozen import thawed_span
+from tether.store._span_cache import SpanCache
 from tether.store.base import StoreError
 from tether.types import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 
@@ -129,3 +135,26 @@ def span_from_row(row: Sequence[Any]) -> Span:
     # positional, with the kind looked up rather than constructed: this runs once per span read from the file
     return Span(row[0], row[1], SPAN_KINDS[row[2]], row[3], row[4], _json.loads(row[5]), row[6], row[7], row[8],
                 row[9], row[10])  # fmt: skip
+
+
+def read_spans(conn: sqlite3.Connection, cache: SpanCache, attempt_id: str, since: int) -> list[Span]:
+    """The attempt's spans from ``since`` on, in order, read by one statement: thawed from ``cache`` when it
+    holds them all (the file is asked only which exist), else decoded from the file."""
+    cached = cache.spans_of(attempt_id)
+    if cached is not None:
+        sequences = [
+            row[0]
+            for row in conn.execute(
+                "SELECT sequence FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
+                (attempt_id, since),
+            )
+        ]
+        if all(seq in cached for seq in sequences):
+            return [thawed_span(cached[seq]) for seq in sequences]
+    rows = conn.execute(  # none cached, or some were written by another process, or evicted
+        f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
+        (attempt_id, since),
+    ).fetchall()
+    if not cached:
+        return [span_from_row(row) for row in rows]
+    return [thawed_span(cached[row[10]]) if row[10] in cached else span_from_row(row) for row in rows]

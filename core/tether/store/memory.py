@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
-from tether.store._frozen import snapshot, thaw
+from tether.store._frozen import snapshot, thawed_span
 from tether.store.base import (
     FINISHED_ATTEMPT_STATUSES,
     Harvested,
@@ -23,6 +23,9 @@ from tether.store.base import (
     NotFound,
     Store,
     validate_finish_status,
+    validate_int,
+    validate_limit,
+    validate_number,
     validate_reward,
     validate_span,
     validate_spec,
@@ -85,6 +88,9 @@ class MemoryStore(Store):
         return out
 
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
+        if not isinstance(worker_id, str) or not worker_id:
+            raise InvalidInput("worker_id must be a non-empty string")
+        validate_int(limit, "limit")
         out: list[tuple[Rollout, Attempt]] = []
         with self._lock:
             while self._queue and len(out) < limit:
@@ -127,7 +133,7 @@ class MemoryStore(Store):
             self._running_attempt(attempt_id).last_heartbeat_at = time.time()
 
     async def requeue_stale(self, now: float | None = None) -> list[str]:
-        now = time.time() if now is None else now
+        now = time.time() if now is None else validate_number(now, "now")
         affected = []
         with self._lock:
             for attempt in list(self._attempts.values()):
@@ -167,6 +173,9 @@ class MemoryStore(Store):
         rollout_ids: Sequence[str] | None = None,
         limit: int | None = None,
     ) -> list[Rollout]:
+        limit = validate_limit(limit)
+        if limit == 0:
+            return []
         with self._lock:
             if rollout_ids is not None:
                 pool = [self._rollouts[r] for r in dict.fromkeys(rollout_ids) if r in self._rollouts]
@@ -226,12 +235,13 @@ class MemoryStore(Store):
             return sequences
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
+        validate_int(since, "since")
         with self._lock:
             stored = self._spans.get(attempt_id)
             if stored is None:
                 raise NotFound(f"unknown attempt {attempt_id!r}")
             picked = stored[max(since, 0) :]  # the stored spans never change: thaw them outside the lock
-        return [_thawed(s) for s in picked]
+        return [thawed_span(s) for s in picked]
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -250,6 +260,8 @@ class MemoryStore(Store):
             return Resources.from_dict(resources.to_dict())
 
     async def get_resources(self, version: int | None = None) -> Resources | None:
+        if version is not None:
+            validate_int(version, "version")
         with self._lock:
             if version is None:
                 return Resources.from_dict(self._resources[-1].to_dict()) if self._resources else None
@@ -276,7 +288,7 @@ class MemoryStore(Store):
                 rollout = self._rollouts.pop(rid)
                 attempt_ids = self._attempts_of.pop(rid)
                 attempts = [self._attempts.pop(a) for a in attempt_ids]
-                spans = [_thawed(s) for a in attempt_ids for s in self._spans.pop(a)]
+                spans = [thawed_span(s) for a in attempt_ids for s in self._spans.pop(a)]
                 out.append(Harvested(rollout=rollout, attempts=attempts, spans=spans))
             return out
 
@@ -339,9 +351,3 @@ def _copy_rollout(r: Rollout) -> Rollout:
 
 def _copy_attempt(a: Attempt) -> Attempt:
     return Attempt.from_dict(a.to_dict())
-
-
-def _thawed(s: Span) -> Span:
-    """A caller's copy of a stored span (whose attributes are frozen)."""
-    return Span(s.rollout_id, s.attempt_id, s.kind, s.name, s.agent_name, thaw(s.attributes), s.span_id,
-                s.parent_id, s.start_time, s.end_time, s.sequence)  # fmt: skip

@@ -194,6 +194,53 @@ class StoreConformance:
         assert ids(await store.list_rollouts(rollout_ids=wanted, mode=Mode.VAL)) == [val[1].rollout_id]
         assert await store.list_rollouts(rollout_ids=[]) == []
 
+    async def test_list_rollouts_limit(self, store: Store) -> None:
+        rollouts = await store.enqueue([spec(i) for i in range(3)])
+        ids = [r.rollout_id for r in rollouts]
+        assert await store.list_rollouts(limit=0) == []
+        assert [r.rollout_id for r in await store.list_rollouts(limit=2)] == ids[:2]
+        assert [r.rollout_id for r in await store.list_rollouts(limit=2**63 - 1)] == ids
+        for bad in (-1, -(2**63), 2**63, 10**30, 1.5, "2", True):
+            with pytest.raises(InvalidInput, match="limit"):
+                await store.list_rollouts(limit=bad)  # type: ignore[arg-type]  # deliberately wrong
+
+    async def test_numbers_out_of_range_are_invalid_input(self, store: Store) -> None:
+        """Every backend refuses the same numbers (what SQLite cannot hold: beyond 64-bit integers or
+        floats) with ``InvalidInput``, and changes nothing."""
+        rollout, attempt = await self._running(store)
+        await store.add_spans([span(rollout.rollout_id, attempt.attempt_id)])
+        aid = attempt.attempt_id
+        before = await self._snapshot(store)
+        calls: list[Any] = [
+            lambda: store.get_spans(aid, since=2**63),
+            lambda: store.get_spans(aid, since=-(2**63) - 1),
+            lambda: store.get_spans(aid, since="1"),  # type: ignore[arg-type]
+            lambda: store.get_resources(10**30),
+            lambda: store.get_resources(-(10**30)),
+            lambda: store.dequeue("w", limit=10**30),
+            lambda: store.enqueue([spec(1, max_attempts=2**63)]),
+            lambda: store.enqueue([spec(1, resources_version=10**30)]),
+            lambda: store.enqueue([spec(1, timeout_s=10**400)]),
+            lambda: store.enqueue([spec(1, heartbeat_timeout_s=math.inf)]),
+            lambda: store.requeue_stale(now=10**400),
+            lambda: store.requeue_stale(now=math.nan),
+            lambda: store.finish_attempt(aid, AttemptStatus.SUCCEEDED, reward=10**400),
+            lambda: store.add_spans([span(rollout.rollout_id, aid, start_time=10**400)]),
+            lambda: store.add_spans([span(rollout.rollout_id, aid, end_time=math.nan)]),
+            lambda: store.add_spans([span(rollout.rollout_id, aid, start_time="now")]),
+        ]
+        for i, call in enumerate(calls):
+            with pytest.raises(InvalidInput):
+                await call()
+                pytest.fail(f"call #{i} was accepted")
+        assert await self._snapshot(store) == before
+        assert await store.get_spans(aid, since=2**63 - 1) == []
+        assert len(await store.get_spans(aid, since=-(2**63))) == 1
+        assert await store.dequeue("w", limit=2**63 - 1) == []
+        assert await store.dequeue("w", limit=-5) == []
+        with pytest.raises(NotFound):
+            await store.get_resources(2**63 - 1)
+
     # -- dequeue ------------------------------------------------------------------------------------------
 
     async def test_dequeue_oldest_first_with_limit(self, store: Store) -> None:
