@@ -2,8 +2,9 @@
 
 Every method of ``tether.store.base.Store`` has one endpoint under ``/v1``. Bodies are JSON (orjson).
 Errors come back as ``{"error": {"type": ..., "message": ...}}`` with 400 (InvalidInput), 404 (NotFound),
-409 (InvalidTransition), 401 (missing or wrong bearer token) or 500; ``HttpStore`` re-raises them as the
-same exception class with the same message. The server binds loopback unless given a token.
+409 (InvalidTransition), 401 (missing or wrong bearer token), 413 (a body over ``max_body_bytes``, typed
+InvalidInput: nothing was stored) or 500; ``HttpStore`` re-raises them as the same exception class with the
+same message. The server binds loopback unless given a token; the token is compared as UTF-8 bytes.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from tether import _json
 from tether.store import _wire
 from tether.store.base import InvalidInput, Store
 
-__all__ = ["StoreServer", "create_app", "serve", "start_server"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "StoreServer", "create_app", "serve", "start_server"]
 
-MAX_BODY_BYTES = 512 * 1024 * 1024  # span batches carry token ids; the aiohttp default of 1 MiB is too small
+#: the largest request body the server reads (``tether store serve --max-body-mb``): span batches carry token
+#: ids, so aiohttp's 1 MiB is too small, and a bigger cap lets one request hold that much of the server's memory.
+#: A span batch over it is refused whole (413); ``SpanBatcher`` then writes its spans one by one.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_WAIT_S = 60.0  # a wait request is a long poll; clients loop for longer waits
 _SHUTDOWN_S = 1.0  # on stop, in-flight requests (a long-polling wait) get this long before they are cut
 
@@ -217,19 +221,29 @@ _ROUTES: list[tuple[str, str, _Handler]] = [
 # -- app --------------------------------------------------------------------------------------------------
 
 
-def _errors_middleware(token: str | None) -> Any:
+def _errors_middleware(token: str | None, max_body_bytes: int) -> Any:
     expected = f"Bearer {token}".encode() if token else None
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
         if expected is not None:
-            given = request.headers.get("Authorization", "").encode()
+            # aiohttp decodes header bytes as UTF-8 with surrogateescape: this gives the bytes back, valid or not
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected):
                 what = "wrong bearer token" if given else "missing bearer token"
                 return _error(401, "Unauthorized", f"{what}: send 'Authorization: Bearer <token>'")
         try:
             return await handler(request)
-        except web.HTTPException as exc:  # unknown route, wrong method, body too large
+        except web.HTTPRequestEntityTooLarge:
+            size = f"{request.content_length} bytes" if request.content_length is not None else "larger"
+            return _error(
+                413,
+                "InvalidInput",
+                f"{request.method} {request.path}: the request body ({size}) is over this server's limit of "
+                f"{max_body_bytes} bytes; nothing was stored. Send less at once (a span batch is retried span "
+                "by span), or start the server with a larger --max-body-mb",
+            )
+        except web.HTTPException as exc:  # unknown route, wrong method
             return _error(exc.status, "HTTPError", f"{request.method} {request.path}: {exc.reason}")
         except Exception as exc:
             type_name = _wire.error_type(exc)
@@ -245,9 +259,14 @@ async def _on_shutdown(app: web.Application) -> None:
     app[_STOPPING_KEY].set()
 
 
-def create_app(store: Store, token: str | None = None) -> web.Application:
-    """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors_middleware(token)])
+def create_app(
+    store: Store, token: str | None = None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> web.Application:
+    """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token; a body
+    over ``max_body_bytes`` is refused with 413."""
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_middleware(token, max_body_bytes)])
     app[_STORE_KEY] = store
     app[_STOPPING_KEY] = asyncio.Event()
     app.on_shutdown.append(_on_shutdown)
@@ -296,12 +315,20 @@ class StoreServer:
 
 
 async def start_server(
-    store: Store, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+    store: Store,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> StoreServer:
     """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop."""
     check_bind(host, token)
     runner = web.AppRunner(
-        create_app(store, token), access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_S
+        create_app(store, token, max_body_bytes=max_body_bytes),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=_SHUTDOWN_S,
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
@@ -317,18 +344,25 @@ async def start_server(
     return StoreServer(runner, host, bound_port)
 
 
-def serve(store_url: str, host: str = "127.0.0.1", port: int = 4747, token: str | None = None) -> None:
+def serve(
+    store_url: str,
+    host: str = "127.0.0.1",
+    port: int = 4747,
+    token: str | None = None,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> None:
     """Open the store at ``store_url`` and serve it until SIGINT/SIGTERM; prints the URL once listening."""
     check_bind(host, token)
-    asyncio.run(_serve(store_url, host, port, token))
+    asyncio.run(_serve(store_url, host, port, token, max_body_bytes))
 
 
-async def _serve(store_url: str, host: str, port: int, token: str | None) -> None:
+async def _serve(store_url: str, host: str, port: int, token: str | None, max_body_bytes: int) -> None:
     from tether.store import open_store
 
     store = open_store(store_url)
     try:
-        server = await start_server(store, host, port, token)
+        server = await start_server(store, host, port, token, max_body_bytes=max_body_bytes)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
