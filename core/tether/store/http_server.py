@@ -16,6 +16,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -277,12 +278,16 @@ def create_app(
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to serve beyond this machine without a token."""
-    if token or _is_loopback(host):
+    if token or _is_loopback(_unbracket(host)):
         return
     raise ValueError(
         f"refusing to serve the store on {host!r} without a token: anyone who can reach it could read and "
         "change it. Pass --token <secret> (or set TETHER_STORE_TOKEN), or bind 127.0.0.1"
     )
+
+
+def _unbracket(host: str) -> str:
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def _is_loopback(host: str) -> bool:
@@ -322,7 +327,9 @@ async def start_server(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> StoreServer:
-    """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop."""
+    """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop. An IPv6 ``host``
+    may come in brackets, as in a URL."""
+    host = _unbracket(host)
     check_bind(host, token)
     runner = web.AppRunner(
         create_app(store, token, max_body_bytes=max_body_bytes),
@@ -336,7 +343,10 @@ async def start_server(
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if isinstance(exc, socket.gaierror):  # its errno is getaddrinfo's, which os.strerror does not know
+            reason = f"no address for host {host!r} ({exc.strerror})"
+        else:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno == errno.EADDRINUSE:
             reason += " (another server has it: pick another --port, or 0 for a free one)"
         raise OSError(exc.errno, f"cannot serve the store on {host}:{port}: {reason}") from None
@@ -357,6 +367,14 @@ def serve(
     asyncio.run(_serve(store_url, host, port, token, max_body_bytes))
 
 
+def _describe(store_url: str, store: Store) -> str:
+    """The store as the banner names it: a SQLite URL with the file it resolved to."""
+    path = getattr(store, "path", None)
+    if store_url.startswith("sqlite:") and path is not None and str(path) != ":memory:":
+        return f"{store_url}, file {path}"
+    return store_url
+
+
 async def _serve(store_url: str, host: str, port: int, token: str | None, max_body_bytes: int) -> None:
     from tether.store import open_store
 
@@ -367,7 +385,7 @@ async def _serve(store_url: str, host: str, port: int, token: str | None, max_bo
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        print(f"tether store ({store_url}) serving at {server.url}", flush=True)
+        print(f"tether store ({_describe(store_url, store)}) serving at {server.url}", flush=True)
         try:
             await stop.wait()
         finally:
