@@ -291,8 +291,8 @@ class Session:
             for _ in range(job.repeats)
         ]
         enqueued = await self.store.enqueue(specs)
-        await self.runner.run_until_idle()
         ids = [r.rollout_id for r in enqueued]
+        await self.runner.run_until_idle(ids)  # (remote runners may hold some: wait for those too)
         items = await self.store.harvest(ids) if harvest else await self._read(ids)
         by_id = {item.rollout.rollout_id: item for item in items}
         batches: list[Batch] = []
@@ -358,7 +358,10 @@ class Session:
         (rollout,) = await self.store.enqueue(
             [
                 RolloutSpec(
-                    input={"algorithm": algorithm}, mode=Mode.VAL, metadata={spans.RECORD_METADATA: algorithm}
+                    input={"algorithm": algorithm},
+                    mode=Mode.VAL,
+                    metadata={spans.RECORD_METADATA: algorithm},
+                    heartbeat_timeout_s=None,  # no worker runs it: never swept as a dead worker's
                 )
             ]
         )

@@ -13,9 +13,11 @@ a new attempt (``running``) owned by that worker, so a rollout is handed to exac
 ``finish_attempt(status="failed")`` ends the attempt (``failed``); the rollout goes back to ``queued`` if it
 has attempts left (``attempt_count < max_attempts``), else it ends ``failed`` with the attempt's error.
 ``requeue_stale()`` does the same for running attempts past their ``timeout_s`` or whose last heartbeat
-(the last span that arrived, or an explicit ``heartbeat``) is older than ``heartbeat_timeout_s``; such an
-attempt ends ``timeout``. ``cancel_rollout`` ends a queued or running rollout ``cancelled`` (its running
-attempt too). Finished rollouts never change again, except that ``harvest`` removes them.
+(the last span that arrived, or an explicit ``heartbeat``) is older than ``heartbeat_timeout_s`` (by
+default ``tether.types.DEFAULT_HEARTBEAT_TIMEOUT_S``, so the rollout of a worker that died is not left
+running forever); such an attempt ends ``timeout`` and accepts no more spans. ``cancel_rollout`` ends a
+queued or running rollout ``cancelled`` (its running attempt too). Finished rollouts never change again,
+except that ``harvest`` removes them.
 
 Errors
 ------
@@ -191,8 +193,10 @@ class Store(abc.ABC):
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         """Store a batch of spans, all or nothing; return the sequence number given to each (per attempt,
         from 0, in arrival order; any ``sequence`` set by the caller is ignored). A span for a running
-        attempt is its heartbeat. ``InvalidInput`` if any span names an unknown attempt, a rollout that
-        does not own that attempt, an unknown kind, or carries non-JSON attributes."""
+        attempt is its heartbeat; spans of an attempt that ended otherwise are kept (a call answered late),
+        except of one that timed out: its worker was presumed dead and the rollout moved on, so a late
+        span of it raises ``InvalidTransition``. ``InvalidInput`` if any span names an unknown attempt, a
+        rollout that does not own that attempt, an unknown kind, or carries non-JSON attributes."""
 
     @abc.abstractmethod
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:

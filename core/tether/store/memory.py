@@ -219,6 +219,8 @@ class MemoryStore(Store):
                         f"span {span.name!r}: attempt {span.attempt_id} belongs to rollout "
                         f"{attempt.rollout_id}, not {span.rollout_id}"
                     )
+                if attempt.status == AttemptStatus.TIMEOUT:
+                    raise InvalidTransition(timed_out_span(span.name, attempt.attempt_id, attempt.error))
             now = time.time()
             sequences: list[int] = []
             for span, attributes in prepared:
@@ -334,6 +336,14 @@ class MemoryStore(Store):
             rollout.status = RolloutStatus.FAILED
             rollout.output, rollout.reward, rollout.error = output, reward, error
             rollout.finished_at = now
+
+
+def timed_out_span(name: str, attempt_id: str, reason: str | None) -> str:
+    """Why a span of a timed-out attempt is refused. Shared by the backends."""
+    return (
+        f"span {name!r}: attempt {attempt_id} timed out ({reason or 'no reason recorded'}): its worker was "
+        "presumed dead and its rollout moved on, so spans of it are refused"
+    )
 
 
 def stale_reason(rollout: Rollout, attempt: Attempt, now: float) -> str | None:

@@ -63,7 +63,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
-from tether.store.memory import stale_reason
+from tether.store.memory import stale_reason, timed_out_span
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -386,9 +386,9 @@ class SqliteStore(Store):
 
         def insert(conn: sqlite3.Connection) -> list[int]:
             found = {
-                aid: [rid, next_seq, status]
-                for aid, rid, next_seq, status in conn.execute(
-                    "SELECT attempt_id, rollout_id, next_seq, status FROM attempts "
+                aid: [rid, next_seq, status, error]
+                for aid, rid, next_seq, status, error in conn.execute(
+                    "SELECT attempt_id, rollout_id, next_seq, status, error FROM attempts "
                     "WHERE attempt_id IN (SELECT value FROM json_each(?))",
                     (_json.dumps(wanted).decode(),),
                 )
@@ -402,6 +402,8 @@ class SqliteStore(Store):
                     raise InvalidInput(
                         f"span {row[5]!r}: attempt {row[0]} belongs to rollout {info[0]}, not {row[2]}"
                     )
+                if info[2] == AttemptStatus.TIMEOUT.value:
+                    raise InvalidTransition(timed_out_span(str(row[5]), str(row[0]), info[3]))
                 sequence = info[1]
                 row[1] = sequence
                 info[1] = sequence + 1

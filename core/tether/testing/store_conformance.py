@@ -37,6 +37,7 @@ import pytest_asyncio
 
 from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store, StoreError
 from tether.types import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     Attempt,
     AttemptStatus,
     LLMEndpoint,
@@ -409,8 +410,16 @@ class StoreConformance:
         with pytest.raises(InvalidTransition):
             await store.heartbeat(attempt.attempt_id)
 
+    async def test_a_dead_workers_rollout_is_swept_by_default(self, store: Store) -> None:
+        rollout, attempt = await self._running(store)  # a spec with default settings
+        assert rollout.heartbeat_timeout_s == DEFAULT_HEARTBEAT_TIMEOUT_S
+        assert await store.requeue_stale(now=attempt.last_heartbeat_at + DEFAULT_HEARTBEAT_TIMEOUT_S - 1) == []
+        assert await store.requeue_stale(now=time.time() + 10 * 365 * 86400) == [rollout.rollout_id]
+        final = await store.get_rollout(rollout.rollout_id)
+        assert final.status == RolloutStatus.FAILED and "no heartbeat" in (final.error or "")
+
     async def test_requeue_ignores_rollouts_without_limits(self, store: Store) -> None:
-        await self._running(store)
+        await self._running(store, heartbeat_timeout_s=None)  # limits turned off explicitly
         await store.enqueue([spec(1, timeout_s=1)])  # queued, not running: nothing to time out
         assert await store.requeue_stale(now=time.time() + 1e6) == []
 
@@ -490,6 +499,24 @@ class StoreConformance:
         await store.finish_attempt(attempt.attempt_id, AttemptStatus.SUCCEEDED, reward=1.0)
         assert await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "late")]) == [0]
         assert [s.name for s in await store.get_spans(attempt.attempt_id)] == ["late"]
+
+    async def test_spans_of_a_timed_out_attempt_are_refused(self, store: Store) -> None:
+        """A worker presumed dead (its attempt timed out) that comes back must not add to the rollout's record:
+        the rollout has moved on (requeued to another worker, or failed)."""
+        rollout, dead = await self._running(store, max_attempts=2, heartbeat_timeout_s=10)
+        other, alive = await self._running(store)
+        await store.add_spans([span(rollout.rollout_id, dead.attempt_id, "before")])
+        (beat,) = await store.get_attempts(rollout.rollout_id)
+        assert await store.requeue_stale(now=beat.last_heartbeat_at + 11) == [rollout.rollout_id]
+        before = await self._snapshot(store)
+        for batch in (
+            [span(rollout.rollout_id, dead.attempt_id, "late")],
+            [span(other.rollout_id, alive.attempt_id, "fine"), span(rollout.rollout_id, dead.attempt_id, "late")],
+        ):
+            with pytest.raises(InvalidTransition, match="timed out"):
+                await store.add_spans(batch)
+        assert await self._snapshot(store) == before
+        assert await store.add_spans([span(other.rollout_id, alive.attempt_id, "fine")]) == [0]
 
     async def test_spans_are_copied_in_and_out(self, store: Store) -> None:
         rollout, attempt = await self._running(store)
