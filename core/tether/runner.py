@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_S = 30.0  # the longest wait between two heartbeats of an attempt the runner runs
 _WAIT_S = 0.1  # how often an idle run_until_idle asks the store about rollouts it waits for
+_WARN_EVERY_S = 5.0
 
 
 @dataclass(slots=True)
@@ -99,6 +100,7 @@ class Runner:
         self._beats: dict[str, tuple[float, float]] = {}
         #: attempts whose outcome the store did not take (it failed): attempt id -> rollout id
         self._unrecorded: dict[str, str] = {}
+        self._warned: dict[str, float] = {}  # kind of store failure -> when it was last logged
 
     async def __aenter__(self) -> Runner:
         self.sink = RolloutSink(self.batcher, asyncio.get_running_loop())
@@ -146,7 +148,9 @@ class Runner:
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.store_patience_s:
                     raise
-                log.warning("could not dequeue (retrying for up to %g s): %s", self.store_patience_s, exc)
+                self._warn(
+                    "dequeue", "could not dequeue (retrying for up to %g s): %s", self.store_patience_s, exc
+                )
                 claimed = []
             for rollout, attempt in claimed:
                 self._beats[attempt.attempt_id] = (_beat_every(rollout), time.monotonic())
@@ -185,13 +189,20 @@ class Runner:
             except (InvalidTransition, NotFound):  # it ended meanwhile (cancelled, or swept): the run will see
                 pass
             except StoreError as exc:
-                log.warning("could not heartbeat attempt %s: %s", attempt_id, exc)
+                self._warn("heartbeat", "could not heartbeat attempt %s: %s", attempt_id, exc)
+
+    def _warn(self, what: str, message: str, *args: object) -> None:
+        """Log a store failure at most every ``_WARN_EVERY_S`` per kind (the loop retries every poll)."""
+        now = time.monotonic()
+        if now - self._warned.get(what, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+            self._warned[what] = now
+            log.warning(message, *args)
 
     async def _sweep(self) -> list[str]:
         try:
             return await self.store.requeue_stale()
         except StoreError as exc:  # a busy or briefly unreachable store: the next turn sweeps
-            log.warning("could not sweep stale attempts: %s", exc)
+            self._warn("sweep", "could not sweep stale attempts: %s", exc)
             return []
 
     async def _settled(self, waiting: list[str]) -> bool:
@@ -209,7 +220,7 @@ class Runner:
                 unfinished = await self.store.list_rollouts(rollout_ids=waiting)  # (harvested ones are left out)
                 waiting[:] = [r.rollout_id for r in unfinished if not r.status.finished]
         except StoreError as exc:
-            log.warning("could not check on the rollouts run_until_idle waits for: %s", exc)
+            self._warn("settled", "could not check on the rollouts run_until_idle waits for: %s", exc)
             return False
         return not self._unrecorded and not waiting
 
