@@ -90,10 +90,16 @@ class Result:
     latencies: list[float]
     unit: str = "ops"
     per_op: int = 1  # items (spans) per timed call
+    cpu_seconds: float | None = None  # this process's CPU time over the calls (in-process backends)
 
     @property
     def rate(self) -> float:
         return self.ops * self.per_op / self.seconds
+
+    @property
+    def cpu_rate(self) -> float | None:
+        """The rate by CPU time: what a core of its own would do (the machine may be shared)."""
+        return None if not self.cpu_seconds else self.ops * self.per_op / self.cpu_seconds
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -165,28 +171,42 @@ async def read_rollouts(
     ``get_spans``, ``read_passes`` times; the same reads through the previous path, and from a fresh store."""
     n, passes = sizes["read_rollouts"], sizes["read_passes"]
     results = []
+    in_process = "http" not in name  # (over HTTP this process's CPU time leaves the server's out)
+
+    def cpu_since(start: float) -> float | None:
+        return time.process_time() - start if in_process else None
+
     async with fresh() as store:
         attempts = await _running_attempts(store, n)
         batches = [
             [llm_span(rid, aid, k * READ_SPANS + j) for j in range(READ_SPANS)]
             for k, (rid, aid) in enumerate(attempts)
         ]
+        cpu = time.process_time()
         secs, lat = await _timed(n, lambda i: store.add_spans(batches[i]))
-        results.append(Result(name, "write 16-span", n, secs, lat, "rollouts"))
+        results.append(Result(name, "write 16-span", n, secs, lat, "rollouts", cpu_seconds=cpu_since(cpu)))
         ids = [aid for _, aid in attempts] * passes
+        cpu = time.process_time()
         secs, lat = await _timed(len(ids), lambda i: store.get_spans(ids[i]))
-        results.append(Result(name, "read 16-span", len(ids), secs, lat, "rollouts"))
+        results.append(Result(name, "read 16-span", len(ids), secs, lat, "rollouts", cpu_seconds=cpu_since(cpu)))
         previous = previous_reader(store)
         if previous is not None:
             old, new = await previous(ids[0]), await store.get_spans(ids[0])
             assert [s.to_dict() for s in old] == [s.to_dict() for s in new], "the two paths read different spans"
+            cpu = time.process_time()
             secs, lat = await _timed(len(ids), lambda i: previous(ids[i]))
-            results.append(Result(name, "read (previous)", len(ids), secs, lat, "rollouts"))
+            results.append(
+                Result(name, "read (previous)", len(ids), secs, lat, "rollouts", cpu_seconds=cpu_since(cpu))
+            )
         if isinstance(store, SqliteStore) and store.path != ":memory:":
             cold = SqliteStore(store.path)  # another process's view: nothing in its cache
             try:
+                cpu = time.process_time()
                 secs, lat = await _timed(len(ids), lambda i: cold.get_spans(ids[i]))
-                results.append(Result(name, "read (from file)", len(ids), secs, lat, "rollouts"))
+                secs_cpu = cpu_since(cpu)
+                results.append(
+                    Result(name, "read (from file)", len(ids), secs, lat, "rollouts", cpu_seconds=secs_cpu)
+                )
             finally:
                 await cold.close()
     return results
@@ -388,17 +408,22 @@ def print_table(results: list[Result]) -> None:
 
 
 def print_read_ratios(results: list[Result]) -> None:
-    """Per backend: reading 16-span rollouts against writing them, and against the previous read path."""
+    """Per backend: reading 16-span rollouts against writing them, and against the previous read path; by
+    wall clock, and (in-process backends) by this process's CPU time, which a shared machine disturbs less."""
     by = {(r.backend, r.workload): r for r in results}
     lines = []
     for r in results:
         if r.workload != "read 16-span":
             continue
-        parts = [f"x{r.rate / by[(r.backend, 'write 16-span')].rate:,.1f} of writes"]
-        for other in ("read (previous)", "read (from file)"):
-            if (r.backend, other) in by:
-                parts.append(f"x{r.rate / by[(r.backend, other)].rate:,.1f} of {other[6:-1]} reads")
-        lines.append(f"  {r.backend:<14} {r.rate:>9,.0f} rollouts/s: " + ", ".join(parts))
+        for label, rate in (("wall", lambda x: x.rate), ("cpu", lambda x: x.cpu_rate)):
+            own = rate(r)
+            if own is None:
+                continue
+            parts = [f"x{own / rate(by[(r.backend, 'write 16-span')]):,.1f} of writes"]
+            for other in ("read (previous)", "read (from file)"):
+                if (r.backend, other) in by and rate(by[(r.backend, other)]):
+                    parts.append(f"x{own / rate(by[(r.backend, other)]):,.1f} of {other[6:-1]} reads")
+            lines.append(f"  {r.backend:<14} {label:<5} {own:>9,.0f} rollouts/s: " + ", ".join(parts))
     if lines:
         print(f"\nreading {READ_SPANS}-span rollouts (get_spans), same run:")
         print("\n".join(lines))
