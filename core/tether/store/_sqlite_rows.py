@@ -137,20 +137,18 @@ def span_from_row(row: Sequence[Any]) -> Span:
                 row[9], row[10])  # fmt: skip
 
 
-def read_spans(conn: sqlite3.Connection, cache: SpanCache, attempt_id: str, since: int) -> list[Span]:
-    """The attempt's spans from ``since`` on, in order, read by one statement: thawed from ``cache`` when it
-    holds them all (the file is asked only which exist), else decoded from the file."""
+def read_spans(conn: sqlite3.Connection, cache: SpanCache, attempt_id: str, since: int) -> list[Span] | None:
+    """The attempt's spans from ``since`` on, in order (None if the attempt is unknown), read by one statement:
+    thawed from ``cache`` when it holds them all, else decoded from the file. The attempt's ``next_seq`` says
+    which exist: a batch's rows and its ``next_seq`` are written in one transaction."""
     cached = cache.spans_of(attempt_id)
     if cached is not None:
-        sequences = [
-            row[0]
-            for row in conn.execute(
-                "SELECT sequence FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
-                (attempt_id, since),
-            )
-        ]
-        if all(seq in cached for seq in sequences):
-            return [thawed_span(cached[seq]) for seq in sequences]
+        row = conn.execute("SELECT next_seq FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            return None
+        wanted = range(max(since, 0), row[0])
+        if all(seq in cached for seq in wanted):
+            return [thawed_span(cached[seq]) for seq in wanted]
     rows = conn.execute(  # none cached, or some were written by another process, or evicted
         f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
         (attempt_id, since),

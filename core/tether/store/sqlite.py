@@ -430,10 +430,12 @@ class SqliteStore(Store):
         with self._read() as conn:  # one statement reads the spans: no transaction needed around it
             found = read_spans(conn, self._cache, attempt_id, since)
             if (
-                not found
+                found == []
                 and not conn.execute("SELECT 1 FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
             ):
-                raise NotFound(f"unknown attempt {attempt_id!r}")
+                found = None
+        if found is None:
+            raise NotFound(f"unknown attempt {attempt_id!r}")
         return found
 
     # -- resources ----------------------------------------------------------------------------------------
@@ -492,7 +494,7 @@ class SqliteStore(Store):
                 return []
             rollouts = self._rollouts_by_id(conn, ids)
             attempts = self._attempts_of(conn, ids)
-            spans_of = {a.attempt_id: read_spans(conn, self._cache, a.attempt_id, 0) for a in attempts}
+            spans_of = {a.attempt_id: read_spans(conn, self._cache, a.attempt_id, 0) or [] for a in attempts}
             conn.executemany("DELETE FROM spans WHERE attempt_id = ?", [(a.attempt_id,) for a in attempts])
             conn.executemany("DELETE FROM attempts WHERE rollout_id = ?", [(rid,) for rid in ids])
             conn.executemany("DELETE FROM rollouts WHERE rollout_id = ?", [(rid,) for rid in ids])
