@@ -99,7 +99,7 @@ def store() -> None:
 )
 @click.option(
     "--max-body-mb",
-    default=64,
+    default=32,
     show_default=True,
     type=click.IntRange(1),
     help="Largest request body accepted, in MiB; a bigger one gets HTTP 413 and nothing of it is stored.",

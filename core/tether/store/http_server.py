@@ -30,8 +30,8 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "StoreServer", "create_app", "serve", "star
 
 #: the largest request body the server reads (``tether store serve --max-body-mb``): span batches carry token
 #: ids, so aiohttp's 1 MiB is too small, and a bigger cap lets one request hold that much of the server's memory.
-#: A span batch over it is refused whole (413); ``SpanBatcher`` then writes its spans one by one.
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: A span batch over it is refused whole (413); ``SpanBatcher`` then writes it in halves that fit.
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_WAIT_S = 60.0  # a wait request is a long poll; clients loop for longer waits
 _SHUTDOWN_S = 1.0  # on stop, in-flight requests (a long-polling wait) get this long before they are cut
 
@@ -241,8 +241,8 @@ def _errors_middleware(token: str | None, max_body_bytes: int) -> Any:
                 413,
                 "InvalidInput",
                 f"{request.method} {request.path}: the request body ({size}) is over this server's limit of "
-                f"{max_body_bytes} bytes; nothing was stored. Send less at once (a span batch is retried span "
-                "by span), or start the server with a larger --max-body-mb",
+                f"{max_body_bytes} bytes; nothing was stored. Send less at once (SpanBatcher retries a span batch "
+                "in halves), or start the server with a larger --max-body-mb",
             )
         except web.HTTPException as exc:  # unknown route, wrong method
             return _error(exc.status, "HTTPError", f"{request.method} {request.path}: {exc.reason}")
