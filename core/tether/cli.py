@@ -74,30 +74,48 @@ def store() -> None:
 @click.option(
     "--store",
     "store_url",
-    default="sqlite:///runs/tether.db",
-    show_default=True,
-    help="The backend to expose: memory:, sqlite:///path.db",
+    default=None,
+    help="The backend to expose: memory:, sqlite:///relative/path.db or sqlite:////absolute/path.db "
+    "[default: sqlite:///runs/tether.db, under the current folder].",
 )
 @click.option(
     "--host",
     default="127.0.0.1",
     show_default=True,
-    help="Address to bind; anything but loopback requires --token.",
+    help="Address to bind (an IPv6 one with or without brackets); anything but loopback requires --token.",
 )
-@click.option("--port", default=4747, show_default=True, type=int, help="Port to listen on; 0 picks a free one.")
+@click.option(
+    "--port",
+    default=4747,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on; 0 picks a free one.",
+)
 @click.option(
     "--token",
     envvar="TETHER_STORE_TOKEN",
     default=None,
     help="Bearer token clients must send (env TETHER_STORE_TOKEN).",
 )
-def store_serve(store_url: str, host: str, port: int, token: str | None) -> None:
-    """Serve a store over HTTP (JSON) for remote runners and the dashboard."""
+@click.option(
+    "--max-body-mb",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest request body accepted, in MiB; a bigger one gets HTTP 413 and nothing of it is stored.",
+)
+def store_serve(store_url: str | None, host: str, port: int, token: str | None, max_body_mb: int) -> None:
+    """Serve a store over HTTP (JSON) to runners and trainers in other processes or on other machines, which
+    open it as open_store("http://host:port")."""
+    from tether.store import DEFAULT_STORE_URL, StoreError
     from tether.store.http_server import serve
 
+    if store_url is None:
+        store_url = DEFAULT_STORE_URL
+        click.echo(f"no --store given: serving {DEFAULT_STORE_URL} (pass --store to choose)", err=True)
     try:
-        serve(store_url, host=host, port=port, token=token)
-    except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
+        serve(store_url, host=host, port=port, token=token, max_body_bytes=max_body_mb * 1024 * 1024)
+    except (ValueError, OSError, StoreError) as exc:  # refused bind, bad store URL or file, port in use
         raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
 
 

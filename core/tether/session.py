@@ -305,8 +305,8 @@ class Session:
             for _ in range(job.repeats)
         ]
         enqueued = await self.store.enqueue(specs)
-        await self.runner.run_until_idle()
         ids = [r.rollout_id for r in enqueued]
+        await self.runner.run_until_idle(ids)  # (remote runners may hold some: wait for those too)
         items = await self.store.harvest(ids) if harvest else await self._read(ids)
         if self._exporter is not None:
             self._exporter.export(items)
@@ -379,7 +379,10 @@ class Session:
         (rollout,) = await self.store.enqueue(
             [
                 RolloutSpec(
-                    input={"algorithm": algorithm}, mode=Mode.VAL, metadata={spans.RECORD_METADATA: algorithm}
+                    input={"algorithm": algorithm},
+                    mode=Mode.VAL,
+                    metadata={spans.RECORD_METADATA: algorithm},
+                    heartbeat_timeout_s=None,  # no worker runs it: never swept as a dead worker's
                 )
             ]
         )
