@@ -112,6 +112,14 @@ class TempPostgres:
         self._databases += 1
         return self.create_database(f"tether_test_{self._databases}")
 
+    def new_schema(self, database: str = "postgres") -> str:
+        """A new, empty schema in ``database``: the URL of a store that keeps its tables there (asyncpg passes
+        the URL's ``search_path`` to the server). Ten times quicker to make than a database."""
+        self._databases += 1
+        name = f"tether_test_{self._databases}"
+        self.psql(f"CREATE SCHEMA {name}", database)
+        return f"{self.url(database)}?search_path={name}"
+
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` with the psql client; returns its unaligned output."""
         return self._run(
