@@ -10,6 +10,7 @@ import pytest
 
 from tether.testing.pg_server import TempPostgres, find_bindir
 
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[TempPostgres]:
     if find_bindir() is None:

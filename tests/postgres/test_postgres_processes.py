@@ -145,7 +145,7 @@ async def test_server_restart_mid_run_is_reported_then_recovered(pg_server: Temp
     assert waiting == []
 
     pg_server.stop()  # "fast": the server disconnects its clients
-    with pytest.raises(StoreError, match="unreachable.*may not have been applied"):
+    with pytest.raises(StoreError, match=r"unreachable.*may not have been applied"):
         await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "during")])
     with pytest.raises(StoreError, match="unreachable"):
         await store.dequeue("w")
@@ -185,7 +185,9 @@ async def test_tether_store_serve_over_postgres(pg_url: str, tmp_path: Path) -> 
         (queued,) = await client.enqueue([spec(1)])
         ((rollout, attempt),) = await client.dequeue("w1")
         assert rollout.rollout_id == queued.rollout_id
-        assert await client.add_spans([span(rollout.rollout_id, attempt.attempt_id, f"s{i}") for i in range(3)]) == [
+        assert await client.add_spans(
+            [span(rollout.rollout_id, attempt.attempt_id, f"s{i}") for i in range(3)]
+        ) == [
             0,
             1,
             2,

@@ -55,7 +55,11 @@ async def test_schema_is_versioned_and_data_survives_reopening(pg_server: TempPo
     store = PostgresStore(pg_url)
     (rollout,) = await store.enqueue([spec(1)])
     ((_, attempt),) = await store.dequeue("w")
-    assert await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, f"s{i}") for i in range(3)]) == [0, 1, 2]
+    assert await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, f"s{i}") for i in range(3)]) == [
+        0,
+        1,
+        2,
+    ]
     await store.close()
     with pytest.raises(StoreError, match="closed"):
         await store.list_rollouts()
@@ -67,7 +71,9 @@ async def test_schema_is_versioned_and_data_survives_reopening(pg_server: TempPo
     assert [r.rollout_id for r in await again.list_rollouts(status=RolloutStatus.RUNNING)] == [rollout.rollout_id]
     assert await again.add_spans([span(rollout.rollout_id, attempt.attempt_id, "s3")]) == [3]
     await again.close()
-    assert pg_server.psql("SELECT count(*) FROM tether_schema_migrations", database).strip() == str(len(MIGRATIONS))
+    assert pg_server.psql("SELECT count(*) FROM tether_schema_migrations", database).strip() == str(
+        len(MIGRATIONS)
+    )
 
     pg_server.psql(f"INSERT INTO tether_schema_migrations (version) VALUES ({SCHEMA_VERSION + 1})", database)
     newer = PostgresStore(pg_url)

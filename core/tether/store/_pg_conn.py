@@ -33,9 +33,7 @@ def import_asyncpg() -> Any:
     try:
         import asyncpg
     except ImportError:
-        raise ImportError(
-            'the PostgreSQL store needs asyncpg: pip install "tether[postgres]"'
-        ) from None
+        raise ImportError('the PostgreSQL store needs asyncpg: pip install "tether[postgres]"') from None
     return asyncpg
 
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's schema, its migrations, and how its rows become tether records (``tether.store.postgres``).
+"""The PostgreSQL store's schema, its migrations, and its rows as tether records (``tether.store.postgres``).
 
 The schema is versioned: ``tether_schema_migrations`` holds one row per migration applied. Opening a store
 takes a transaction-scoped advisory lock (so that many processes opening the same database at once apply each

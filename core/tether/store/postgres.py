@@ -101,19 +101,17 @@ class PostgresStore(Store):
         if not specs:
             return []
         now = time.time()
-        rollouts = [
-            Rollout(
-                rollout_id=new_id("ro"), input=_json.loads(input_blob), task_id=spec.task_id, mode=Mode(spec.mode),
+        rollouts, rows = [], []
+        for spec, (input_blob, meta_blob) in zip(specs, blobs, strict=True):
+            rid = new_id("ro")
+            r = Rollout(
+                rollout_id=rid, input=_json.loads(input_blob), task_id=spec.task_id or rid, mode=Mode(spec.mode),
                 metadata=_json.loads(meta_blob), max_attempts=spec.max_attempts,
                 timeout_s=_opt_float(spec.timeout_s), heartbeat_timeout_s=_opt_float(spec.heartbeat_timeout_s),
                 resources_version=spec.resources_version, created_at=now,
-            )
-            for spec, (input_blob, meta_blob) in zip(specs, blobs, strict=True)
-        ]  # fmt: skip
-        rows = []
-        for r, (input_blob, meta_blob) in zip(rollouts, blobs, strict=True):
-            r.task_id = r.task_id or r.rollout_id
-            rows.append((r.rollout_id, input_blob, r.task_id, r.mode.value, meta_blob, r.max_attempts, r.timeout_s,
+            )  # fmt: skip
+            rollouts.append(r)
+            rows.append((rid, input_blob, r.task_id, r.mode.value, meta_blob, r.max_attempts, r.timeout_s,
                          r.heartbeat_timeout_s, r.resources_version, now))  # fmt: skip
 
         async def insert(conn: Any) -> None:
@@ -224,7 +222,8 @@ class PostgresStore(Store):
             for row in rows:
                 rollout, attempt = rollout_from_row(row[:16]), attempt_from_row(row[16:])
                 current = await conn.fetchrow(  # the rollout is locked: its attempt's status is now stable
-                    "SELECT status, last_heartbeat_at FROM tether_attempts WHERE attempt_id = $1", attempt.attempt_id
+                    "SELECT status, last_heartbeat_at FROM tether_attempts WHERE attempt_id = $1",
+                    attempt.attempt_id,
                 )
                 if current is None or current[0] != AttemptStatus.RUNNING.value:
                     continue
@@ -262,7 +261,9 @@ class PostgresStore(Store):
         return await self._db.transaction(cancel)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        rows = await self._db.fetch(f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1", rollout_id)
+        rows = await self._db.fetch(
+            f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1", rollout_id
+        )
         if not rows:
             raise NotFound(f"unknown rollout {rollout_id!r}")
         return rollout_from_row(rows[0])
@@ -383,7 +384,7 @@ class PostgresStore(Store):
                 sequences.append(info[1])
                 info[1] += 1
             await conn.execute(
-                f"INSERT INTO tether_spans (attempt_id, sequence, rollout_id, span_id, kind, name, agent_name, "
+                "INSERT INTO tether_spans (attempt_id, sequence, rollout_id, span_id, kind, name, agent_name, "
                 "parent_id, start_time, end_time, attributes) SELECT * FROM unnest($1::text[], $2::bigint[], "
                 "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::float8[], "
                 "$10::float8[], $11::bytea[])",
@@ -402,7 +403,10 @@ class PostgresStore(Store):
                 attempt_id,
                 since,
             )
-            if not rows and await conn.fetchval("SELECT 1 FROM tether_attempts WHERE attempt_id = $1", attempt_id) is None:
+            if (
+                not rows
+                and await conn.fetchval("SELECT 1 FROM tether_attempts WHERE attempt_id = $1", attempt_id) is None
+            ):
                 raise NotFound(f"unknown attempt {attempt_id!r}")
             return [span_from_row(row) for row in rows]
 
@@ -423,7 +427,9 @@ class PostgresStore(Store):
                 prompts=dict(prompts) if prompts is not None else (dict(latest.prompts) if latest else {}),
             )
             data = _json.dumps(resources.to_dict())
-            await conn.execute("INSERT INTO tether_resources (version, data) VALUES ($1, $2)", resources.version, data)
+            await conn.execute(
+                "INSERT INTO tether_resources (version, data) VALUES ($1, $2)", resources.version, data
+            )
             return Resources.from_dict(_json.loads(data))
 
         return await self._db.transaction(publish)
@@ -500,7 +506,8 @@ class PostgresStore(Store):
 
     async def _attempts_of(self, conn: Any, rollout_ids: list[str]) -> list[Attempt]:
         rows = await conn.fetch(
-            f"SELECT {ATTEMPT_COLS} FROM tether_attempts WHERE rollout_id = ANY($1::text[]) ORDER BY rollout_id, idx",
+            f"SELECT {ATTEMPT_COLS} FROM tether_attempts WHERE rollout_id = ANY($1::text[]) "
+            "ORDER BY rollout_id, idx",
             rollout_ids,
         )
         return [attempt_from_row(row) for row in rows]
@@ -508,7 +515,9 @@ class PostgresStore(Store):
     async def _lock_running_attempt(self, conn: Any, attempt_id: str) -> str:
         """Lock the rollout of a running attempt (rollout first, as everywhere) and return its id;
         ``NotFound`` / ``InvalidTransition`` otherwise."""
-        rollout_id = await conn.fetchval("SELECT rollout_id FROM tether_attempts WHERE attempt_id = $1", attempt_id)
+        rollout_id = await conn.fetchval(
+            "SELECT rollout_id FROM tether_attempts WHERE attempt_id = $1", attempt_id
+        )
         if rollout_id is None:
             raise NotFound(f"unknown attempt {attempt_id!r}")
         await conn.execute("SELECT 1 FROM tether_rollouts WHERE rollout_id = $1 FOR UPDATE", rollout_id)

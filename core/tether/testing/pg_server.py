@@ -73,7 +73,9 @@ class TempPostgres:
     def start(self) -> TempPostgres:
         """initdb (the first time) and start the server; returns self."""
         if not self.data.exists():
-            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "-E", "UTF8", "--no-instructions")
+            self._run(
+                "initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "-E", "UTF8", "--no-instructions"
+            )
         for _ in range(5):  # a free port can be taken between the probe and the bind: try another
             self.port = self.port or _free_port()
             options = (
@@ -81,7 +83,9 @@ class TempPostgres:
                 f"-c max_connections={self.max_connections}"
             )
             try:
-                self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-o", options, "start")
+                self._run(
+                    "pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-o", options, "start"
+                )
                 return self
             except RuntimeError:
                 if "already in use" not in (self.root / "log").read_text(errors="replace"):
