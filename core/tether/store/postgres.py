@@ -25,13 +25,22 @@ pool reconnects and the next call works.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
 from tether.store._pg_conn import Connections
+from tether.store._pg_ops import (
+    attempts_of,
+    end_attempt,
+    finite,
+    int64,
+    lock_running_attempt,
+    opt_float,
+    rollout_of,
+    status_of,
+)
 from tether.store._pg_schema import (
     ATTEMPT_COLS,
     ROLLOUT_COLS,
@@ -88,12 +97,12 @@ class PostgresStore(Store):
     async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
         for spec in specs:
             validate_spec(spec)
-            _int64(spec.max_attempts, "max_attempts")
+            int64(spec.max_attempts, "max_attempts")
             if spec.resources_version is not None:
-                _int64(spec.resources_version, "resources_version")
+                int64(spec.resources_version, "resources_version")
             for name in ("timeout_s", "heartbeat_timeout_s"):
                 if getattr(spec, name) is not None:
-                    _finite(getattr(spec, name), name)
+                    finite(getattr(spec, name), name)
         try:
             blobs = [(_json.dumps(s.input), _json.dumps(s.metadata)) for s in specs]
         except TypeError as exc:
@@ -107,7 +116,7 @@ class PostgresStore(Store):
             r = Rollout(
                 rollout_id=rid, input=_json.loads(input_blob), task_id=spec.task_id or rid, mode=Mode(spec.mode),
                 metadata=_json.loads(meta_blob), max_attempts=spec.max_attempts,
-                timeout_s=_opt_float(spec.timeout_s), heartbeat_timeout_s=_opt_float(spec.heartbeat_timeout_s),
+                timeout_s=opt_float(spec.timeout_s), heartbeat_timeout_s=opt_float(spec.heartbeat_timeout_s),
                 resources_version=spec.resources_version, created_at=now,
             )  # fmt: skip
             rollouts.append(r)
@@ -129,7 +138,7 @@ class PostgresStore(Store):
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
         if not isinstance(worker_id, str) or not worker_id:
             raise InvalidInput("worker_id must be a non-empty string")
-        _int64(limit, "limit")
+        int64(limit, "limit")
         if limit < 1:
             return []
         now = time.time()
@@ -178,7 +187,7 @@ class PostgresStore(Store):
     ) -> Rollout:
         final = validate_finish_status(status)
         if reward is not None and not isinstance(reward, bool) and isinstance(reward, int | float):
-            _finite(reward, "reward")
+            finite(reward, "reward")
         reward = validate_reward(reward)
         try:
             output_blob = _json.dumps(output)
@@ -186,9 +195,9 @@ class PostgresStore(Store):
             raise InvalidInput(f"rollout output: {exc}") from None
 
         async def finish(conn: Any) -> Rollout:
-            rollout_id = await self._lock_running_attempt(conn, attempt_id)
-            await self._end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
-            return await self._rollout(conn, rollout_id)
+            rollout_id = await lock_running_attempt(conn, attempt_id)
+            await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
+            return await rollout_of(conn, rollout_id)
 
         return await self._db.transaction(finish)
 
@@ -201,12 +210,12 @@ class PostgresStore(Store):
                 time.time(),
             )
             if row is None:
-                await self._lock_running_attempt(conn, attempt_id)  # raises the right error
+                await lock_running_attempt(conn, attempt_id)  # raises the right error
 
         await self._db.transaction(beat)
 
     async def requeue_stale(self, now: float | None = None) -> list[str]:
-        when = time.time() if now is None else _finite(now, "now")
+        when = time.time() if now is None else finite(now, "now")
 
         async def sweep(conn: Any) -> list[str]:
             rows = await conn.fetch(
@@ -230,7 +239,7 @@ class PostgresStore(Store):
                 attempt.last_heartbeat_at = current[1]
                 reason = stale_reason(rollout, attempt, when)
                 if reason:
-                    await self._end_attempt(
+                    await end_attempt(
                         conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None
                     )
                     affected.append(rollout.rollout_id)
@@ -240,7 +249,7 @@ class PostgresStore(Store):
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
         async def cancel(conn: Any) -> Rollout:
-            status = await self._status(conn, rollout_id, lock=True)
+            status = await status_of(conn, rollout_id, lock=True)
             if status.finished:
                 raise InvalidTransition(f"rollout {rollout_id} is already {status.value}")
             now = time.time()
@@ -256,7 +265,7 @@ class PostgresStore(Store):
                 rollout_id,
                 now,
             )
-            return await self._rollout(conn, rollout_id)
+            return await rollout_of(conn, rollout_id)
 
         return await self._db.transaction(cancel)
 
@@ -277,7 +286,7 @@ class PostgresStore(Store):
         limit: int | None = None,
     ) -> list[Rollout]:
         if limit is not None:
-            _int64(limit, "limit (None or an integer >= 0)", 0)
+            int64(limit, "limit (None or an integer >= 0)", 0)
             if limit == 0:
                 return []
         where: list[str] = []
@@ -302,8 +311,8 @@ class PostgresStore(Store):
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         async def read(conn: Any) -> list[Attempt]:
-            await self._status(conn, rollout_id)
-            return await self._attempts_of(conn, [rollout_id])
+            await status_of(conn, rollout_id)
+            return await attempts_of(conn, [rollout_id])
 
         return await self._db.transaction(read)
 
@@ -341,8 +350,8 @@ class PostgresStore(Store):
         columns: list[list[Any]] = [[] for _ in range(10)]
         for span in spans:
             validate_span(span)
-            start = _finite(span.start_time, f"span {span.name!r} start_time")
-            end = None if span.end_time is None else _finite(span.end_time, f"span {span.name!r} end_time")
+            start = finite(span.start_time, f"span {span.name!r} start_time")
+            end = None if span.end_time is None else finite(span.end_time, f"span {span.name!r} end_time")
             try:
                 attributes = _json.dumps(span.attributes)
             except TypeError as exc:
@@ -395,7 +404,7 @@ class PostgresStore(Store):
         return await self._db.transaction(insert)
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
-        _int64(since, "since")
+        int64(since, "since")
 
         async def read(conn: Any) -> list[Span]:
             rows = await conn.fetch(
@@ -438,7 +447,7 @@ class PostgresStore(Store):
         if version is None:
             rows = await self._db.fetch("SELECT data FROM tether_resources ORDER BY version DESC LIMIT 1")
             return Resources.from_dict(_json.loads(rows[0][0])) if rows else None
-        _int64(version, "version")
+        int64(version, "version")
         rows = await self._db.fetch("SELECT data FROM tether_resources WHERE version = $1", version)
         if not rows:
             raise NotFound(f"unknown resources version {version}")
@@ -460,7 +469,7 @@ class PostgresStore(Store):
             else:
                 ids = list(dict.fromkeys(rollout_ids))
                 for rid in ids:
-                    status = await self._status(conn, rid, lock=True)
+                    status = await status_of(conn, rid, lock=True)
                     if not status.finished:
                         raise InvalidTransition(
                             f"rollout {rid} is {status.value}; only finished rollouts can be harvested"
@@ -471,7 +480,7 @@ class PostgresStore(Store):
                 f"DELETE FROM tether_rollouts WHERE rollout_id = ANY($1::text[]) RETURNING {ROLLOUT_COLS}", ids
             )
             by_id = {r.rollout_id: r for r in map(rollout_from_row, rows)}
-            attempts = await self._attempts_of(conn, ids)
+            attempts = await attempts_of(conn, ids)
             span_rows = await conn.fetch(
                 f"DELETE FROM tether_spans WHERE attempt_id = ANY($1::text[]) RETURNING {SPAN_COLS}",
                 [a.attempt_id for a in attempts],
@@ -488,112 +497,6 @@ class PostgresStore(Store):
             return out
 
         return await self._db.transaction(take)
-
-    # -- helpers (called inside a transaction) ------------------------------------------------------------
-
-    async def _status(self, conn: Any, rollout_id: str, *, lock: bool = False) -> RolloutStatus:
-        sql = "SELECT status FROM tether_rollouts WHERE rollout_id = $1" + (" FOR UPDATE" if lock else "")
-        status = await conn.fetchval(sql, rollout_id)
-        if status is None:
-            raise NotFound(f"unknown rollout {rollout_id!r}")
-        return RolloutStatus(status)
-
-    async def _rollout(self, conn: Any, rollout_id: str) -> Rollout:
-        row = await conn.fetchrow(f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1", rollout_id)
-        if row is None:
-            raise NotFound(f"unknown rollout {rollout_id!r}")
-        return rollout_from_row(row)
-
-    async def _attempts_of(self, conn: Any, rollout_ids: list[str]) -> list[Attempt]:
-        rows = await conn.fetch(
-            f"SELECT {ATTEMPT_COLS} FROM tether_attempts WHERE rollout_id = ANY($1::text[]) "
-            "ORDER BY rollout_id, idx",
-            rollout_ids,
-        )
-        return [attempt_from_row(row) for row in rows]
-
-    async def _lock_running_attempt(self, conn: Any, attempt_id: str) -> str:
-        """Lock the rollout of a running attempt (rollout first, as everywhere) and return its id;
-        ``NotFound`` / ``InvalidTransition`` otherwise."""
-        rollout_id = await conn.fetchval(
-            "SELECT rollout_id FROM tether_attempts WHERE attempt_id = $1", attempt_id
-        )
-        if rollout_id is None:
-            raise NotFound(f"unknown attempt {attempt_id!r}")
-        await conn.execute("SELECT 1 FROM tether_rollouts WHERE rollout_id = $1 FOR UPDATE", rollout_id)
-        status = await conn.fetchval("SELECT status FROM tether_attempts WHERE attempt_id = $1", attempt_id)
-        if status != AttemptStatus.RUNNING.value:
-            raise InvalidTransition(f"attempt {attempt_id} is already {status}")
-        return str(rollout_id)
-
-    async def _end_attempt(
-        self,
-        conn: Any,
-        attempt_id: str,
-        rollout_id: str,
-        status: AttemptStatus,
-        error: str | None,
-        output: bytes | None,
-        reward: float | None,
-    ) -> None:
-        now = time.time()
-        await conn.execute(
-            "UPDATE tether_attempts SET status = $2, finished_at = $3, error = $4 WHERE attempt_id = $1",
-            attempt_id,
-            status.value,
-            now,
-            error,
-        )
-        if status == AttemptStatus.SUCCEEDED:
-            await conn.execute(
-                "UPDATE tether_rollouts SET status = 'succeeded', output = $2, reward = $3, error = NULL, "
-                "finished_at = $4 WHERE rollout_id = $1",
-                rollout_id,
-                output,
-                reward,
-                now,
-            )
-            return
-        await conn.execute(
-            "UPDATE tether_rollouts SET "
-            "queue_pos = CASE WHEN attempt_count < max_attempts THEN nextval('tether_queue_pos') END, "
-            "status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END, "
-            "output = CASE WHEN attempt_count < max_attempts THEN output ELSE $2::bytea END, "
-            "reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE $3::float8 END, "
-            "finished_at = CASE WHEN attempt_count < max_attempts THEN NULL ELSE $4::float8 END, "
-            "error = $5 WHERE rollout_id = $1",
-            rollout_id,
-            output,
-            reward,
-            now,
-            error,
-        )
-
-
-def _int64(value: Any, name: str, low: int = -(2**63)) -> int:
-    """``value`` if it is an int (not a bool) in ``[low, 2**63 - 1]`` (a ``bigint``); else ``InvalidInput``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{name} must be an integer, got {value!r}")
-    if not low <= value <= 2**63 - 1:
-        raise InvalidInput(f"{name} must be between {low} and {2**63 - 1}, got {str(value)[:30]}")
-    return value
-
-
-def _finite(value: Any, name: str) -> float:
-    """``value`` as a float if it is a finite int or float (not a bool); else ``InvalidInput``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise InvalidInput(f"{name} must be a finite number, got {str(value)[:30]}")
-    return number
-
-
-def _opt_float(value: float | None) -> float | None:
-    return None if value is None else float(value)
 
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
