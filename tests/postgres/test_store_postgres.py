@@ -117,3 +117,13 @@ async def test_unreachable_server_is_a_clear_store_error() -> None:
     with pytest.raises(StoreError, match=r"127\.0\.0\.1:1/nothing is unreachable"):
         await store.list_rollouts()
     await store.close()
+
+
+async def test_many_concurrent_first_calls_on_one_store(pg_url: str) -> None:
+    """16 tasks that all make the store's first call at once share one pool (a benchmark once hung here)."""
+    store = PostgresStore(pg_url)
+    results = await asyncio.wait_for(asyncio.gather(*(store.enqueue([spec(i)]) for i in range(16))), 60)
+    assert len({r[0].rollout_id for r in results}) == 16
+    claimed = await asyncio.wait_for(asyncio.gather(*(store.dequeue(f"w{i}") for i in range(16))), 60)
+    assert sorted(r.rollout_id for got in claimed for r, _ in got) == sorted(r[0].rollout_id for r in results)
+    await store.close()

@@ -54,33 +54,46 @@ class Connections:
         self.max_size = max_size
         self._pools: dict[asyncio.AbstractEventLoop, Any] = {}
         self._listeners: dict[asyncio.AbstractEventLoop, Listener] = {}
+        self._making: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = {}
         self._lock = threading.Lock()
         self._migrated = False
         self.closed = False
 
     async def pool(self) -> Any:
+        """This loop's pool, made on first use; concurrent first calls share one making (and one migration)."""
         if self.closed:
             raise StoreError("this PostgresStore is closed; open a new one")
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is not None:
             return pool
+        with self._lock:  # (never held across an await: the loop's other tasks would block on it)
+            making = self._making.get(loop)
+            if making is None:
+                making = self._making[loop] = loop.create_task(self._make_pool(loop))
+        return await asyncio.shield(making)
+
+    async def _make_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
         try:
             pool = await self.asyncpg.create_pool(
                 self.url, min_size=1, max_size=self.max_size, timeout=_CONNECT_TIMEOUT_S
             )
-            if not self._migrated:
-                async with pool.acquire() as conn:
-                    await migrate(conn, self.where)
-                self._migrated = True
+            try:
+                if not self._migrated:
+                    async with pool.acquire() as conn:
+                        await migrate(conn, self.where)
+                    self._migrated = True
+            except BaseException:
+                pool.terminate()
+                raise
         except StoreError:
             raise
         except Exception as exc:
             raise self.error(exc) from None
+        finally:
+            with self._lock:
+                self._making.pop(loop, None)
         with self._lock:
-            if loop in self._pools:  # another task of this loop made one meanwhile
-                await pool.close()
-                return self._pools[loop]
             self._pools[loop] = pool
         return pool
 
