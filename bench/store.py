@@ -1,6 +1,6 @@
 """Store benchmark: throughput and latency of each backend on the calls a training run makes.
 
-Run: ``.venv/bin/python bench/store.py [--quick] [--backends memory,sqlite,http+memory,http+sqlite]``
+Run: ``.venv/bin/python bench/store.py [--quick] [--backends memory,sqlite,http+memory,http+sqlite,postgresql]``
 
 Workloads (each on a fresh store): enqueue (1 rollout a call), dequeue (1 a call), add_span with LLM-sized
 spans one per call and in batches of 100, get_spans of a 20-span attempt, the full rollout lifecycle
@@ -12,6 +12,9 @@ on the same file (nothing cached: every span decoded from the file). For ``http+
 a separate process over an ``X`` store, as remote runners would see it. When ``agentlightning`` is importable
 (an optional comparison, never a dependency) the same workload also runs against its in-memory store and the
 ratios are printed (``_AglStore`` below).
+``postgresql`` (and ``http+postgresql``) run against a throwaway local server (``tether.testing.pg_server``:
+initdb into a temp dir, ``fsync=off``; needs Debian's ``postgresql`` and ``tether[postgres]``), a fresh
+schema per workload; its ratios to SQLite are printed under the table.
 Prints one table: ops/s, p50 and p99 latency of one call (of one whole rollout for the lifecycle).
 """
 
@@ -260,10 +263,12 @@ asyncio.run(main())
 """
 
 
-def _factory(backend: str, tmp: Path) -> Callable[[], AbstractAsyncContextManager[Store]]:
+def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAsyncContextManager[Store]]:
     counter = iter(range(1_000_000))
 
     def url_for(kind: str) -> str:
+        if kind == "postgresql":
+            return str(pg.new_schema())
         return "memory:" if kind == "memory" else f"sqlite:///{tmp}/bench-{next(counter)}.db"
 
     @asynccontextmanager
@@ -450,10 +455,19 @@ async def main() -> None:
         print(note)
         backends = [b for b in backends if not b.startswith("http+")]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, sizes {sizes}\n")
+    pg = None
+    if any(b.endswith("postgresql") for b in backends):
+        from tether.testing.pg_server import TempPostgres
+
+        pg = TempPostgres().start()
     results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
-        for backend in backends:
-            results += await bench_backend(backend, _factory(backend, Path(tmp)), sizes)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+            for backend in backends:
+                results += await bench_backend(backend, _factory(backend, Path(tmp), pg), sizes)
+    finally:
+        if pg is not None:
+            pg.cleanup()
     agl_results: list[Result] = []
     try:
         import agentlightning  # noqa: F401
@@ -467,6 +481,8 @@ async def main() -> None:
             agl_results += await bench_backend(f"agl {mode}", _agl_factory(mode), sizes)
     print_table(results + agl_results)
     print_read_ratios(results + agl_results)
+    if pg is not None and any(r.backend == "sqlite" for r in results):
+        print_ratios([r for r in results if "postgresql" in r.backend or r.backend == "sqlite"], "sqlite")
     if agl_results:  # in-process backends against its memory store, HTTP ones against its HTTP store
         print_ratios([r for r in results if not r.backend.startswith("http")] + agl_results, "agl memory")
         print_ratios([r for r in results if r.backend.startswith("http")] + agl_results, "agl http")

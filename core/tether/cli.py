@@ -106,7 +106,7 @@ def store() -> None:
 )
 def store_serve(store_url: str | None, host: str, port: int, token: str | None, max_body_mb: int) -> None:
     """Serve a store over HTTP (JSON) to runners and trainers in other processes or on other machines, which
-    open it as open_store("http://host:port")."""
+    open it as open_store("http://host:port"); the dashboard's pages are at /dashboard/."""
     from tether.store import DEFAULT_STORE_URL, StoreError
     from tether.store.http_server import serve
 
