@@ -88,7 +88,7 @@ async def test_sft_on_imported_openinference_traces_raises_the_good_replys_proba
         wrong = tether.Trainer(
             model=backend, algorithm=tether.SFT(source=server.url, agents=["support"]), run_root=str(tmp_path)
         )
-        with pytest.raises(ValueError, match="unknown sub-agent 'support'.*support_agent"):
+        with pytest.raises(ValueError, match=r"unknown sub-agent 'support'.*support_agent"):
             await wrong.afit(tether.wrap(lambda task: task), train=[])
     after = {q: _good_reply_logprob(backend, q) for q in [*QUESTIONS, UNSEEN]}
 
