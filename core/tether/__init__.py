@@ -44,6 +44,10 @@ def __getattr__(name: str) -> object:
         from tether.algorithms import GRPO
 
         return GRPO
+    if name == "SFT":
+        from tether.algorithms import SFT
+
+        return SFT
     if name == "APO":
         from tether.algorithms.apo import APO
 
@@ -58,6 +62,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "APO",
     "GRPO",
+    "SFT",
     "VERL",
     "Adapter",
     "AdapterNotFound",

@@ -1,9 +1,10 @@
 """The progress bar of ``Trainer.fit``: step, train reward, validation accuracy, rollouts per second, and the
-last update's trainer-vs-sampler logprob drift (mean and max absolute difference, ``-`` until measured)."""
+last update's trainer-vs-sampler logprob drift (mean and max absolute difference, ``-`` until measured).
+``kind="sft"`` (``tether.SFT``) shows the loss and examples per second instead of reward, rate and drift."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,26 +12,36 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 class FitProgress:
     def __init__(
-        self, total: int, *, enabled: bool = True, start: int = 0, console: Console | None = None
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        start: int = 0,
+        console: Console | None = None,
+        kind: Literal["rl", "sft"] = "rl",
     ) -> None:
+        self._kind = kind
         self._console = console
         self._progress: Progress | None = None
         self._task: Any = None
         self._total = total
         self._start = start
         self._enabled = enabled
-        self._fields: dict[str, Any] = {"reward": "-", "val": "-", "rate": "-", "drift": "-"}
+        self._fields: dict[str, Any] = {"reward": "-", "val": "-", "rate": "-", "drift": "-", "loss": "-"}
 
     def __enter__(self) -> FitProgress:
         if self._enabled:
+            text = (
+                "reward {task.fields[reward]}  val {task.fields[val]}  {task.fields[rate]} rollouts/s  "
+                "drift {task.fields[drift]}"
+            )
+            if self._kind == "sft":
+                text = "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"
             self._progress = Progress(
-                TextColumn("[bold]training"),
+                TextColumn("[bold]sft" if self._kind == "sft" else "[bold]training"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn(
-                    "reward {task.fields[reward]}  val {task.fields[val]}  {task.fields[rate]} rollouts/s  "
-                    "drift {task.fields[drift]}"
-                ),
+                TextColumn(text),
                 TimeElapsedColumn(),
                 console=self._console,
             )
@@ -48,6 +59,9 @@ class FitProgress:
             self._fields["rate"] = f"{record['rollouts_per_s']:.1f}"
             if "drift_mean" in record:
                 self._fields["drift"] = _drift_text(record)
+        elif record.get("kind") == "sft":
+            self._fields["loss"] = f"{record['loss']:.3f}"
+            self._fields["rate"] = f"{record['examples_per_s']:.1f}"
         elif record.get("kind") == "eval":
             self._fields["val"] = f"{record.get('greedy_accuracy', 0.0):.0%}"
         if self._progress is not None:

@@ -149,7 +149,7 @@ class Trainer:
             raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
         train_tasks = [as_task(t) for t in train]
         val_tasks = [as_task(t) for t in (val or [])]
-        if not train_tasks:
+        if not train_tasks and getattr(algorithm, "uses_train_tasks", True):
             raise ValueError("Trainer.fit needs at least one training task")
         if resume and self.name is None:
             raise ValueError("resume=True needs the run's name: Trainer(name=...) as in the first run")

@@ -101,6 +101,13 @@ class LocalBackend(ModelBackend):
         """Prompt token ids for a conversation (ending where the assistant's reply starts)."""
 
     @abc.abstractmethod
+    def render_reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reply: dict[str, Any]
+    ) -> list[int]:
+        """Token ids the model would generate for the assistant message ``reply`` after ``render(messages,
+        tools)``: its body and end-of-turn marker (what SFT trains on when a call has no recorded ids)."""
+
+    @abc.abstractmethod
     def parse(self, text: str) -> dict[str, Any]:
         """Generated text → OpenAI assistant message (never raises)."""
 
