@@ -45,6 +45,12 @@ class Adapter(Tracer):
         """Run ``agent`` on one task input with ``resources`` (the endpoint is already scoped to the
         rollout) and return the agent's output."""
 
+    def hint_for(self, agent: Any) -> str | None:
+        """When ``accepts(agent)`` is False only for a reason the user can fix (the framework is not imported
+        yet), the fix to name in the "no adapter accepts" error, e.g. "pass adapter='x' or import x first";
+        else None (the default)."""
+        return None
+
     def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
         """What surrounds every run of ``agent`` so that its calls are captured and named: ``run`` enters it,
         and so does a wrapped agent that feeds tasks through the user's ``run=``. Default: nothing."""
