@@ -10,6 +10,8 @@ layouts exist:
 - **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
   keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``); it
   only supplies the sub-agent name of a proxy span with the same request messages when the proxy's lacks one.
+- **The proxy's failed-call span** (kind ``llm``, name ``LLM_CALL_FAILED``): a call the model backend
+  failed, with the error the agent was answered; it says why a rollout has no transitions.
 - **Tool spans** (kind ``tool``): ``TOOL_NAME``, ``TOOL_ARGUMENTS``, ``TOOL_CALL_ID``, and ``TOOL_RESULT`` or
   ``TOOL_ERROR`` (some adapters add ``TOOL_OUTPUT``, ``TOOL_FROM_CACHE``, ``LLM_CALL_ID``). **Reward spans**
   (kind ``reward``): ``REWARD_VALUE``.
@@ -25,6 +27,9 @@ from typing import Any, TypedDict
 
 #: the proxy's span of one model call (kind ``llm``)
 LLM_CALL = "chat.completions"
+#: the proxy's span of a call the model backend failed (kind ``llm``): ``call_id``, ``request`` (messages,
+#: tools), ``ERROR`` and ``status`` (the HTTP status the agent got). Never a transition.
+LLM_CALL_FAILED = "chat.completions.failed"
 #: a reward emitted by agent code (kind ``reward``), unless the agent names it otherwise
 REWARD = "reward"
 #: one APO candidate in a search's history record (kind ``other``)

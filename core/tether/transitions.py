@@ -21,8 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from tether import _json
-from tether.spans import LLM_CALL, REQUEST_MESSAGES, REWARD_VALUE, TOOL_ERROR, ProxyLLMAttributes
-from tether.types import Rollout, Span, SpanKind, Transition
+from tether.spans import (
+    ERROR,
+    LLM_CALL,
+    LLM_CALL_FAILED,
+    REQUEST_MESSAGES,
+    REWARD_VALUE,
+    TOOL_ERROR,
+    ProxyLLMAttributes,
+)
+from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
 CreditRule = Literal["episode", "per_call"]
 
@@ -70,7 +78,15 @@ def build_transitions(
         elif span.kind == SpanKind.TOOL and tool_error_penalty and current is not None:
             if span.attributes.get(TOOL_ERROR) is not None:
                 current.reward -= tool_error_penalty
-    if not report.transitions:
+    failed = [s for s in ordered if s.kind == SpanKind.LLM and s.name == LLM_CALL_FAILED]
+    if failed:
+        calls = len(failed) + len(report.transitions)
+        report.problems.append(
+            f"rollout {rollout.rollout_id}: the model backend failed {len(failed)} of its {calls} LLM call(s): "
+            f"{failed[-1].attributes.get(ERROR)}"
+        )
+    elif not report.transitions and rollout.status == RolloutStatus.SUCCEEDED:
+        # (a failed rollout's own error says more than this guess)
         report.problems.append(
             f"rollout {rollout.rollout_id} made no LLM call through tether's endpoint: check that the agent's "
             "model client is an OpenAI-compatible client and that the framework's plugin is installed"
