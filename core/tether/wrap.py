@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tether.adapters import Adapter
+from tether.adapters import Adapter, CannotCopy
 from tether.plugins import get_plugins
 from tether.types import Resources, check_reward
 
@@ -35,12 +35,17 @@ class WrappedAgent:
     async def run_task(self, task: Any, resources: Resources) -> Any:
         """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's.
         A ``run`` with a third parameter also gets the rollout's resources (prompt templates, endpoint).
-        The user's ``run`` runs inside the adapter's ``run_scope``, so its calls are captured and named
-        as the adapter's own runs are."""
+        The user's ``run`` gets the rollout's own copy of the agent (``Adapter.rollout_copy``, what the
+        adapter's run runs), or the user's object where the adapter cannot copy it, and runs inside the
+        adapter's ``run_scope``, so its calls are captured and named as the adapter's own runs are."""
         if self.run is None:
             return await self.adapter.run(self.agent, task, resources)
-        args = (self.agent, task, resources) if _takes_resources(self.run) else (self.agent, task)
-        with self.adapter.run_scope(self.agent):
+        try:
+            agent = self.adapter.rollout_copy(self.agent)
+        except CannotCopy:  # the error told the user to build a fresh one per task in run=, as this one may
+            agent = self.agent
+        args = (agent, task, resources) if _takes_resources(self.run) else (agent, task)
+        with self.adapter.run_scope(agent):
             if inspect.iscoroutinefunction(self.run):
                 return await self.run(*args)
             # to_thread copies the context, so the scope's context variables reach the worker thread
@@ -74,8 +79,10 @@ def wrap(
 
     ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
     the sub-agents whose calls are trained (default: all); ``adapter`` picks the adapter by name when the
-    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent
-    (``run(agent, task, resources)`` also gets the rollout's resources, e.g. the prompt templates APO tunes).
+    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent: it gets
+    the rollout's own copy of the agent where the framework's objects hold run state (AutoGen teams and
+    agents, CrewAI crews), so concurrent rollouts never share one (``run(agent, task, resources)`` also gets
+    the rollout's resources, e.g. the prompt templates APO tunes).
     """
     if reward is not None and not callable(reward):
         raise TypeError(f"reward must be a function (task, output) -> float, got {type(reward).__name__}")
