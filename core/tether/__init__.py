@@ -11,6 +11,7 @@ from tether.algorithms.base import Algorithm
 from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
 from tether.models.base import TrainableBackend
+from tether.passthrough_calls import passthrough
 from tether.plugins import AdapterNotFound, get_plugins
 from tether.result import FitResult
 from tether.session import Batch, Session
@@ -85,5 +86,6 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "open_store",
+    "passthrough",
     "wrap",
 ]

@@ -141,6 +141,11 @@ def _describe(span: Span) -> str:
             said = _clip(message.get("content"))
         ids = len(choice.get("response_token_ids") or [])
         return f"{agent}LLM: {said}" + (f"  [{ids} token ids]" if ids else "")
+    if span.kind == SpanKind.LLM and span.name == spans.PASSTHROUGH_CALL:
+        answer = attrs.get("response") or {}
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        content = (choices[0].get("message") or {}).get("content") if choices else None
+        return f"{agent}LLM (passthrough to {attrs.get('url')}, not trained): {_clip(content)}"
     if span.kind == SpanKind.LLM and span.name == spans.LLM_CALL_FAILED:
         return f"{agent}LLM error: {_clip(attrs.get(spans.ERROR), 120)}"
     if span.kind == SpanKind.TOOL:

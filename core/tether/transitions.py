@@ -25,6 +25,7 @@ from tether.spans import (
     ERROR,
     LLM_CALL,
     LLM_CALL_FAILED,
+    PASSTHROUGH_CALL,
     REQUEST_MESSAGES,
     REWARD_VALUE,
     TOOL_ERROR,
@@ -71,8 +72,8 @@ def build_transitions(
             report.transitions.append(current)
             if current.agent_name:
                 report.agent_names.add(current.agent_name)
-        elif span.kind == SpanKind.LLM and span.agent_name:
-            report.agent_names.add(span.agent_name)
+        elif span.kind == SpanKind.LLM and span.agent_name and span.name != PASSTHROUGH_CALL:
+            report.agent_names.add(span.agent_name)  # (a passthrough call is not the policy's)
         elif span.kind == SpanKind.REWARD and credit == "per_call" and current is not None:
             current.reward += float(span.attributes.get(REWARD_VALUE, 0.0))
         elif span.kind == SpanKind.TOOL and tool_error_penalty and current is not None:
@@ -123,7 +124,12 @@ def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:
     """Agent names from adapters' own llm spans, keyed by their request messages."""
     out: dict[bytes, str] = {}
     for span in spans:
-        if span.kind == SpanKind.LLM and not is_proxy_llm_span(span) and span.agent_name:
+        if (
+            span.kind == SpanKind.LLM
+            and not is_proxy_llm_span(span)
+            and span.agent_name
+            and span.name != PASSTHROUGH_CALL
+        ):
             messages = span.attributes.get(REQUEST_MESSAGES)
             if messages is not None:
                 out[_request_key(messages)] = span.agent_name
