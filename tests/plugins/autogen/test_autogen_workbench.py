@@ -1,11 +1,15 @@
 """Tool calls that do not pass through ``BaseTool.run_json``: an AutoGen agent whose tools live in a workbench
 that answers ``ToolResult`` directly, as autogen-ext's ``McpWorkbench`` does for an MCP server (Agent
 Lightning's calc_x example). AutoGen logs no ``ToolCallEvent`` for them, so their spans come from the turn's
-own tool-call events: every result, success or error, with its arguments, call id and agent name."""
+own tool-call events: every result, success or error, with its arguments, call id and agent name. The last
+test runs a real MCP stdio server through ``McpWorkbench`` when the ``mcp`` package is installed."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,3 +122,28 @@ async def test_workbench_results_become_tool_spans_with_call_ids() -> None:
     assert "ZeroDivisionError" in tool.attributes[spans.TOOL_ERROR]
     assert spans.TOOL_RESULT not in tool.attributes
     assert len(workbench.calls) == 3 and all(workbench.calls), "the workbench ran every call, with its id"
+
+
+async def test_a_real_mcp_stdio_server_through_mcp_workbench() -> None:
+    pytest.importorskip("mcp", reason="the MCP test needs the mcp package (tox's autogen env installs it)")
+    from autogen_ext.tools.mcp import McpWorkbench, StdioServerParams
+
+    server = Path(__file__).with_name("mcp_calculator_server.py")
+    params = StdioServerParams(
+        command=sys.executable, args=[str(server)], env=dict(os.environ), read_timeout_seconds=60
+    )
+    async with McpWorkbench(server_params=params) as workbench:
+        report = await _dev(_agent(workbench), [task(1), "What is 1/0?"])
+    ok, failed = report.rollouts
+    assert ok.status == RolloutStatus.SUCCEEDED, ok.error
+    (tool,) = [s for s in ok.spans if s.kind == SpanKind.TOOL]
+    assert tool.agent_name == "mcp_agent"
+    assert tool.attributes == {
+        spans.TOOL_NAME: "calculator",
+        spans.TOOL_ARGUMENTS: {"expression": "1 + 4"},
+        spans.TOOL_CALL_ID: ok.transitions[0].response["tool_calls"][0]["id"],
+        spans.TOOL_RESULT: "5",
+    }
+    assert ok.transitions[1].messages[-1]["content"] == "5", "the model got the MCP server's answer"
+    (tool,) = [s for s in failed.spans if s.kind == SpanKind.TOOL]
+    assert "division by zero" in tool.attributes[spans.TOOL_ERROR]
