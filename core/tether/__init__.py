@@ -10,6 +10,7 @@ from tether.adapters import Adapter, SpanSink, Tracer
 from tether.algorithms.base import Algorithm
 from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
+from tether.lora import LoRA
 from tether.models.base import TrainableBackend
 from tether.passthrough_calls import passthrough
 from tether.plugins import AdapterNotFound, get_plugins
@@ -61,6 +62,7 @@ __all__ = [
     "Batch",
     "FitResult",
     "LLMEndpoint",
+    "LoRA",
     "Mode",
     "PromptTemplate",
     "Resources",

@@ -1,4 +1,4 @@
-"""The ``tether`` command line: ``plugins``, ``store serve``."""
+"""The ``tether`` command line: ``plugins``, ``demo``, ``store serve``, ``dashboard``."""
 
 from __future__ import annotations
 
@@ -97,5 +97,42 @@ def store_serve(store_url: str, host: str, port: int, token: str | None) -> None
 
     try:
         serve(store_url, host=host, port=port, token=token)
+    except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
+        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
+
+
+@main.command()
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    help="A store to show: sqlite:///path.db, http://host:port (tether store serve), memory: is empty.",
+)
+@click.option(
+    "--runs",
+    default="runs",
+    show_default=True,
+    help="Folder of run folders (metrics.jsonl, store.db) to show, found again as runs start.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but loopback requires --token.",
+)
+@click.option("--port", default=4800, show_default=True, type=int, help="Port to listen on; 0 picks a free one.")
+@click.option(
+    "--token",
+    envvar="TETHER_STORE_TOKEN",
+    default=None,
+    help="Token the page needs (open it as /dashboard/?token=...), also sent to an http:// store "
+    "(env TETHER_STORE_TOKEN).",
+)
+def dashboard(store_url: str | None, runs: str, host: str, port: int, token: str | None) -> None:
+    """Serve the dashboard: runs and their curves, rollouts, traces, transitions, resources."""
+    from tether.dashboard.server import serve
+
+    try:
+        serve(store_url, runs, host=host, port=port, token=token)
     except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
         raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None

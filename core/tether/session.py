@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -159,7 +159,8 @@ class Session:
 
     ``model`` is a ``model=`` string (the session opens and closes the backend) or a ``ModelBackend`` (it
     stays open: its owner closes it). ``store`` is a store URL. ``resume`` says that ``fit`` continues the run
-    in ``run`` (an algorithm with checkpoints reads them back).
+    in ``run`` (an algorithm with checkpoints reads them back). ``before_start(backend)`` runs before the
+    backend starts (``Trainer.fit`` passes the algorithm's ``prepare_backend``: GRPO attaches LoRA adapters).
     """
 
     def __init__(
@@ -171,6 +172,7 @@ class Session:
         run: RunDir | None = None,
         settings: Settings | None = None,
         resume: bool = False,
+        before_start: Callable[[ModelBackend], None] | None = None,
     ) -> None:
         self.agent = agent
         self.model = model
@@ -178,6 +180,7 @@ class Session:
         self.run = run
         self.settings = settings or Settings()
         self.resume = resume
+        self.before_start = before_start
         self._parts: _Parts | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -198,6 +201,8 @@ class Session:
             else:
                 backend = open_backend(self.model)
                 stack.push_async_callback(backend.close)
+            if self.before_start is not None:
+                self.before_start(backend)
             await backend.start()
             batcher = SpanBatcher(store)
             stack.push_async_callback(batcher.close)  # after the proxy stops: the session owns the batcher
@@ -309,11 +314,14 @@ class Session:
     def _spec(self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any]) -> RolloutSpec:
         """The one place a rollout of a task is specified."""
         known = isinstance(task, Task)
+        meta = {**task.metadata, **metadata} if known else dict(metadata)
+        if self.agent.optimize is not None:
+            meta[spans.OPTIMIZE_METADATA] = sorted(self.agent.optimize)
         return RolloutSpec(
             input=task.input if known else task,
             task_id=task.task_id if known else None,
             mode=mode,
-            metadata={**task.metadata, **metadata} if known else dict(metadata),
+            metadata=meta,
             max_attempts=self.settings.max_attempts,
             timeout_s=self.settings.timeout_s,
             resources_version=version,

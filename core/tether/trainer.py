@@ -9,7 +9,7 @@ algorithm (``tether.algorithms.base.Algorithm``): the Trainer knows nothing of h
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +104,7 @@ class Trainer:
         model: str | ModelBackend | None = None,
         run: RunDir | None = None,
         resume: bool = False,
+        before_start: Callable[[ModelBackend], None] | None = None,
     ) -> Session:
         """The ``Session`` that ``dev`` (no run folder) and ``fit`` (with one) open, with this trainer's
         settings; open it with ``async with``."""
@@ -114,6 +115,7 @@ class Trainer:
             run=run,
             settings=self.settings(),
             resume=resume,
+            before_start=before_start,
         )
 
     def settings(self) -> Settings:
@@ -160,5 +162,7 @@ class Trainer:
         run: RunDir,
         resume: bool,
     ) -> FitResult:
-        async with self.session(agent, run=run, resume=resume) as session:
+        # an algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
+        prepare = getattr(algorithm, "prepare_backend", None)
+        async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
             return await algorithm.fit(session, train, val)

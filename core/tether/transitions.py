@@ -29,6 +29,7 @@ from tether.spans import (
     REQUEST_MESSAGES,
     REWARD_VALUE,
     TOOL_ERROR,
+    WEIGHTS_VERSION,
     ProxyLLMAttributes,
 )
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
@@ -117,7 +118,14 @@ def _transition_from(
         logprobs=choice.get("logprobs") if choice else None,
         reward=reward,
         trainable=False,
+        weights_version=_version(span.attributes.get(WEIGHTS_VERSION)),
     )
+
+
+def _version(value: Any) -> int | None:
+    """The span's weights version as an int (None when absent: a remote backend, or a span stored before
+    versions were recorded)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:

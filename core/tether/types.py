@@ -166,7 +166,7 @@ class Span(_Record):
     - the proxy's ``llm`` span of a call (name ``spans.LLM_CALL``), nested ``spans.ProxyLLMAttributes``:
       ``call_id``, ``request`` (``messages``, ``tools``, ``params``), ``prompt_token_ids``, ``choices`` (each
       ``message``, ``finish_reason``, ``response_token_ids``, ``logprobs``), ``usage``, ``model``,
-      ``latency_ms``, ``token_ids_available``;
+      ``latency_ms``, ``token_ids_available``, ``weights_version``;
     - an adapter's own ``llm`` span (any other name), flat keys: ``request.messages``, ``request.model``,
       ``request.tools``;
     - ``tool`` spans: ``tool.name``, ``tool.arguments``, ``tool.call_id``, and ``tool.result`` or
@@ -268,6 +268,8 @@ class Transition(_Record):
     reward: float
     trainable: bool
     advantage: float | None = None
+    #: the version of the weights that sampled the call (the backend's ``weights_version``); None if unknown
+    weights_version: int | None = None
 
 
 def check_reward(value: Any) -> float:

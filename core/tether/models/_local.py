@@ -52,6 +52,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[Sample]]
     samples: dict[int, Sample] = field(default_factory=dict)
+    weights_version: int | None = None  # the version that sampled the job (set under the weights lock)
 
 
 def _post(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
@@ -174,6 +175,7 @@ class LocalBackend(ModelBackend):
             choices=choices,
             model=request.model or self.name,
             prompt_token_ids=prompt,
+            weights_version=job.weights_version,
             usage={
                 "prompt_tokens": len(prompt),
                 "completion_tokens": completion,
@@ -265,6 +267,8 @@ class LocalBackend(ModelBackend):
 
         try:
             with self.weights_lock, torch.inference_mode():
+                for job in jobs:
+                    job.weights_version = self.weights_version
                 self.batches += 1
                 self.rows += len(owners)
                 generate(

@@ -51,6 +51,9 @@ class ChatResult:
     model: str
     prompt_token_ids: list[int] | None = None  # shared by all choices
     usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens, total_tokens
+    #: the version of the weights that sampled every choice (``TrainableBackend.weights_version``); None when
+    #: the backend does not know it (remote APIs)
+    weights_version: int | None = None
 
     @property
     def token_ids_available(self) -> bool:
@@ -80,8 +83,11 @@ class TrainableBackend(Protocol):
 
     ``policy()`` holds the weights (no batch is sampled meanwhile) and yields the torch model to update;
     ``save(dir)`` writes a checkpoint that ``load_weights(dir)`` reads back into the served model (a run
-    resuming); ``pad_token_id`` pads update batches.
+    resuming); ``pad_token_id`` pads update batches; ``weights_version`` counts updates (bumped when a
+    ``policy()`` block ends) and is what each ``ChatResult`` records as the version that sampled it.
     """
+
+    weights_version: int
 
     def policy(self) -> AbstractContextManager[Any]: ...
 

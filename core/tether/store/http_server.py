@@ -34,6 +34,7 @@ _log = logging.getLogger("tether.store.http_server")
 _STORE_KEY = web.AppKey("store", Store)
 _STOPPING_KEY = web.AppKey("stopping", asyncio.Event)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+DASHBOARD = "/dashboard"  # tether.dashboard.app.PREFIX
 
 
 def _ok(value: Any) -> web.Response:
@@ -222,7 +223,7 @@ def _errors_middleware(token: str | None) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        if expected is not None:
+        if expected is not None and not request.path.startswith(DASHBOARD):  # the pages check it themselves
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
                 what = "wrong bearer token" if given else "missing bearer token"
@@ -245,14 +246,19 @@ async def _on_shutdown(app: web.Application) -> None:
     app[_STOPPING_KEY].set()
 
 
-def create_app(store: Store, token: str | None = None) -> web.Application:
-    """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token."""
+def create_app(store: Store, token: str | None = None, *, dashboard: bool = True) -> web.Application:
+    """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token. With
+    ``dashboard``, the dashboard's pages of ``store`` are served under ``/dashboard/`` (same token rule)."""
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors_middleware(token)])
     app[_STORE_KEY] = store
     app[_STOPPING_KEY] = asyncio.Event()
     app.on_shutdown.append(_on_shutdown)
     for method, path, handler in _ROUTES:
         app.router.add_route(method, path, handler)
+    if dashboard:
+        from tether.dashboard.app import mount
+
+        mount(app, store, token)
     return app
 
 

@@ -1,0 +1,137 @@
+"""LoRA adapters (PEFT) on the models tether trains: ``tether.LoRA`` says how, the functions here do it.
+
+``LoRA`` is a plain setting (importing this module loads neither torch nor peft). ``attach`` wraps a
+transformers causal LM in PEFT LoRA adapters so only the adapters train; ``save_adapter`` writes them in
+PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``), which vLLM's
+``/v1/load_lora_adapter`` and ``peft.PeftModel.from_pretrained`` both read; ``load_adapter_weights`` puts
+saved adapter weights back into an attached model in place; ``merge`` folds an adapter into its base and
+writes an ordinary transformers checkpoint directory. peft is imported on first use: ``pip install
+"tether[lora]"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: the files a PEFT adapter directory holds
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """Low-rank adapters on a model's linear layers: ``r`` (rank), ``alpha`` (scale ``alpha / r``),
+    ``dropout`` and ``target_modules`` (``"all-linear"``: every linear layer but the output head; or module
+    names such as ``("q_proj", "v_proj")``)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: str | Sequence[str] = "all-linear"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.r, int) or self.r < 1:
+            raise ValueError(f"LoRA rank r must be a positive integer, got {self.r!r}")
+        if self.alpha <= 0:
+            raise ValueError(f"LoRA alpha must be positive, got {self.alpha!r}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.target_modules, str):
+            modules = tuple(self.target_modules)
+            if not modules or not all(isinstance(m, str) and m for m in modules):
+                raise ValueError(f"target_modules must be 'all-linear' or module names, got {modules!r}")
+            object.__setattr__(self, "target_modules", modules)
+
+    def peft_config(self) -> Any:
+        """This setting as a ``peft.LoraConfig`` for a causal LM."""
+        peft = require_peft()
+        modules = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
+        return peft.LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=modules,
+            task_type="CAUSAL_LM",
+        )
+
+
+def require_peft() -> Any:
+    """The ``peft`` module, or an ImportError that names the extra to install."""
+    try:
+        import peft
+    except ImportError:
+        raise ImportError('LoRA needs peft: pip install "tether[lora]"') from None
+    return peft
+
+
+def attach(model: Any, lora: LoRA) -> Any:
+    """``model`` wrapped in fresh LoRA adapters (a ``peft.PeftModel``): the base weights frozen, the adapters
+    trainable and initialised so the wrapped model computes exactly what ``model`` did."""
+    peft = require_peft()
+    try:
+        return peft.get_peft_model(model, lora.peft_config())
+    except ValueError as exc:  # e.g. target modules not found in this architecture
+        raise ValueError(f"cannot attach {lora} to {type(model).__name__}: {exc}") from exc
+
+
+def is_adapter_dir(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a PEFT adapter (as ``save_adapter`` writes it)."""
+    return (Path(directory) / ADAPTER_CONFIG).is_file()
+
+
+def save_adapter(model: Any, directory: str | Path, *, base: str | None = None) -> Path:
+    """Write the adapters of an attached model (a ``peft.PeftModel``) to ``directory`` in PEFT's format.
+    ``base`` (the base checkpoint's path) is recorded in the config so ``merge`` can find it."""
+    where = Path(directory)
+    where.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(where), safe_serialization=True)
+    if base is not None:
+        config_path = where / ADAPTER_CONFIG
+        config = json.loads(config_path.read_text())
+        config["base_model_name_or_path"] = base
+        config_path.write_text(json.dumps(config, indent=2))
+    return where
+
+
+def load_adapter_weights(model: Any, directory: str | Path) -> None:
+    """Replace the adapter weights of an attached model, in place, with those saved in ``directory``."""
+    peft = require_peft()
+    from safetensors.torch import load_file
+
+    path = Path(directory) / ADAPTER_WEIGHTS
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} holds no LoRA adapter ({ADAPTER_WEIGHTS} is missing)")
+    result = peft.set_peft_model_state_dict(model, load_file(str(path)))
+    unexpected = getattr(result, "unexpected_keys", None)
+    if unexpected:
+        raise ValueError(
+            f"the adapter in {directory} does not fit this model (unexpected keys, e.g. {unexpected[0]}): "
+            "was it trained with a different LoRA setting or base?"
+        )
+
+
+def merge(adapter_dir: str | Path, out_dir: str | Path, *, base: str | Path | None = None) -> Path:
+    """Fold the adapter in ``adapter_dir`` into its base model and write a plain transformers checkpoint
+    (weights and tokenizer) to ``out_dir``. ``base`` defaults to the path the adapter's config records."""
+    peft = require_peft()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not is_adapter_dir(adapter_dir):
+        raise FileNotFoundError(f"{adapter_dir} holds no LoRA adapter ({ADAPTER_CONFIG} is missing)")
+    if base is None:
+        base = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base or not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"the adapter's base checkpoint {base!r} is not a local directory: pass base=<checkpoint path>"
+        )
+    model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True)
+    merged = peft.PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    out = Path(out_dir)
+    merged.save_pretrained(str(out))
+    tokenizer_source = Path(adapter_dir) if (Path(adapter_dir) / "tokenizer_config.json").is_file() else base
+    AutoTokenizer.from_pretrained(str(tokenizer_source), local_files_only=True).save_pretrained(str(out))
+    return out
