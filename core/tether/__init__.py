@@ -13,6 +13,7 @@ from tether.hookspecs import hookimpl, hookspec
 from tether.lora import LoRA
 from tether.models.base import TrainableBackend
 from tether.otel.export import OTLPExport
+from tether.passthrough_calls import passthrough
 from tether.plugins import AdapterNotFound, get_plugins
 from tether.result import FitResult
 from tether.session import Batch, Session
@@ -99,5 +100,6 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "open_store",
+    "passthrough",
     "wrap",
 ]

@@ -242,7 +242,8 @@ class Runner:
                             await stack.enter_async_context(manager)
                         async with deadline:
                             output = await self.agent.run_task(rollout.input, resources)
-                    reward = await self.agent.score(rollout.input, output)
+                        # still in the scope: a judge in reward= is recorded (tether.passthrough), not redirected
+                        reward = await self.agent.score(rollout.input, output)
             emitted = self.sink.pop_rewards(attempt_id)
             if reward is None and emitted:
                 reward = sum(emitted)

@@ -11,6 +11,10 @@ layouts exist:
 - **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
   keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``); it
   only supplies the sub-agent name of a proxy span with the same request messages when the proxy's lacks one.
+- **The proxy's failed-call span** (kind ``llm``, name ``LLM_CALL_FAILED``): a call the model backend
+  failed, with the error the agent was answered; it says why a rollout has no transitions.
+- **A passthrough call** (kind ``llm``, name ``PASSTHROUGH_CALL``): a judge's call that kept its own
+  endpoint (``tether.passthrough``), for inspection only.
 - **Tool spans** (kind ``tool``): ``TOOL_NAME``, ``TOOL_ARGUMENTS``, ``TOOL_CALL_ID``, and ``TOOL_RESULT`` or
   ``TOOL_ERROR`` (some adapters add ``TOOL_OUTPUT``, ``TOOL_FROM_CACHE``, ``LLM_CALL_ID``). **Reward spans**
   (kind ``reward``): ``REWARD_VALUE``.
@@ -26,6 +30,13 @@ from typing import Any, TypedDict
 
 #: the proxy's span of one model call (kind ``llm``)
 LLM_CALL = "chat.completions"
+#: the proxy's span of a call the model backend failed (kind ``llm``): ``call_id``, ``request`` (messages,
+#: tools), ``ERROR`` and ``status`` (the HTTP status the agent got). Never a transition.
+LLM_CALL_FAILED = "chat.completions.failed"
+#: a model call that kept its own endpoint inside a rollout (``tether.passthrough``: a judge), recorded for
+#: inspection (kind ``llm``): ``PASSTHROUGH`` true, ``url``, ``status``, ``request`` and ``response`` bodies.
+#: Never a transition, never trained.
+PASSTHROUGH_CALL = "passthrough"
 #: a reward emitted by agent code (kind ``reward``), unless the agent names it otherwise
 REWARD = "reward"
 #: one APO candidate in a search's history record (kind ``other``)
@@ -39,6 +50,7 @@ REQUEST_TOOLS = "request.tools"
 RESPONSE = "response"  # the assistant message, OpenAI chat format
 USAGE = "usage"  # token counts as the framework reports them
 ERROR = "error"  # why the call failed
+PASSTHROUGH = "passthrough"  # True on a ``PASSTHROUGH_CALL`` span: not the policy's call
 #: the proxy's id of the call (the ``call_id`` of its ``LLM_CALL`` span), where the adapter knows it
 CALL_ID = "call_id"
 

@@ -1,5 +1,6 @@
 """The proxy's failure paths: bad requests (400), attempts that are not open (404), backend failures (502),
-and that none of them stores anything; spans of good calls survive a clean stop."""
+that a rejected or failed call is on record as a failed-call span only, and that spans of good calls
+survive a clean stop."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import aiohttp
 import openai
 import pytest
 
+from tether import spans
 from tether.models.base import BackendError, ChatRequest, ChatResult, ModelBackend
 from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
@@ -212,7 +214,15 @@ async def test_upstream_failures(setup: tuple[MemoryStore, FakeLLM, ProxyServer,
     assert info.value.status_code == 502
     await client.close()
     await proxy.flush()
-    assert await store.get_spans(url.split("/")[-2]) == []
+    failed = await store.get_spans(url.split("/")[-2])
+    assert [e.split(":")[0] for e in _errors(failed)] == [
+        "the model backend failed",
+        "the model backend rejected the request",
+        "the model backend failed",
+    ]
+    assert [s.attributes["status"] for s in failed] == [502, 400, 502]
+    assert "GPU on fire" in failed[0].attributes[spans.ERROR]
+    assert failed[0].attributes["request"]["messages"] == USER
 
 
 def _closed_port() -> int:
@@ -233,7 +243,8 @@ async def test_unreachable_upstream_is_502() -> None:
         status, data = await _post(url, {"messages": USER})
     assert status == 502 and "cannot reach" in data["error"]["message"]
     assert data["error"]["type"] == "upstream_error"
-    assert await store.get_spans(attempt.attempt_id) == []
+    (failed,) = await store.get_spans(attempt.attempt_id)  # on record, never a transition
+    assert failed.name == spans.LLM_CALL_FAILED and "cannot reach" in failed.attributes[spans.ERROR]
 
 
 class _Broken(ModelBackend):
@@ -269,24 +280,14 @@ async def test_backend_exceptions_and_malformed_results_are_502() -> None:
             backend.mode = mode
             status, data = await _post(url, {"messages": USER})
             assert status == 502 and expected in data["error"]["message"]
-    assert await store.get_spans(attempt.attempt_id) == []
+    errors = _errors(await store.get_spans(attempt.attempt_id))
+    assert [
+        expected in e
+        for e, expected in zip(errors, ["ZeroDivisionError: oops", "out of memory", "no choices"], strict=True)
+    ] == [True] * 3
 
 
-async def test_stop_flushes_pending_spans_and_leaves_the_batcher_open() -> None:
-    store = MemoryStore()
-    attempt = await _attempt(store)
-    async with FakeLLM(default="ok") as llm:
-        batcher = SpanBatcher(store, max_batch=10_000, max_delay_s=3600)  # never flushes by itself
-        proxy = await ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True).start()
-        async with proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url:
-            client = openai.AsyncOpenAI(base_url=url, api_key="k")
-            for _ in range(5):
-                await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
-            await client.close()
-        assert batcher.pending == 5 and await store.get_spans(attempt.attempt_id) == []
-        await proxy.stop()
-    assert len(await store.get_spans(attempt.attempt_id)) == 5
-    await proxy.stop()  # idempotent
-    batcher.submit(Span(attempt.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still the owner's
-    await batcher.close()
-    assert len(await store.get_spans(attempt.attempt_id)) == 6
+def _errors(found: list[Span]) -> list[str]:
+    """Each span's error, all of them failed-call spans (a failed call is on record, never a transition)."""
+    assert all(s.kind == SpanKind.LLM and s.name == spans.LLM_CALL_FAILED for s in found), [s.name for s in found]
+    return [s.attributes[spans.ERROR] for s in found]

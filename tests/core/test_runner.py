@@ -4,6 +4,8 @@ which calls the proxy URL it is given, the proxy, a store, and the scripted fake
 from __future__ import annotations
 
 import asyncio
+import math
+import socket
 import sqlite3
 import threading
 from pathlib import Path
@@ -50,6 +52,8 @@ class _DictAgentAdapter(Adapter):
                     f"{resources.llm.base_url}/chat/completions", json=body, headers=headers
                 ) as r:
                     data = await r.json()
+                    if r.status != 200 and agent.get("swallow_errors"):  # an agent that carries on regardless
+                        return None
                     assert r.status == 200, data
                 message = data["choices"][0]["message"]
                 for call in message.get("tool_calls") or []:
@@ -130,6 +134,45 @@ async def test_non_finite_or_non_numeric_reward_is_an_error_not_a_zero() -> None
         (rollout,) = (await _dev(agent, ["x"])).rollouts
         assert rollout.status == RolloutStatus.FAILED
         assert "reward must be a finite number" in (rollout.error or "")
+
+
+def _raise(task: Any, output: Any) -> float:
+    raise KeyError("answer")
+
+
+@pytest.mark.parametrize(
+    ("reward", "why"),
+    [(_raise, "KeyError: 'answer'"), (lambda t, o: float("nan"), "reward must be a finite number, got nan")],
+    ids=["raises", "nan"],
+)
+async def test_dev_report_says_how_many_rollouts_failed_and_why(reward: Any, why: str) -> None:
+    report = await _dev(tether.wrap({"name": "a", "calls": 1}, reward=reward), ["x", "y", "z"])
+    assert [r.status for r in report] == [RolloutStatus.FAILED] * 3
+    assert report.problems[0].startswith("3 of 3 rollouts failed"), report.problems
+    assert why in report.problems[0]
+    assert all(why in p for r in report for p in r.problems), "each failed rollout says why"
+    assert not any("made no LLM call" in p for p in report.all_problems)
+    metrics = report.metrics()
+    assert metrics["failed"] == 3.0
+    assert math.isnan(metrics["mean_reward"]), "no rollout has a reward: the mean is not 0.0"
+    assert "3 of 3 rollouts failed" in str(report)
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["agent-raises", "agent-swallows-the-error"])
+async def test_dev_report_names_the_backend_error_of_a_dead_model_url(swallow: bool) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: the backend's requests are refused
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    agent = tether.wrap({"name": "a", "calls": 1, "swallow_errors": swallow}, reward=lambda t, o: 1.0)
+    report = await tether.Trainer(model=dead).adev(agent, ["x"])
+    (rollout,) = report.rollouts
+    problems = " ".join(report.all_problems)
+    assert "made no LLM call" not in problems, problems
+    assert "the model backend failed" in problems and dead.removesuffix("/v1") in problems, problems
+    failed_calls = [s for s in rollout.spans if s.kind == SpanKind.LLM]
+    assert len(failed_calls) == 1 and failed_calls[0].attributes[spans.ERROR], "the failed call is on record"
+    assert not rollout.transitions, "a failed call is never a transition"
+    assert "LLM error" in str(rollout)
 
 
 async def test_emit_reward_scores_a_rollout_without_reward_function() -> None:

@@ -178,6 +178,22 @@ def _node(span: Span) -> dict[str, Any]:
             "logprobs": choice.get("logprobs"),
             "tool_call_ids": [str(c.get("id")) for c in message.get("tool_calls") or [] if c.get("id")],
         }
+    if span.kind == SpanKind.LLM and span.name in (spans.LLM_CALL_FAILED, spans.PASSTHROUGH_CALL):
+        # the proxy's record of a call the backend failed, or a judge's call that kept its own endpoint
+        request = a.get("request") or {}
+        answer = a.get("response")
+        choice = ((answer.get("choices") if isinstance(answer, dict) else None) or [{}])[0] or {}
+        return {
+            **base,
+            "type": "llm",
+            "framework_only": True,
+            "passthrough": bool(a.get(spans.PASSTHROUGH)),
+            "url": a.get("url"),
+            "model": request.get("model"),
+            "messages": request.get("messages") or [],
+            "response": choice.get("message") or {},
+            "error": a.get(spans.ERROR),
+        }
     if span.kind == SpanKind.LLM:  # a framework's own span with no proxy twin (a call that failed, say)
         return {
             **base,

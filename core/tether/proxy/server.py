@@ -7,7 +7,9 @@ the backend, answers (as JSON or as an SSE stream synthesised from the whole com
 ``llm`` span for that attempt to the ``SpanBatcher`` it was given; no store round trip is made per call.
 ``/v1/chat/completions`` without the prefix serves the same backend unrecorded (for calls made outside any
 rollout). Errors use OpenAI's body shape: 400 for bad requests, 404 for an attempt that is not open or a URL
-the proxy does not serve, 405 for a wrong method, 502 when the backend fails; a failed call stores nothing.
+the proxy does not serve, 405 for a wrong method, 502 when the backend fails. A call of an open attempt that
+the backend rejected or failed is recorded as an ``llm`` span named ``spans.LLM_CALL_FAILED`` (the request
+and the error; never a transition), so a rollout without transitions says why.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from aiohttp import web
 
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
 from tether.models.base import BackendError, BadRequest, ModelBackend
-from tether.proxy.capture import completion_json, llm_span
+from tether.proxy.capture import completion_json, failed_call_span, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
 from tether.span_batcher import SpanBatcher
@@ -206,12 +208,29 @@ class ProxyServer:
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
             payload = orjson.dumps(completion)
         except BadRequest as exc:
-            return self._error(400, f"the model backend rejected the request: {exc}")
+            status, message, kind = 400, f"the model backend rejected the request: {exc}", "invalid_request_error"
         except BackendError as exc:
-            return self._error(502, f"the model backend failed: {exc}", kind="upstream_error")
+            status, message, kind = 502, f"the model backend failed: {exc}", "upstream_error"
         except Exception as exc:
             log.exception("model backend %s raised", type(self.backend).__name__)
-            return self._error(502, f"the model backend raised {type(exc).__name__}: {exc}", kind="upstream_error")
+            status, message, kind = 502, f"the model backend raised {type(exc).__name__}: {exc}", "upstream_error"
+        else:
+            status = 200
+        if status != 200:
+            if key is not None:  # on record, so a rollout without transitions says why
+                self.batcher.submit(
+                    failed_call_span(
+                        rollout_id=key[0],
+                        attempt_id=key[1],
+                        agent_name=request.headers.get(AGENT_HEADER) or None,
+                        call_id=call_id,
+                        raw_request=raw,
+                        error=message,
+                        status=status,
+                        start_time=start_time,
+                    )
+                )
+            return self._error(status, message, kind=kind)
         latency_ms = (time.perf_counter() - started) * 1000.0
         if key is not None:
             span = llm_span(
