@@ -35,6 +35,8 @@ class ChatRequest:
     model: str | None = None
     #: other OpenAI parameters (tool_choice, response_format, ...): passed through by remote backends
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the policy (trained weights, e.g. a LoRA adapter) that answers; None: the backend's default policy
+    policy: str | None = None
 
 
 @dataclass(slots=True)
@@ -51,6 +53,9 @@ class ChatResult:
     model: str
     prompt_token_ids: list[int] | None = None  # shared by all choices
     usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens, total_tokens
+    #: the version of the weights that sampled every choice (``TrainableBackend.weights_version``); None when
+    #: the backend does not know it (remote APIs)
+    weights_version: int | None = None
 
     @property
     def token_ids_available(self) -> bool:
