@@ -9,9 +9,10 @@ transformers and peft are imported here: this module is loaded only when LoRA tr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,22 @@ class AdapterPolicies:
                 f"the adapter in {directory} does not fit policy {name!r} (unexpected keys, e.g. "
                 f"{unexpected[0]}): was it trained with a different LoRA setting or base?"
             )
+
+    def logprobs(
+        self, name: str | None, prompt_ids: Sequence[int], response_ids: Sequence[int], temperature: float = 1.0
+    ) -> list[float]:
+        """The log-probability of each response token after ``prompt_ids`` under policy ``name``'s adapter
+        (None: the base model, adapters off) at ``temperature``."""
+        ids = torch.tensor([[*prompt_ids, *response_ids]], device=self.device)
+        if name is not None:
+            self.activate(name)
+        off = self.model.disable_adapter() if name is None else contextlib.nullcontext()
+        with torch.no_grad(), off:
+            logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+        if temperature > 0 and temperature != 1.0:
+            logits = logits / temperature
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt_ids) :, None]).squeeze(-1)
+        return [float(x) for x in picked.cpu()]
 
     @property
     def pad_token_id(self) -> int:

