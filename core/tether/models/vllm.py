@@ -323,9 +323,11 @@ class VLLMBackend(ModelBackend):
         return argv + self.extra_args
 
     def server_env(self) -> dict[str, str]:
-        """The environment the server runs in: this process's, runtime LoRA loading when LoRA is on, ``env``."""
+        """The environment the server runs in: this process's, runtime LoRA loading when LoRA is on, ``env``.
+        HTTP keep-alive is raised from vLLM's 5 s to 75 s (unless set): tether's client reuses a connection
+        idle up to 30 s, and a server closing it first can fail the request sent on it."""
         extra = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if self.lora_enabled else {}
-        return {**os.environ, **extra, **(self.env or {})}
+        return {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75", **os.environ, **extra, **(self.env or {})}
 
     def _trains_on_gpu(self) -> bool:
         if self.train_device:
