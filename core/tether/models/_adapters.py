@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,21 +75,23 @@ class AdapterPolicies:
 
     def save(self, name: str, directory: str | Path) -> Path:
         """Write ``name``'s adapter to ``directory`` (created if missing) in PEFT's format, its config naming
-        the base checkpoint (so ``tether.lora.merge`` finds it)."""
+        the base checkpoint (so ``tether.lora.merge`` finds it). The files are written directly, as
+        ``PeftModel.save_pretrained`` writes them less its model card, which took 3/4 of a swap's time."""
+        peft = require_peft()
+        from safetensors.torch import save_file
+
         peft_name = self._peft(name)
         where = Path(directory)
         where.mkdir(parents=True, exist_ok=True)
-        scratch = where / ".saving"
-        shutil.rmtree(scratch, ignore_errors=True)
-        try:
-            self.model.save_pretrained(str(scratch), selected_adapters=[peft_name], safe_serialization=True)
-            source = scratch if peft_name == "default" else scratch / peft_name  # PEFT nests named adapters
-            config = json.loads((source / ADAPTER_CONFIG).read_text())
-            config["base_model_name_or_path"] = self.path
-            (where / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
-            (source / ADAPTER_WEIGHTS).replace(where / ADAPTER_WEIGHTS)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        state = peft.get_peft_model_state_dict(self.model, adapter_name=peft_name)
+        tensors = {key: value.detach().to("cpu").contiguous() for key, value in state.items()}
+        save_file(tensors, str(where / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        config = self.model.peft_config[peft_name]
+        config.save_pretrained(str(where))
+        saved = json.loads((where / ADAPTER_CONFIG).read_text())
+        saved["base_model_name_or_path"] = self.path
+        saved["inference_mode"] = True
+        (where / ADAPTER_CONFIG).write_text(json.dumps(saved, indent=2))
         return where
 
     def load(self, name: str, directory: str | Path) -> None:
