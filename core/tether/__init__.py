@@ -12,6 +12,7 @@ from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
 from tether.lora import LoRA
 from tether.models.base import TrainableBackend
+from tether.otel.export import OTLPExport
 from tether.plugins import AdapterNotFound, get_plugins
 from tether.result import FitResult
 from tether.session import Batch, Session
@@ -43,16 +44,26 @@ def __getattr__(name: str) -> object:
         from tether.algorithms import GRPO
 
         return GRPO
+    if name == "SFT":
+        from tether.algorithms import SFT
+
+        return SFT
     if name == "APO":
         from tether.algorithms.apo import APO
 
         return APO
+    if name == "VERL":  # imports no verl: that waits for VERL.fit
+        from tether.algorithms.verl import VERL
+
+        return VERL
     raise AttributeError(f"module 'tether' has no attribute {name!r}")
 
 
 __all__ = [
     "APO",
     "GRPO",
+    "SFT",
+    "VERL",
     "Adapter",
     "AdapterNotFound",
     "Algorithm",
@@ -63,6 +74,7 @@ __all__ = [
     "LLMEndpoint",
     "LoRA",
     "Mode",
+    "OTLPExport",
     "PromptTemplate",
     "Resources",
     "Rollout",

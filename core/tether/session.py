@@ -11,6 +11,7 @@ batch, concurrently (APO scores its prompt candidates that way).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import time
@@ -37,6 +38,7 @@ from tether.types import (
 )
 
 if TYPE_CHECKING:
+    from tether.otel.export import OTLPExport, SpanExporter
     from tether.proxy import ProxyServer
     from tether.runner import Runner
     from tether.span_batcher import SpanBatcher
@@ -161,6 +163,7 @@ class Session:
     stays open: its owner closes it). ``store`` is a store URL. ``resume`` says that ``fit`` continues the run
     in ``run`` (an algorithm with checkpoints reads them back). ``before_start(backend)`` runs before the
     backend starts (``Trainer.fit`` passes the algorithm's ``prepare_backend``: GRPO attaches LoRA adapters).
+    ``export`` sends every finished rollout's spans out as OpenTelemetry GenAI spans (``tether.OTLPExport``).
     """
 
     def __init__(
@@ -173,6 +176,7 @@ class Session:
         settings: Settings | None = None,
         resume: bool = False,
         before_start: Callable[[ModelBackend], None] | None = None,
+        export: OTLPExport | None = None,
     ) -> None:
         self.agent = agent
         self.model = model
@@ -181,6 +185,8 @@ class Session:
         self.settings = settings or Settings()
         self.resume = resume
         self.before_start = before_start
+        self.export = export
+        self._exporter: SpanExporter | None = None
         self._parts: _Parts | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -194,6 +200,9 @@ class Session:
 
         stack = contextlib.AsyncExitStack()
         try:
+            if self.export is not None:
+                exporter = self._exporter = self.export.start()
+                stack.push_async_callback(asyncio.to_thread, exporter.close)  # last out: sends what is queued
             store = open_store(self.store_url)
             stack.push_async_callback(store.close)
             if isinstance(self.model, ModelBackend):
@@ -296,9 +305,11 @@ class Session:
             for _ in range(job.repeats)
         ]
         enqueued = await self.store.enqueue(specs)
-        await self.runner.run_until_idle()
         ids = [r.rollout_id for r in enqueued]
+        await self.runner.run_until_idle(ids)  # (remote runners may hold some: wait for those too)
         items = await self.store.harvest(ids) if harvest else await self._read(ids)
+        if self._exporter is not None:
+            self._exporter.export(items)
         by_id = {item.rollout.rollout_id: item for item in items}
         batches: list[Batch] = []
         position = 0
@@ -314,22 +325,27 @@ class Session:
     def _spec(self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any]) -> RolloutSpec:
         """The one place a rollout of a task is specified."""
         known = isinstance(task, Task)
+        meta = {**task.metadata, **metadata} if known else dict(metadata)
+        if self.agent.optimize is not None:
+            meta[spans.OPTIMIZE_METADATA] = sorted(self.agent.optimize)
         return RolloutSpec(
             input=task.input if known else task,
             task_id=task.task_id if known else None,
             mode=mode,
-            metadata={**task.metadata, **metadata} if known else dict(metadata),
+            metadata=meta,
             max_attempts=self.settings.max_attempts,
             timeout_s=self.settings.timeout_s,
             resources_version=version,
         )
 
     async def _read(self, rollout_ids: Sequence[str]) -> list[Harvested]:
-        """The rollouts with their attempts and last attempt's spans, left in the store."""
+        """The rollouts with their attempts and spans (every attempt's when exporting, else the last's), left
+        in the store."""
         out = []
         for rollout in await self.store.list_rollouts(rollout_ids=rollout_ids):
             attempts = await self.store.get_attempts(rollout.rollout_id)
-            found = await self.store.get_spans(attempts[-1].attempt_id) if attempts else []
+            wanted = attempts if self._exporter is not None else attempts[-1:]
+            found = [s for a in wanted for s in await self.store.get_spans(a.attempt_id)]
             out.append(Harvested(rollout, attempts, found))
         return out
 
@@ -363,7 +379,10 @@ class Session:
         (rollout,) = await self.store.enqueue(
             [
                 RolloutSpec(
-                    input={"algorithm": algorithm}, mode=Mode.VAL, metadata={spans.RECORD_METADATA: algorithm}
+                    input={"algorithm": algorithm},
+                    mode=Mode.VAL,
+                    metadata={spans.RECORD_METADATA: algorithm},
+                    heartbeat_timeout_s=None,  # no worker runs it: never swept as a dead worker's
                 )
             ]
         )

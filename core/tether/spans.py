@@ -6,7 +6,8 @@ layouts exist:
 
 - **The proxy's LLM span** (kind ``llm``, name ``LLM_CALL``): one per model call answered by the proxy, the
   source of truth for training. Attributes are nested, not dotted (``ProxyLLMAttributes``): the request as
-  sent, the choices with the token ids and logprobs the backend produced, usage, model, latency.
+  sent, the choices with the token ids and logprobs the backend produced, usage, model, latency, and the
+  version of the weights that sampled them (``WEIGHTS_VERSION``; None when the backend does not know it).
 - **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
   keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``); it
   only supplies the sub-agent name of a proxy span with the same request messages when the proxy's lacks one.
@@ -62,6 +63,19 @@ REWARD_VALUE = "reward.value"
 
 #: metadata of a rollout that holds an algorithm's records (claimed by the algorithm, never run)
 RECORD_METADATA = "tether.record"
+#: metadata of a rollout: the sub-agent names its wrapped agent optimizes (``optimize=``), sorted; absent when
+#: every sub-agent is trained (the dashboard rebuilds the transitions' ``trainable`` flags from it)
+OPTIMIZE_METADATA = "tether.optimize"
+#: metadata of a rollout imported from traces (``tether import``, the store's ``/v1/traces``): where from; and,
+#: set True, an attribute of each span it holds
+IMPORTED = "tether.imported"
+
+
+# -- the proxy's LLM span -------------------------------------------------------------------------------------
+
+#: the key of the weights version in the proxy's LLM span (``ProxyLLMAttributes``): the backend's
+#: ``weights_version`` when it sampled the call, None for backends that do not know it (remote APIs)
+WEIGHTS_VERSION = "weights_version"
 
 
 # -- the proxy's LLM span, typed --------------------------------------------------------------------------
@@ -102,6 +116,7 @@ class ProxyLLMAttributes(TypedDict):
     model: str | None
     latency_ms: float
     token_ids_available: bool
+    weights_version: int | None  # the key is ``WEIGHTS_VERSION``
 
 
 def tool_attributes(

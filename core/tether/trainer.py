@@ -17,6 +17,7 @@ from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, check_algorithm
 from tether.dev_report import DevReport, report
 from tether.models.base import ModelBackend
+from tether.otel.export import OTLPExport
 from tether.result import FitResult
 from tether.run_dir import RunDir
 from tether.session import Session, Settings, as_task
@@ -34,6 +35,8 @@ class Trainer:
     ``algorithm``: what ``fit`` trains with — ``tether.GRPO(...)``, ``tether.APO(...)`` or any object with
     ``async def fit(session, train, val) -> FitResult`` (``tether.Algorithm``).
     ``store``: a store URL (``memory:`` by default for ``dev``, ``runs/<name>/store.db`` for ``fit``).
+    ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
+    (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     """
 
     model: str | ModelBackend = "embedded"
@@ -51,6 +54,7 @@ class Trainer:
     name: str | None = None
     run_root: str = "runs"
     progress: bool = True
+    export: OTLPExport | None = None
 
     def dev(
         self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
@@ -116,6 +120,7 @@ class Trainer:
             settings=self.settings(),
             resume=resume,
             before_start=before_start,
+            export=self.export or OTLPExport.from_env(),
         )
 
     def settings(self) -> Settings:
@@ -144,7 +149,7 @@ class Trainer:
             raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
         train_tasks = [as_task(t) for t in train]
         val_tasks = [as_task(t) for t in (val or [])]
-        if not train_tasks:
+        if not train_tasks and getattr(algorithm, "uses_train_tasks", True):
             raise ValueError("Trainer.fit needs at least one training task")
         if resume and self.name is None:
             raise ValueError("resume=True needs the run's name: Trainer(name=...) as in the first run")

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from tether import _json
-from tether.spans import LLM_CALL, REQUEST_MESSAGES, REWARD_VALUE, TOOL_ERROR, ProxyLLMAttributes
+from tether.spans import (
+    LLM_CALL,
+    REQUEST_MESSAGES,
+    REWARD_VALUE,
+    TOOL_ERROR,
+    WEIGHTS_VERSION,
+    ProxyLLMAttributes,
+)
 from tether.types import Rollout, Span, SpanKind, Transition
 
 CreditRule = Literal["episode", "per_call"]
@@ -100,7 +107,14 @@ def _transition_from(
         logprobs=choice.get("logprobs") if choice else None,
         reward=reward,
         trainable=False,
+        weights_version=_version(span.attributes.get(WEIGHTS_VERSION)),
     )
+
+
+def _version(value: Any) -> int | None:
+    """The span's weights version as an int (None when absent: a remote backend, or a span stored before
+    versions were recorded)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:

@@ -66,6 +66,9 @@ BAD_REQUESTS = [
     ({"messages": USER, "n": 0}, "n", "between 1 and"),
     ({"messages": USER, "max_tokens": "ten"}, "max_tokens", "must be an integer"),
     ({"messages": USER, "max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens", "disagree"),
+    ({"messages": USER, "max_tokens": 2**31}, "max_tokens", "between 1 and 2147483647"),
+    ({"messages": USER, "max_completion_tokens": 2**31}, "max_completion_tokens", "between 1 and 2147483647"),
+    ({"messages": USER, "max_tokens": 10**30}, "max_tokens", "between 1 and 2147483647"),
     ({"messages": USER, "stop": 3}, "stop", "'stop' must be"),
     ({"messages": USER, "stream": "yes"}, "stream", "true or false"),
     ({"messages": USER, "tools": {"name": "f"}}, "tools", "must be a list"),
@@ -142,6 +145,48 @@ async def test_an_attempt_is_served_only_while_open(setup: tuple[MemoryStore, Fa
     await proxy.flush()
     assert len(await store.get_spans(other.attempt_id)) == 1
     assert len(llm.chat_requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/nope", 404, "unknown_url"),
+        ("POST", "/v1/completions", 404, "unknown_url"),
+        ("POST", "/r/{rid}/{aid}/v1/embeddings", 404, "unknown_url"),
+        ("POST", "/r//at-1/v1/chat/completions", 404, "unknown_url"),
+        ("POST", "/r/ro-1//v1/chat/completions", 404, "unknown_url"),
+        ("POST", "/r/ro-1", 404, "unknown_url"),
+        ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+        ("GET", "/r/{rid}/{aid}/v1/chat/completions", 405, "method_not_allowed"),
+        ("POST", "/v1/models", 405, "method_not_allowed"),
+        ("DELETE", "/health", 405, "method_not_allowed"),
+    ],
+)
+async def test_unknown_paths_and_methods_get_openai_shaped_errors(
+    setup: tuple[MemoryStore, FakeLLM, ProxyServer, str], method: str, path: str, status: int, code: str
+) -> None:
+    _, llm, proxy, url = setup
+    rid, aid = url.split("/")[-3:-1]
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, proxy.url + path.format(rid=rid, aid=aid), json={}) as resp:
+            assert resp.status == status and resp.content_type == "application/json"
+            data = await resp.json()
+            allow = resp.headers.get("Allow")
+    error = data["error"]
+    assert error["code"] == code and error["type"] == "invalid_request_error" and error["param"] is None
+    assert f"{method} " in error["message"] and "/v1/chat/completions" in error["message"]
+    assert (allow is not None) == (status == 405)
+    assert llm.requests == []
+
+
+async def test_the_openai_sdk_shows_why_a_url_is_wrong(
+    setup: tuple[MemoryStore, FakeLLM, ProxyServer, str],
+) -> None:
+    _, _, proxy, _ = setup
+    client = openai.AsyncOpenAI(base_url=f"{proxy.url}/r//at-1/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="names no rollout"):
+        await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    await client.close()
 
 
 @pytest.mark.parametrize("ids", [("", "at-1"), ("ro-1", "a/b")])

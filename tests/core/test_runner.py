@@ -3,6 +3,9 @@ which calls the proxy URL it is given, the proxy, a store, and the scripted fake
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,14 @@ from tether.adapters import Adapter
 from tether.models.remote import RemoteBackend
 from tether.plugins import build, reset_plugins
 from tether.proxy import ProxyServer
-from tether.runner import Runner
+from tether.runner import Runner, RunnerStats
 from tether.span_batcher import SpanBatcher
+from tether.store import Store
 from tether.store.memory import MemoryStore
+from tether.store.sqlite import SqliteStore
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
 from tether.types import AttemptStatus, LLMEndpoint, Resources, RolloutSpec, RolloutStatus, Span, SpanKind
+from tether.wrap import WrappedAgent
 
 
 class _DictAgentAdapter(Adapter):
@@ -201,3 +207,90 @@ async def test_runner_sends_the_sampling_once_and_leaves_the_batcher_to_its_owne
             batcher.submit(Span(rollout.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still open
     assert [(r["temperature"], r["seed"]) for r in llm.chat_requests] == [(0.0, 11)] * 2
     assert len(await store.get_spans(attempt.attempt_id)) == 3
+
+
+async def _run_until_idle(
+    store: Store,
+    agent: WrappedAgent,
+    rollout_ids: list[str] | None = None,
+    handler: Any = _echo,
+    retries: int = 3,
+) -> RunnerStats:
+    """One runner over ``store`` until idle, its calls answered by the fake LLM through a proxy."""
+    async with FakeLLM(handler=handler) as llm, SpanBatcher(store, retries=retries) as batcher:
+        async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
+            await store.add_resources(llm=LLMEndpoint(proxy.url))
+            async with Runner(agent, store, proxy, batcher=batcher, poll_s=0.01) as runner:
+                return await (runner.run_until_idle(rollout_ids) if rollout_ids else runner.run_until_idle())
+
+
+async def test_run_until_idle_sweeps_a_dead_workers_stale_rollout_and_runs_it() -> None:
+    store = MemoryStore()
+    (lost,) = await store.enqueue([RolloutSpec(input="q", max_attempts=2, heartbeat_timeout_s=0.05)])
+    assert await store.dequeue("a-runner-that-died")
+    await asyncio.sleep(0.1)  # its heartbeat is stale by now
+    stats = await _run_until_idle(store, tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0))
+    assert stats.succeeded == 1
+    done = await store.get_rollout(lost.rollout_id)
+    assert (done.status, done.attempt_count) == (RolloutStatus.SUCCEEDED, 2)
+
+
+async def test_run_until_idle_waits_for_its_rollouts_held_by_a_dead_worker() -> None:
+    store = MemoryStore()
+    retried, ended = await store.enqueue(
+        [
+            RolloutSpec(input="q", max_attempts=2, heartbeat_timeout_s=0.3),
+            RolloutSpec(input="q", heartbeat_timeout_s=0.3),
+        ]
+    )
+    assert len(await store.dequeue("a-runner-that-died", limit=2)) == 2  # claimed, then its process died
+    agent = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0)
+    stats = await _run_until_idle(store, agent, [retried.rollout_id, ended.rollout_id])
+    assert stats.succeeded == 1
+    again = await store.get_rollout(retried.rollout_id)
+    assert (again.status, again.attempt_count) == (RolloutStatus.SUCCEEDED, 2)
+    failed = await store.get_rollout(ended.rollout_id)
+    assert failed.status == RolloutStatus.FAILED and "no heartbeat for 0.3 s" in (failed.error or "")
+
+
+async def test_the_runner_keeps_a_slow_attempt_alive() -> None:
+    def slow(request: dict[str, Any]) -> Reply:
+        return text("late", delay_s=1.0)  # no span arrives for a second: only the runner's heartbeats
+
+    store = MemoryStore()
+    (rollout,) = await store.enqueue([RolloutSpec(input="q", heartbeat_timeout_s=0.3)])
+    stats = await _run_until_idle(
+        store, tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0), handler=slow
+    )
+    assert stats.succeeded == 1
+    done = await store.get_rollout(rollout.rollout_id)
+    assert (done.status, done.attempt_count) == (RolloutStatus.SUCCEEDED, 1)
+
+
+async def test_run_until_idle_waits_until_an_outcome_it_could_not_record_is_swept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, busy_timeout_s=0.05)
+    (rollout,) = await store.enqueue([RolloutSpec(input="q", max_attempts=2, heartbeat_timeout_s=0.3)])
+    scored: list[float] = []
+
+    def lock_the_file_once(task: Any, output: Any) -> float:
+        if not scored:  # another process holds the write lock while the first attempt ends
+            other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            other.execute("BEGIN IMMEDIATE")
+            threading.Timer(1.0, lambda: (other.execute("ROLLBACK"), other.close())).start()
+        scored.append(1.0)
+        return 1.0
+
+    try:
+        agent = tether.wrap({"name": "a", "calls": 1}, reward=lock_the_file_once)
+        stats = await _run_until_idle(store, agent, retries=0)
+        done = await store.get_rollout(rollout.rollout_id)
+        attempts = await store.get_attempts(rollout.rollout_id)
+    finally:
+        await store.close()
+    assert (done.status, done.attempt_count) == (RolloutStatus.SUCCEEDED, 2)
+    assert "could not record the failure of attempt" in caplog.text  # the store refused both outcomes
+    assert [a.status for a in attempts] == [AttemptStatus.TIMEOUT, AttemptStatus.SUCCEEDED]  # swept, then rerun
+    assert (stats.succeeded, stats.failed) == (1, 1)

@@ -85,8 +85,11 @@ class TrainableBackend(Protocol):
 
     ``policy()`` holds the weights (no batch is sampled meanwhile) and yields the torch model to update;
     ``save(dir)`` writes a checkpoint that ``load_weights(dir)`` reads back into the served model (a run
-    resuming); ``pad_token_id`` pads update batches.
+    resuming); ``pad_token_id`` pads update batches; ``weights_version`` counts updates (bumped when a
+    ``policy()`` block ends) and is what each ``ChatResult`` records as the version that sampled it.
     """
+
+    weights_version: int
 
     def policy(self) -> AbstractContextManager[Any]: ...
 

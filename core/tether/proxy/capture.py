@@ -121,6 +121,7 @@ def llm_span(
         "model": result.model,
         "latency_ms": latency_ms,
         "token_ids_available": result.token_ids_available,
+        "weights_version": result.weights_version,
     }
     return Span(
         rollout_id=rollout_id,
