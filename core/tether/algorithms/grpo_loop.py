@@ -57,7 +57,8 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
     if not isinstance(backend, TrainableBackend):
         raise ValueError(
             f"{type(algorithm).__name__} trains a model tether holds in torch: use "
-            "model='embedded' or model='hf:<path>' (remote and vLLM backends train through verl)"
+            "model='embedded', model='hf:<path>' or model='vllm:<path>' with lora=tether.LoRA(...) (a remote API "
+            "cannot be trained)"
         )
     run = session.require_run(type(algorithm).__name__)
     settings = session.settings

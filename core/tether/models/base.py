@@ -35,6 +35,8 @@ class ChatRequest:
     model: str | None = None
     #: other OpenAI parameters (tool_choice, response_format, ...): passed through by remote backends
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the policy (trained weights, e.g. a LoRA adapter) that answers; None: the backend's default policy
+    policy: str | None = None
 
 
 @dataclass(slots=True)
