@@ -1,4 +1,4 @@
-"""The ``tether`` command line: ``plugins``, ``demo``, ``store serve``, ``dashboard``, ``import``."""
+"""The ``tether`` command line: ``plugins``, ``demo``, ``merge``, ``store serve``, ``dashboard``, ``import``."""
 
 from __future__ import annotations
 
@@ -63,6 +63,30 @@ def demo(ctx: click.Context) -> None:
     args = ["--help" if a == "--help-example" else a for a in ctx.args]
     sys.argv = [str(script), *args]
     runpy.run_path(str(script), run_name="__main__")
+
+
+@main.command()
+@click.argument("adapter_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option(
+    "--base",
+    type=click.Path(exists=True, file_okay=False),
+    help="the base checkpoint (default: the one the adapter records)",
+)
+def merge(adapter_dir: str, out_dir: str, base: str | None) -> None:
+    """Fold a LoRA adapter (a checkpoint of a GRPO(lora=...) run) into its base: a plain transformers checkpoint
+    in OUT_DIR that model="hf:OUT_DIR" serves."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None or importlib.util.find_spec("torch") is None:
+        raise click.ClickException('merging needs peft and torch: pip install "tether[lora]"')
+    from tether.lora import merge as merge_adapter
+
+    try:
+        out = merge_adapter(adapter_dir, out_dir, base=base)
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f'merged {adapter_dir} into {out}: serve it with model="hf:{out}"')
 
 
 @main.group()

@@ -11,8 +11,10 @@ writes an ordinary transformers checkpoint directory. peft is imported on first 
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,18 @@ class LoRA:
                 raise ValueError(f"target_modules must be 'all-linear' or module names, got {modules!r}")
             object.__setattr__(self, "target_modules", modules)
 
+    @classmethod
+    def from_adapter_dir(cls, directory: str | Path) -> LoRA:
+        """The setting a saved adapter was trained with (its ``adapter_config.json``)."""
+        config = _read_config(directory)
+        modules = config.get("target_modules") or "all-linear"
+        return cls(
+            r=int(config.get("r", 8)),
+            alpha=config.get("lora_alpha", 8),
+            dropout=float(config.get("lora_dropout", 0.0)),
+            target_modules=modules if isinstance(modules, str) else tuple(sorted(modules)),
+        )
+
     def peft_config(self) -> Any:
         """This setting as a ``peft.LoraConfig`` for a causal LM."""
         peft = require_peft()
@@ -73,14 +87,45 @@ def attach(model: Any, lora: LoRA) -> Any:
     trainable and initialised so the wrapped model computes exactly what ``model`` did."""
     peft = require_peft()
     try:
-        return peft.get_peft_model(model, lora.peft_config())
+        with _quiet_peft():
+            return peft.get_peft_model(model, lora.peft_config())
     except ValueError as exc:  # e.g. target modules not found in this architecture
         raise ValueError(f"cannot attach {lora} to {type(model).__name__}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """Without the FutureWarning transformers 5 raises when peft reads ``model.is_gradient_checkpointing``."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def is_adapter_dir(directory: str | Path) -> bool:
     """Whether ``directory`` holds a PEFT adapter (as ``save_adapter`` writes it)."""
     return (Path(directory) / ADAPTER_CONFIG).is_file()
+
+
+def _read_config(directory: str | Path) -> dict[str, Any]:
+    if not is_adapter_dir(directory):
+        raise FileNotFoundError(f"{directory} holds no LoRA adapter ({ADAPTER_CONFIG} is missing)")
+    config: dict[str, Any] = json.loads((Path(directory) / ADAPTER_CONFIG).read_text())
+    return config
+
+
+def base_of(adapter_dir: str | Path) -> Path:
+    """The base checkpoint directory an adapter records (a relative path is relative to the adapter's
+    directory: a base saved beside it), or FileNotFoundError naming the fix."""
+    recorded = _read_config(adapter_dir).get("base_model_name_or_path")
+    if recorded:
+        beside = Path(adapter_dir) / recorded
+        for candidate in (beside, Path(recorded)):
+            if (candidate / "config.json").is_file():
+                return candidate
+    raise FileNotFoundError(
+        f"the base checkpoint {recorded!r} of the adapter in {adapter_dir} is not a local directory: "
+        "pass the base explicitly (tether merge ... --base <checkpoint dir>, merge(..., base=...))"
+    )
 
 
 def save_adapter(model: Any, directory: str | Path, *, base: str | None = None) -> Path:
@@ -123,15 +168,16 @@ def merge(adapter_dir: str | Path, out_dir: str | Path, *, base: str | Path | No
     if not is_adapter_dir(adapter_dir):
         raise FileNotFoundError(f"{adapter_dir} holds no LoRA adapter ({ADAPTER_CONFIG} is missing)")
     if base is None:
-        base = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
-    if not base or not (Path(base) / "config.json").is_file():
-        raise FileNotFoundError(
-            f"the adapter's base checkpoint {base!r} is not a local directory: pass base=<checkpoint path>"
-        )
-    model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True)
-    merged = peft.PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
-    out = Path(out_dir)
-    merged.save_pretrained(str(out))
+        base = base_of(adapter_dir)
+    elif not (Path(base) / "config.json").is_file():
+        raise FileNotFoundError(f"base {str(base)!r} is not a local transformers checkpoint (no config.json)")
+    from tether.models._quiet import quiet
+
+    with quiet(), _quiet_peft():
+        model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True)
+        merged = peft.PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        out = Path(out_dir)
+        merged.save_pretrained(str(out))
     tokenizer_source = Path(adapter_dir) if (Path(adapter_dir) / "tokenizer_config.json").is_file() else base
     AutoTokenizer.from_pretrained(str(tokenizer_source), local_files_only=True).save_pretrained(str(out))
     return out

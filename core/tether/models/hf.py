@@ -5,6 +5,10 @@ Prompts are rendered with the checkpoint's own chat template (``tokenizer.chat_t
 parsed for tool calls in the Hermes/Qwen form ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
 or in the embedded form. Sampling, batching and in-place weight updates are shared with the embedded
 backend (``tether.models._local``). Nothing is downloaded: the path must be a local directory.
+
+The model runs on CUDA in bf16 when a GPU is visible, else on CPU in float32 (``device=``/``dtype=`` override:
+``HFBackend(path, device="cuda:1", dtype="float16")`` or ``"hf:<path>?device=cuda:1&dtype=float16"``). A path
+holding a LoRA adapter (a checkpoint of a LoRA run) serves its base with that adapter attached.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import jinja2
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tether.models._local import LocalBackend, quiet
+from tether.models._device import pick_device, pick_dtype
+from tether.models._local import LocalBackend
+from tether.models._quiet import quiet
 from tether.models.base import BadRequest
 from tether.models.embedded import template
 from tether.models.embedded.model import turn_token_ids
@@ -93,7 +99,7 @@ class HFBackend(LocalBackend):
         self,
         path: str,
         *,
-        device: str = "cpu",
+        device: str | None = None,
         dtype: str | torch.dtype | None = None,
         threads: int | None = None,
         max_batch_rows: int = 64,
@@ -101,24 +107,35 @@ class HFBackend(LocalBackend):
     ) -> None:
         super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
         where = Path(path).expanduser()
+        adapter = None
         if not (where / "config.json").is_file():
-            raise FileNotFoundError(
-                f"hf:{path} is not a local checkpoint directory (no config.json); tether never downloads models: "
-                "save one with save_pretrained and pass its path"
-            )
-        self.path = str(where)
-        self.tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
-        if dtype is None:
-            dtype = torch.float32 if device == "cpu" else "auto"
+            from tether.lora import base_of, is_adapter_dir
+
+            if not is_adapter_dir(where):
+                raise FileNotFoundError(
+                    f"hf:{path} is not a local checkpoint directory (no config.json); tether never downloads "
+                    "models: save one with save_pretrained and pass its path"
+                )
+            adapter, where = where, base_of(where)
+        self.path = str(adapter or where)
+        self.base_dir = str(where.resolve())
+        self.device = pick_device(device)
+        self.dtype = pick_dtype(self.device, dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(adapter or where, local_files_only=True)
         with quiet():
-            loaded: Any = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=True)
-        self.model = loaded.to(device)
+            loaded: Any = AutoModelForCausalLM.from_pretrained(where, dtype=self.dtype, local_files_only=True)
+        self.model = loaded.to(self.device)
         self.model.eval()
         vocab = self.tokenizer.get_vocab()
         self.embedded_format = all(m in vocab for m in template.MARKERS)
         if self.tokenizer.pad_token_id is None:  # padding is masked out; any id will do
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._stops = self._find_stops()
+        if adapter is not None:
+            from tether.lora import LoRA
+
+            self.attach_lora(LoRA.from_adapter_dir(adapter))
+            self.load_weights(str(adapter))
 
     def _find_stops(self) -> list[int]:
         stops: set[int] = set()

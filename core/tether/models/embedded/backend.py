@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tether.models._local import LocalBackend
@@ -35,6 +36,7 @@ class EmbeddedBackend(LocalBackend):
         if model is None:
             if checkpoint_dir:
                 model = EmbeddedModel.load(checkpoint_dir, device=device)
+                self.base_dir = str(Path(checkpoint_dir).expanduser().resolve())
             else:
                 model = create_embedded(preset=preset, seed=seed, device=device)
         self.embedded = model

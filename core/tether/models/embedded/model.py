@@ -24,7 +24,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from tether.models._local import quiet
+from tether.models._quiet import quiet
 from tether.models.embedded import template
 from tether.models.embedded.corpus import builtin_corpus
 from tether.models.embedded.tokenizer import train_tokenizer
