@@ -276,3 +276,13 @@ def test_device_and_dtype_picks(nano_dir: Path) -> None:
         open_backend(f"hf:{nano_dir}?device=cuda")
     with pytest.raises(ValueError, match=r"hf: takes \?device="):
         open_backend(f"hf:{nano_dir}?gpu=1")
+
+
+def test_grpo_without_lora_on_vllm_says_so_before_the_server_starts() -> None:
+    from tether.models.vllm import VLLMBackend
+
+    backend = VLLMBackend("/ckpt", command=["x"])  # never started: the check runs before start
+    with pytest.raises(ValueError, match=r"lora=tether.LoRA"):
+        tether.GRPO().prepare_backend(backend)
+    assert backend.process is None
+    tether.GRPO(lora=LoRA(r=8)).prepare_backend(backend)  # with LoRA it is accepted

@@ -112,8 +112,17 @@ class GRPO:
         return await grpo_loop.fit(self, session, train, val)
 
     def prepare_backend(self, backend: ModelBackend) -> None:
-        """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any."""
+        """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any. A vLLM
+        backend trains only LoRA adapters (the server cannot take full weights between updates): say so now,
+        not at the first update."""
         if self.lora is None:
+            from tether.models.vllm import VLLMBackend  # no vLLM import: it only drives a server
+
+            if isinstance(backend, VLLMBackend):
+                raise ValueError(
+                    "GRPO trains a vllm: model through LoRA adapters that the server swaps in: pass "
+                    "lora=tether.LoRA(...) (full-weight training with vLLM goes through tether.VERL)"
+                )
             return
         attach = getattr(backend, "attach_lora", None)
         if attach is None:
