@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from tether.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, attach, require_peft
 from tether.models._device import pick_device, pick_dtype
-from tether.models._local import quiet
+from tether.models._quiet import quiet
 
 
 class AdapterPolicies:
