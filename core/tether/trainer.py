@@ -18,8 +18,8 @@ from tether.algorithms.base import Algorithm, check_algorithm
 from tether.dev_report import DevReport, report
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
-from tether.result import FitResult
 from tether.ray_runners import RayRunners
+from tether.result import FitResult
 from tether.run_dir import RunDir
 from tether.session import Session, Settings, as_task
 from tether.transitions import CreditRule
