@@ -22,8 +22,8 @@ from tether.types import AttemptStatus, RolloutStatus
 pytestmark = pytest.mark.usefixtures("ray_head")
 
 TASKS = [f"What is {i} + {i + 3}?" for i in range(12)]
-#: what differs between two runs of the same calls: ids, clocks, and the ids derived from them
-_VOLATILE = {"call_id", "latency_ms", "span_id", "parent_id", "start_time", "end_time", "rollout_id", "attempt_id"}
+#: what differs between two runs of the same calls: clocks (and call ids, replaced by the call's position)
+_VOLATILE = {"latency_ms", "start_time", "end_time"}
 
 
 def _reply(request: dict[str, Any]) -> Reply:
@@ -53,27 +53,29 @@ def _backend(llm: FakeLLM) -> RemoteBackend:
     return RemoteBackend(llm.base_url, return_token_ids=True, logprobs=True)
 
 
-def _scrub(value: Any) -> Any:
+def _scrub(value: Any, calls: dict[str, str]) -> Any:
     if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items() if k not in _VOLATILE}
+        return {k: _scrub(v, calls) for k, v in value.items() if k not in _VOLATILE}
     if isinstance(value, list):
-        return [_scrub(v) for v in value]
-    return value
+        return [_scrub(v, calls) for v in value]
+    return calls.get(value, value) if isinstance(value, str) else value
 
 
 def _recorded(report: Any) -> dict[Any, Any]:
-    """Per task: status, output, reward, attempts, and every span (order, kind, name, agent, attributes)."""
-    return {
-        r.rollout.input: (
+    """Per task: status, output, reward, attempts, and every span (order, kind, name, agent, attributes, which
+    LLM call a tool span answers), and the transitions built."""
+    out = {}
+    for r in report:
+        calls = {s.attributes["call_id"]: f"call#{i}" for i, s in enumerate(r.spans) if s.name == spans.LLM_CALL}
+        out[r.rollout.input] = (
             r.status,
             r.output,
             r.reward,
             r.attempts,
-            [(s.sequence, s.kind, s.name, s.agent_name, _scrub(s.attributes)) for s in r.spans],
-            len(r.transitions),
+            [(s.sequence, s.kind, s.name, s.agent_name, _scrub(s.attributes, calls)) for s in r.spans],
+            [(t.prompt_token_ids, t.response_token_ids, t.reward) for t in r.transitions],
         )
-        for r in report
-    }
+    return out
 
 
 async def _in_process(llm: FakeLLM) -> dict[Any, Any]:
@@ -115,9 +117,7 @@ async def test_rollouts_spread_over_the_actors() -> None:
         try:
             async with trainer.session(_agent()) as session:
                 batch = await session.run_batch(TASKS[:8], harvest=False)
-                workers = [
-                    (await session.store.get_attempts(r.rollout_id))[-1].worker_id for r in batch.rollouts
-                ]
+                workers = [(await session.store.get_attempts(r.rollout_id))[-1].worker_id for r in batch.rollouts]
                 pool_workers = set(session.runner.worker_ids)  # type: ignore[union-attr]
         finally:
             await backend.close()
@@ -148,9 +148,7 @@ async def test_an_actor_killed_mid_run_loses_no_rollout(ray_head: Any) -> None:
                 assert victim is not None, "no actor took a rollout"
                 ray_head.kill(victim.handle)
                 batch = await asyncio.wait_for(running, 60)
-                attempts = {
-                    r.rollout_id: await session.store.get_attempts(r.rollout_id) for r in batch.rollouts
-                }
+                attempts = {r.rollout_id: await session.store.get_attempts(r.rollout_id) for r in batch.rollouts}
                 restarts = pool.restarts
         finally:
             await backend.close()
