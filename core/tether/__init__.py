@@ -15,6 +15,7 @@ from tether.models.base import TrainableBackend
 from tether.otel.export import OTLPExport
 from tether.passthrough_calls import passthrough
 from tether.plugins import AdapterNotFound, get_plugins
+from tether.ray_runners import RayRunners
 from tether.result import FitResult
 from tether.session import Batch, Session
 from tether.store import Store, StoreError, open_store
@@ -77,6 +78,7 @@ __all__ = [
     "Mode",
     "OTLPExport",
     "PromptTemplate",
+    "RayRunners",
     "Resources",
     "Rollout",
     "RolloutSpec",

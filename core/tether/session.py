@@ -26,6 +26,7 @@ from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
 from tether.transitions import CreditRule, build_transitions, is_proxy_llm_span
 from tether.types import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     LLMEndpoint,
     Mode,
     PromptTemplate,
@@ -40,6 +41,7 @@ from tether.types import (
 if TYPE_CHECKING:
     from tether.otel.export import OTLPExport, SpanExporter
     from tether.proxy import ProxyServer
+    from tether.ray_runners import RayPool, RayRunners
     from tether.runner import Runner
     from tether.span_batcher import SpanBatcher
     from tether.wrap import WrappedAgent
@@ -63,6 +65,8 @@ class Settings:
     credit: CreditRule = "episode"
     tool_error_penalty: float = 0.0
     n_runners: int = 4
+    #: how long an attempt may go without a heartbeat before the store's sweep ends it (a dead runner's)
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
     seed: int = 0
     steps: int = 20
     eval_every: int = 5
@@ -153,7 +157,7 @@ class _Parts:
     backend: ModelBackend
     batcher: SpanBatcher
     proxy: ProxyServer
-    runner: Runner
+    runner: Runner | RayPool
 
 
 class Session:
@@ -164,6 +168,7 @@ class Session:
     in ``run`` (an algorithm with checkpoints reads them back). ``before_start(backend)`` runs before the
     backend starts (``Trainer.fit`` passes the algorithm's ``prepare_backend``: GRPO attaches LoRA adapters).
     ``export`` sends every finished rollout's spans out as OpenTelemetry GenAI spans (``tether.OTLPExport``).
+    ``runners`` (``tether.RayRunners``) runs the rollouts in Ray actors instead of this process.
     """
 
     def __init__(
@@ -177,6 +182,7 @@ class Session:
         resume: bool = False,
         before_start: Callable[[ModelBackend], None] | None = None,
         export: OTLPExport | None = None,
+        runners: RayRunners | None = None,
     ) -> None:
         self.agent = agent
         self.model = model
@@ -186,6 +192,7 @@ class Session:
         self.resume = resume
         self.before_start = before_start
         self.export = export
+        self.runners = runners
         self._exporter: SpanExporter | None = None
         self._parts: _Parts | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -216,15 +223,37 @@ class Session:
             batcher = SpanBatcher(store)
             stack.push_async_callback(batcher.close)  # after the proxy stops: the session owns the batcher
             proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher))
-            runner = await stack.enter_async_context(
-                Runner(self.agent, store, proxy, batcher=batcher, concurrency=self.settings.n_runners)
-            )
+            runner: Runner | RayPool
+            if self.runners is not None:
+                runner = await self._start_remote(self.runners, stack, store, backend)
+            else:
+                runner = await stack.enter_async_context(
+                    Runner(self.agent, store, proxy, batcher=batcher, concurrency=self.settings.n_runners)
+                )
         except BaseException:
             await stack.aclose()
             raise
         self._parts = _Parts(store, backend, batcher, proxy, runner)
         self._stack = stack
         return self
+
+    async def _start_remote(
+        self, runners: RayRunners, stack: contextlib.AsyncExitStack, store: Store, backend: ModelBackend
+    ) -> RayPool:
+        """Serve the store (unless the actors can open its URL themselves) and the backend to ``runners``
+        and start them."""
+        from tether.models.http_backend import BackendServer
+        from tether.store.http_server import start_server
+
+        store_url = self.store_url
+        if not store_url.startswith(("http://", "https://", "postgresql://", "postgres://")):
+            server = await start_server(store, host=runners.host)
+            stack.push_async_callback(server.stop)
+            store_url = server.url
+        served = await stack.enter_async_context(BackendServer(backend, host=runners.host))
+        pool = await runners.start(self.agent, store, store_url=store_url, backend_url=served.url)
+        stack.push_async_callback(pool.close)
+        return pool
 
     async def __aexit__(self, *exc: object) -> None:
         stack, self._stack, self._parts = self._stack, None, None
@@ -254,7 +283,7 @@ class Session:
         return self._open.proxy
 
     @property
-    def runner(self) -> Runner:
+    def runner(self) -> Runner | RayPool:
         return self._open.runner
 
     def require_run(self, who: str) -> RunDir:
@@ -335,6 +364,7 @@ class Session:
             metadata=meta,
             max_attempts=self.settings.max_attempts,
             timeout_s=self.settings.timeout_s,
+            heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
             resources_version=version,
         )
 
