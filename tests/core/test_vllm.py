@@ -280,4 +280,3 @@ async def test_stubborn_process_is_killed(standin: list[str]) -> None:
     process = backend.process
     await backend.close()
     assert process.poll() is not None and process.returncode < 0  # ended by a signal (SIGKILL)
-
