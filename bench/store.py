@@ -1,13 +1,20 @@
 """Store benchmark: throughput and latency of each backend on the calls a training run makes.
 
-Run: ``.venv/bin/python bench/store.py [--quick] [--backends memory,sqlite,http+memory,http+sqlite]``
+Run: ``.venv/bin/python bench/store.py [--quick] [--backends memory,sqlite,http+memory,http+sqlite,postgresql]``
 
 Workloads (each on a fresh store): enqueue (1 rollout a call), dequeue (1 a call), add_span with LLM-sized
-spans one per call and in batches of 100, get_spans of a 20-span attempt, and the full rollout lifecycle
+spans one per call and in batches of 100, get_spans of a 20-span attempt, the full rollout lifecycle
 (enqueue -> dequeue -> add 3 LLM spans in one batch -> finish) at 1 and 16 concurrent workers (asyncio
-tasks). For ``http+X`` the store server runs in a separate process over an ``X`` store, as remote runners
-would see it. When ``agentlightning`` is importable (an optional comparison, never a dependency) the same
-workload also runs against its in-memory store and the ratios are printed; see ``bench/_agentlightning.py``.
+tasks), and reading rollouts back as training does: write N rollouts of 16 LLM spans (one batch each), then
+get_spans of every one (three passes), with the read/write ratio; for memory and sqlite also through the
+previous read path (``bench/_previous_read.py``) on the same store, and for sqlite from a second store opened
+on the same file (nothing cached: every span decoded from the file). For ``http+X`` the store server runs in
+a separate process over an ``X`` store, as remote runners would see it. When ``agentlightning`` is importable
+(an optional comparison, never a dependency) the same workload also runs against its in-memory store and the
+ratios are printed (``_AglStore`` below).
+``postgresql`` (and ``http+postgresql``) run against a throwaway local server (``tether.testing.pg_server``:
+initdb into a temp dir, ``fsync=off``; needs Debian's ``postgresql`` and ``tether[postgres]``), a fresh
+schema per workload; its ratios to SQLite are printed under the table.
 Prints one table: ops/s, p50 and p99 latency of one call (of one whole rollout for the lifecycle).
 """
 
@@ -26,8 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _previous_read import previous_reader
+
 from tether import open_store
 from tether.store.base import Store
+from tether.store.sqlite import SqliteStore
 from tether.types import AttemptStatus, RolloutSpec, Span, SpanKind
 
 _WORDS = "the agent called a tool and then answered the question about the weather in paris with care".split()
@@ -83,10 +93,16 @@ class Result:
     latencies: list[float]
     unit: str = "ops"
     per_op: int = 1  # items (spans) per timed call
+    cpu_seconds: float | None = None  # this process's CPU time over the calls (in-process backends)
 
     @property
     def rate(self) -> float:
         return self.ops * self.per_op / self.seconds
+
+    @property
+    def cpu_rate(self) -> float | None:
+        """The rate by CPU time: what a core of its own would do (the machine may be shared)."""
+        return None if not self.cpu_seconds else self.ops * self.per_op / self.cpu_seconds
 
     def pct(self, q: float) -> float:
         data = sorted(self.latencies)
@@ -138,11 +154,64 @@ async def bench_backend(
         secs, lat = await _timed(nq, lambda i: store.get_spans(attempts[i % 20][1]))
         results.append(Result(name, "get_spans (20)", nq, secs, lat, "queries"))
 
+    results += await read_rollouts(name, fresh, sizes)
+
     for workers in (1, 16):
         async with fresh() as store:
             total = sizes["rollouts"] * (4 if workers > 1 else 1)
             secs, lat = await lifecycle(store, workers, total)
             results.append(Result(name, f"lifecycle x{workers}", total, secs, lat, "rollouts"))
+    return results
+
+
+READ_SPANS = 16  # spans of each rollout the read workload writes and reads back
+
+
+async def read_rollouts(
+    name: str, fresh: Callable[[], AbstractAsyncContextManager[Any]], sizes: dict[str, int]
+) -> list[Result]:
+    """Write ``read_rollouts`` rollouts of 16 LLM spans, one batch each, then read every one back with
+    ``get_spans``, ``read_passes`` times; the same reads through the previous path, and from a fresh store."""
+    n, passes = sizes["read_rollouts"], sizes["read_passes"]
+    results = []
+    in_process = "http" not in name  # (over HTTP this process's CPU time leaves the server's out)
+
+    def cpu_since(start: float) -> float | None:
+        return time.process_time() - start if in_process else None
+
+    async with fresh() as store:
+        attempts = await _running_attempts(store, n)
+        batches = [
+            [llm_span(rid, aid, k * READ_SPANS + j) for j in range(READ_SPANS)]
+            for k, (rid, aid) in enumerate(attempts)
+        ]
+        cpu = time.process_time()
+        secs, lat = await _timed(n, lambda i: store.add_spans(batches[i]))
+        results.append(Result(name, "write 16-span", n, secs, lat, "rollouts", cpu_seconds=cpu_since(cpu)))
+        ids = [aid for _, aid in attempts] * passes
+        cpu = time.process_time()
+        secs, lat = await _timed(len(ids), lambda i: store.get_spans(ids[i]))
+        results.append(Result(name, "read 16-span", len(ids), secs, lat, "rollouts", cpu_seconds=cpu_since(cpu)))
+        previous = previous_reader(store)
+        if previous is not None:
+            old, new = await previous(ids[0]), await store.get_spans(ids[0])
+            assert [s.to_dict() for s in old] == [s.to_dict() for s in new], "the two paths read different spans"
+            cpu = time.process_time()
+            secs, lat = await _timed(len(ids), lambda i: previous(ids[i]))
+            results.append(
+                Result(name, "read (previous)", len(ids), secs, lat, "rollouts", cpu_seconds=cpu_since(cpu))
+            )
+        if isinstance(store, SqliteStore) and store.path != ":memory:":
+            cold = SqliteStore(store.path)  # another process's view: nothing in its cache
+            try:
+                cpu = time.process_time()
+                secs, lat = await _timed(len(ids), lambda i: cold.get_spans(ids[i]))
+                secs_cpu = cpu_since(cpu)
+                results.append(
+                    Result(name, "read (from file)", len(ids), secs, lat, "rollouts", cpu_seconds=secs_cpu)
+                )
+            finally:
+                await cold.close()
     return results
 
 
@@ -194,10 +263,12 @@ asyncio.run(main())
 """
 
 
-def _factory(backend: str, tmp: Path) -> Callable[[], AbstractAsyncContextManager[Store]]:
+def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAsyncContextManager[Store]]:
     counter = iter(range(1_000_000))
 
     def url_for(kind: str) -> str:
+        if kind == "postgresql":
+            return str(pg.new_schema())
         return "memory:" if kind == "memory" else f"sqlite:///{tmp}/bench-{next(counter)}.db"
 
     @asynccontextmanager
@@ -333,12 +404,34 @@ def _agl_factory(mode: str) -> Callable[[], AbstractAsyncContextManager[Any]]:
 
 
 def print_table(results: list[Result]) -> None:
-    header = f"{'backend':<14} {'workload':<16} {'calls':>7} {'rate':>16} {'p50 ms':>9} {'p99 ms':>9}"
+    header = f"{'backend':<14} {'workload':<16} {'calls':>7} {'rate':>19} {'p50 ms':>9} {'p99 ms':>9}"
     print(header)
     print("-" * len(header))
     for r in results:
         rate = f"{r.rate:,.0f} {r.unit}/s"
-        print(f"{r.backend:<14} {r.workload:<16} {r.ops:>7} {rate:>16} {r.pct(0.5):>9.2f} {r.pct(0.99):>9.2f}")
+        print(f"{r.backend:<14} {r.workload:<16} {r.ops:>7} {rate:>19} {r.pct(0.5):>9.2f} {r.pct(0.99):>9.2f}")
+
+
+def print_read_ratios(results: list[Result]) -> None:
+    """Per backend: reading 16-span rollouts against writing them, and against the previous read path; by
+    wall clock, and (in-process backends) by this process's CPU time, which a shared machine disturbs less."""
+    by = {(r.backend, r.workload): r for r in results}
+    lines = []
+    for r in results:
+        if r.workload != "read 16-span":
+            continue
+        for label, rate in (("wall", lambda x: x.rate), ("cpu", lambda x: x.cpu_rate)):
+            own = rate(r)
+            if own is None:
+                continue
+            parts = [f"x{own / rate(by[(r.backend, 'write 16-span')]):,.1f} of writes"]
+            for other in ("read (previous)", "read (from file)"):
+                if (r.backend, other) in by and rate(by[(r.backend, other)]):
+                    parts.append(f"x{own / rate(by[(r.backend, other)]):,.1f} of {other[6:-1]} reads")
+            lines.append(f"  {r.backend:<14} {label:<5} {own:>9,.0f} rollouts/s: " + ", ".join(parts))
+    if lines:
+        print(f"\nreading {READ_SPANS}-span rollouts (get_spans), same run:")
+        print("\n".join(lines))
 
 
 def print_ratios(results: list[Result], baseline: str) -> None:
@@ -354,20 +447,27 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in a few seconds")
     parser.add_argument("--backends", default="memory,sqlite,http+memory,http+sqlite")
     args = parser.parse_args()
-    sizes = (
-        {"calls": 200, "batches": 5, "queries": 50, "rollouts": 64}
-        if args.quick
-        else {"calls": 2000, "batches": 50, "queries": 400, "rollouts": 400}
-    )
+    sizes = {"calls": 2000, "batches": 50, "queries": 400, "rollouts": 400, "read_rollouts": 256, "read_passes": 3}
+    if args.quick:
+        sizes = {"calls": 200, "batches": 5, "queries": 50, "rollouts": 64, "read_rollouts": 32, "read_passes": 2}
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if note := _http_available():
         print(note)
         backends = [b for b in backends if not b.startswith("http+")]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, sizes {sizes}\n")
+    pg = None
+    if any(b.endswith("postgresql") for b in backends):
+        from tether.testing.pg_server import TempPostgres
+
+        pg = TempPostgres().start()
     results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
-        for backend in backends:
-            results += await bench_backend(backend, _factory(backend, Path(tmp)), sizes)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+            for backend in backends:
+                results += await bench_backend(backend, _factory(backend, Path(tmp), pg), sizes)
+    finally:
+        if pg is not None:
+            pg.cleanup()
     agl_results: list[Result] = []
     try:
         import agentlightning  # noqa: F401
@@ -380,6 +480,9 @@ async def main() -> None:
         for mode in ("memory", "http"):
             agl_results += await bench_backend(f"agl {mode}", _agl_factory(mode), sizes)
     print_table(results + agl_results)
+    print_read_ratios(results + agl_results)
+    if pg is not None and any(r.backend == "sqlite" for r in results):
+        print_ratios([r for r in results if "postgresql" in r.backend or r.backend == "sqlite"], "sqlite")
     if agl_results:  # in-process backends against its memory store, HTTP ones against its HTTP store
         print_ratios([r for r in results if not r.backend.startswith("http")] + agl_results, "agl memory")
         print_ratios([r for r in results if r.backend.startswith("http")] + agl_results, "agl http")

@@ -12,7 +12,10 @@ from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
 from tether.lora import LoRA
 from tether.models.base import TrainableBackend
+from tether.otel.export import OTLPExport
+from tether.passthrough_calls import passthrough
 from tether.plugins import AdapterNotFound, get_plugins
+from tether.ray_runners import RayRunners
 from tether.result import FitResult
 from tether.session import Batch, Session
 from tether.store import Store, StoreError, open_store
@@ -43,16 +46,26 @@ def __getattr__(name: str) -> object:
         from tether.algorithms import GRPO
 
         return GRPO
+    if name == "SFT":
+        from tether.algorithms import SFT
+
+        return SFT
     if name == "APO":
         from tether.algorithms.apo import APO
 
         return APO
+    if name == "VERL":  # imports no verl: that waits for VERL.fit
+        from tether.algorithms.verl import VERL
+
+        return VERL
     raise AttributeError(f"module 'tether' has no attribute {name!r}")
 
 
 __all__ = [
     "APO",
     "GRPO",
+    "SFT",
+    "VERL",
     "Adapter",
     "AdapterNotFound",
     "Algorithm",
@@ -63,7 +76,9 @@ __all__ = [
     "LLMEndpoint",
     "LoRA",
     "Mode",
+    "OTLPExport",
     "PromptTemplate",
+    "RayRunners",
     "Resources",
     "Rollout",
     "RolloutSpec",
@@ -87,5 +102,6 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "open_store",
+    "passthrough",
     "wrap",
 ]

@@ -57,7 +57,7 @@ class Http11Pool:
         self._prefix = parts.path.rstrip("/")
         host_header = parts.netloc.rsplit("@", 1)[-1]
         lines = [f"Host: {host_header}"] + [f"{k}: {v}" for k, v in headers.items()]
-        self._head_tail = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        self._head_tail = ("\r\n".join(lines) + "\r\n").encode()  # UTF-8: a non-ASCII token arrives as typed
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self._tls else None
         self._idle: list[_Conn] = []
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -2,8 +2,9 @@
 
 An ``Adapter`` knows one agent framework: whether an object belongs to it (``accepts``, which looks in
 ``sys.modules`` and never imports the framework), how to capture its model and tool calls (``instrument``
-a sink, idempotently; ``uninstrument`` exactly), how to run one task on it (``run``), and what must surround
-any run of it, the user's own ``run=`` included (``run_scope``). A ``Tracer`` only captures. Both are
+a sink, idempotently; ``uninstrument`` exactly), what one rollout runs (``rollout_copy``: a copy that shares
+no run state, for frameworks whose objects hold it), how to run one task on it (``run``), and what must
+surround any run of it, the user's own ``run=`` included (``run_scope``). A ``Tracer`` only captures. Both are
 registered through the hooks in ``tether.hookspecs``. This module is the plugin contract: it imports nothing
 from tether above ``types``, ``spans``, ``_json`` and ``context`` (``tether.wrap`` builds on it).
 """
@@ -19,6 +20,11 @@ from tether import _json
 from tether.instrument import Instrumentor
 from tether.instrument import SpanSink as SpanSink
 from tether.types import Resources
+
+
+class CannotCopy(TypeError):
+    """``Adapter.rollout_copy`` cannot copy this object; the message names ``run=`` as the way to build one
+    per task. A wrapped agent with a ``run=`` then hands the user's own object to it."""
 
 
 class Tracer(Instrumentor, abc.ABC):
@@ -44,6 +50,20 @@ class Adapter(Tracer):
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
         """Run ``agent`` on one task input with ``resources`` (the endpoint is already scoped to the
         rollout) and return the agent's output."""
+
+    def rollout_copy(self, agent: Any) -> Any:
+        """What one rollout runs: for a framework whose objects hold run state (a conversation, a running
+        flag, an executor), a copy of ``agent`` that shares none with it or with other rollouts' copies, so
+        that rollouts are independent and may run concurrently. ``run`` runs one, and a wrapped agent's
+        ``run=`` is handed one instead of the user's object. Called in the rollout's event loop; raises
+        ``CannotCopy`` for an object it cannot copy. Default: ``agent`` itself (objects without run state)."""
+        return agent
+
+    def hint_for(self, agent: Any) -> str | None:
+        """When ``accepts(agent)`` is False only for a reason the user can fix (the framework is not imported
+        yet), the fix to name in the "no adapter accepts" error, e.g. "pass adapter='x' or import x first";
+        else None (the default)."""
+        return None
 
     def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
         """What surrounds every run of ``agent`` so that its calls are captured and named: ``run`` enters it,

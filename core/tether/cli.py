@@ -1,4 +1,4 @@
-"""The ``tether`` command line: ``plugins``, ``demo``, ``merge``, ``store serve``."""
+"""The ``tether`` command line: ``plugins``, ``demo``, ``merge``, ``store serve``, ``dashboard``, ``import``."""
 
 from __future__ import annotations
 
@@ -98,9 +98,63 @@ def store() -> None:
 @click.option(
     "--store",
     "store_url",
-    default="sqlite:///runs/tether.db",
+    default=None,
+    help="The backend to expose: memory:, sqlite:///relative/path.db or sqlite:////absolute/path.db "
+    "[default: sqlite:///runs/tether.db, under the current folder].",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
     show_default=True,
-    help="The backend to expose: memory:, sqlite:///path.db",
+    help="Address to bind (an IPv6 one with or without brackets); anything but loopback requires --token.",
+)
+@click.option(
+    "--port",
+    default=4747,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on; 0 picks a free one.",
+)
+@click.option(
+    "--token",
+    envvar="TETHER_STORE_TOKEN",
+    default=None,
+    help="Bearer token clients must send (env TETHER_STORE_TOKEN).",
+)
+@click.option(
+    "--max-body-mb",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest request body accepted, in MiB; a bigger one gets HTTP 413 and nothing of it is stored.",
+)
+def store_serve(store_url: str | None, host: str, port: int, token: str | None, max_body_mb: int) -> None:
+    """Serve a store over HTTP (JSON) to runners and trainers in other processes or on other machines, which
+    open it as open_store("http://host:port"); the dashboard's pages are at /dashboard/."""
+    from tether.store import DEFAULT_STORE_URL, StoreError
+    from tether.store.http_server import serve
+
+    if store_url is None:
+        store_url = DEFAULT_STORE_URL
+        click.echo(f"no --store given: serving {DEFAULT_STORE_URL} (pass --store to choose)", err=True)
+    try:
+        serve(store_url, host=host, port=port, token=token, max_body_bytes=max_body_mb * 1024 * 1024)
+    except (ValueError, OSError, StoreError) as exc:  # refused bind, bad store URL or file, port in use
+        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
+
+
+@main.command()
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    help="A store to show: sqlite:///path.db, http://host:port (tether store serve), memory: is empty.",
+)
+@click.option(
+    "--runs",
+    default="runs",
+    show_default=True,
+    help="Folder of run folders (metrics.jsonl, store.db) to show, found again as runs start.",
 )
 @click.option(
     "--host",
@@ -108,18 +162,54 @@ def store() -> None:
     show_default=True,
     help="Address to bind; anything but loopback requires --token.",
 )
-@click.option("--port", default=4747, show_default=True, type=int, help="Port to listen on; 0 picks a free one.")
+@click.option("--port", default=4800, show_default=True, type=int, help="Port to listen on; 0 picks a free one.")
 @click.option(
     "--token",
     envvar="TETHER_STORE_TOKEN",
     default=None,
-    help="Bearer token clients must send (env TETHER_STORE_TOKEN).",
+    help="Token the page needs (open it as /dashboard/?token=...), also sent to an http:// store "
+    "(env TETHER_STORE_TOKEN).",
 )
-def store_serve(store_url: str, host: str, port: int, token: str | None) -> None:
-    """Serve a store over HTTP (JSON) for remote runners and the dashboard."""
-    from tether.store.http_server import serve
+def dashboard(store_url: str | None, runs: str, host: str, port: int, token: str | None) -> None:
+    """Serve the dashboard: runs and their curves, rollouts, traces, transitions, resources."""
+    from tether.dashboard.server import serve
 
     try:
-        serve(store_url, host=host, port=port, token=token)
+        serve(store_url, runs, host=host, port=port, token=token)
     except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
         raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
+
+
+@main.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--store",
+    "store_url",
+    default="sqlite:///runs/tether.db",
+    show_default=True,
+    help="The store to import into: sqlite:///path.db, http://host:port (tether store serve).",
+)
+def import_traces(files: tuple[str, ...], store_url: str) -> None:
+    """Import OTLP JSON trace files (OpenTelemetry GenAI or OpenInference spans) as rollouts, one per trace."""
+    import asyncio
+    from pathlib import Path
+
+    from tether.otel.ingest import convert
+    from tether.otel.ingest import import_traces as write
+    from tether.otel.otlp import OtlpError, parse_json
+    from tether.store import StoreError, open_store
+
+    async def _run() -> list[str]:
+        items = [s for f in files for s in parse_json(Path(f).read_bytes())]
+        traces = convert(items)
+        store = open_store(store_url)
+        try:
+            return await write(store, traces)
+        finally:
+            await store.close()
+
+    try:
+        ids = asyncio.run(_run())
+    except (OtlpError, StoreError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"imported {len(ids)} rollout(s) into {store_url}")

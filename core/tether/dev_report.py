@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +76,15 @@ class DevReport:
         return self.problems + [p for r in self.rollouts for p in r.problems]
 
     def metrics(self) -> dict[str, float]:
+        """Rollouts run, the share that succeeded, how many failed, the mean reward of those with a reward
+        (NaN when none has one: see ``problems`` for why), and LLM calls per rollout."""
         n = len(self.rollouts) or 1
         rewards = [r.reward for r in self.rollouts if r.reward is not None]
         return {
             "rollouts": float(len(self.rollouts)),
             "succeeded": sum(r.status == RolloutStatus.SUCCEEDED for r in self.rollouts) / n,
-            "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+            "failed": float(sum(r.status == RolloutStatus.FAILED for r in self.rollouts)),
+            "mean_reward": sum(rewards) / len(rewards) if rewards else math.nan,
             "llm_calls_per_rollout": sum(len(r.transitions) for r in self.rollouts) / n,
         }
 
@@ -90,11 +95,16 @@ class DevReport:
 
 
 def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
-    """The report of a ``dev`` batch: each rollout's problems, plus a missing reward and unknown ``optimize=``
-    names."""
+    """The report of a ``dev`` batch: each rollout's problems (a failed rollout's first: why it failed), a
+    missing reward, how many rollouts failed and why, and unknown ``optimize=`` names."""
     out = DevReport()
+    failures: Counter[str] = Counter()
     for result in batch.results:
         problems = list(result.problems)
+        if result.rollout.status == RolloutStatus.FAILED:
+            why = _last_line(result.rollout.error)
+            failures[why] += 1
+            problems.insert(0, f"rollout {result.rollout.rollout_id} failed: {why}")
         if result.succeeded and result.rollout.reward is None:
             problems.append(
                 f"rollout {result.rollout.rollout_id} has no reward: pass reward= to tether.wrap or call "
@@ -104,6 +114,10 @@ def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
             DevRollout(result.rollout, result.spans, result.transitions, problems, attempts=result.attempts)
         )
         out.agent_names |= result.agent_names
+    if failures:
+        reasons = "; ".join(f"{why} (x{count})" if count > 1 else why for why, count in failures.most_common())
+        n = sum(failures.values())
+        out.problems.append(f"{n} of {len(batch.results)} rollouts failed: {reasons}")
     unknown = unknown_optimize_names(optimize, out.agent_names)
     if unknown:
         out.problems.append(unknown)
@@ -127,6 +141,13 @@ def _describe(span: Span) -> str:
             said = _clip(message.get("content"))
         ids = len(choice.get("response_token_ids") or [])
         return f"{agent}LLM: {said}" + (f"  [{ids} token ids]" if ids else "")
+    if span.kind == SpanKind.LLM and span.name == spans.PASSTHROUGH_CALL:
+        answer = attrs.get("response") or {}
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        content = (choices[0].get("message") or {}).get("content") if choices else None
+        return f"{agent}LLM (passthrough to {attrs.get('url')}, not trained): {_clip(content)}"
+    if span.kind == SpanKind.LLM and span.name == spans.LLM_CALL_FAILED:
+        return f"{agent}LLM error: {_clip(attrs.get(spans.ERROR), 120)}"
     if span.kind == SpanKind.TOOL:
         outcome = (
             f"error {_clip(attrs.get(spans.TOOL_ERROR))}"
@@ -138,6 +159,11 @@ def _describe(span: Span) -> str:
     if span.kind == SpanKind.REWARD:
         return f"{agent}reward {attrs.get(spans.REWARD_VALUE)}"
     return f"{agent}{span.kind.value} {span.name}"
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "unknown error"
 
 
 def _clip(value: Any, width: int = _CLIP) -> str:

@@ -1,29 +1,49 @@
-"""The progress bar of ``Trainer.fit``: step, train reward, validation accuracy, rollouts per second."""
+"""The progress bar of ``Trainer.fit``: step, train reward, validation accuracy, rollouts per second, and the
+last update's trainer-vs-sampler logprob drift (mean and max absolute difference, ``-`` until measured).
+``kind="sft"`` (``tether.SFT``) shows the loss and examples per second instead of reward, rate and drift."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
 class FitProgress:
-    def __init__(self, total: int, *, enabled: bool = True, start: int = 0) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        start: int = 0,
+        console: Console | None = None,
+        kind: Literal["rl", "sft"] = "rl",
+    ) -> None:
+        self._kind = kind
+        self._console = console
         self._progress: Progress | None = None
         self._task: Any = None
         self._total = total
         self._start = start
         self._enabled = enabled
-        self._fields: dict[str, Any] = {"reward": "-", "val": "-", "rate": "-"}
+        self._fields: dict[str, Any] = {"reward": "-", "val": "-", "rate": "-", "drift": "-", "loss": "-"}
 
     def __enter__(self) -> FitProgress:
         if self._enabled:
+            text = (
+                "reward {task.fields[reward]}  val {task.fields[val]}  {task.fields[rate]} rollouts/s  "
+                "drift {task.fields[drift]}"
+            )
+            if self._kind == "sft":
+                text = "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"
             self._progress = Progress(
-                TextColumn("[bold]training"),
+                TextColumn("[bold]sft" if self._kind == "sft" else "[bold]training"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("reward {task.fields[reward]}  val {task.fields[val]}  {task.fields[rate]} rollouts/s"),
+                TextColumn(text),
                 TimeElapsedColumn(),
+                console=self._console,
             )
             self._progress.__enter__()
             self._task = self._progress.add_task("fit", total=self._total, completed=self._start, **self._fields)
@@ -37,7 +57,17 @@ class FitProgress:
         if record.get("kind") == "train":
             self._fields["reward"] = f"{record['reward']:.2f}"
             self._fields["rate"] = f"{record['rollouts_per_s']:.1f}"
+            if "drift_mean" in record:
+                self._fields["drift"] = _drift_text(record)
+        elif record.get("kind") == "sft":
+            self._fields["loss"] = f"{record['loss']:.3f}"
+            self._fields["rate"] = f"{record['examples_per_s']:.1f}"
         elif record.get("kind") == "eval":
             self._fields["val"] = f"{record.get('greedy_accuracy', 0.0):.0%}"
         if self._progress is not None:
             self._progress.update(self._task, completed=record.get("step", 0), **self._fields)
+
+
+def _drift_text(record: dict[str, Any]) -> str:
+    """``2.1e-06 (max 3.8e-05)``: a train record's mean and largest trainer-vs-sampler logprob difference."""
+    return f"{record['drift_mean']:.2g} (max {record['drift_max']:.2g})"

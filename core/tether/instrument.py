@@ -59,6 +59,14 @@ class Instrumentor:
         self._sink: SpanSink | None = None
         self._instrument_lock = threading.RLock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to run in another process: ``tether.RayRunners``) without its lock, and uninstrumented:
+        the copy is instrumented where it runs."""
+        state = dict(self.__dict__)
+        state.pop("_instrument_lock", None)  # made again on first use
+        state["_sink"] = None
+        return state
+
     @property
     def sink(self) -> SpanSink | None:
         """The sink captured calls go to; None when not instrumented."""

@@ -140,9 +140,13 @@ class Plugins:
                 f'adapter="{claiming[0].name}"'
             )
         if not claiming:
-            hints = "".join(f'\n  pip install "tether[{u.name}]"' for u in self.unavailable if u.hint)
+            what = f"{type(agent).__module__}.{type(agent).__qualname__}"
+            fixes = [hint for hint in (a.hint_for(agent) for a in self.adapters()) if hint]
+            if fixes:  # an adapter knows this agent: its fix, not every framework's install hint
+                raise AdapterNotFound(f"no adapter accepts {what}: {'; '.join(fixes)}")
+            hints = "".join(f"\n  {u.hint}" for u in self.unavailable if u.hint)
             raise AdapterNotFound(
-                f'no adapter accepts {type(agent).__module__}.{type(agent).__qualname__}; pass adapter="..." '
+                f'no adapter accepts {what}; pass adapter="..." '
                 f"(loaded: {', '.join(a.name for a in self.adapters()) or 'none'})"
                 + (f", or install the framework's extra:{hints}" if hints else "")
             )

@@ -4,7 +4,9 @@ While ``tether.context.current_scope`` is set (the runner sets it around each ro
 ``openai`` client builds is rewritten to the scope's ``base_url`` — the rollout's proxy URL — keeping the
 path after the client's own base URL (``/chat/completions``), and gets two headers: ``X-Tether-Agent`` (the
 sub-agent making the call, from ``tether.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh id
-per HTTP request, also left in ``last_call_id`` for the caller). Outside any scope requests are untouched.
+per HTTP request, also left in ``last_call_id`` for the caller). Outside any scope requests are untouched, and
+so are those ``tether.passthrough`` exempts (a judge's client or code region): they are only recorded, their
+answers read from the SDK's ``_process_response``, wrapped while the redirect is installed.
 
 The seam is the SDK's shared base client request builder, ``openai._base_client.BaseClient._build_request``:
 every sync and async client (and Azure's, which calls it via ``super()``) goes through it on every request and
@@ -39,6 +41,7 @@ from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import Any
 
+from tether import passthrough_calls
 from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
 from tether.patching import SharedPatch
 from tether.types import new_id
@@ -46,6 +49,9 @@ from tether.types import new_id
 SEAM_MODULE = "openai._base_client"
 SEAM_CLASS = "BaseClient"
 SEAM_METHOD = "_build_request"
+#: where the answers of passthrough requests are read (optional: without it only requests go unredirected)
+RESPONSE_SEAM_CLASSES = ("SyncAPIClient", "AsyncAPIClient")
+RESPONSE_SEAM_METHOD = "_process_response"
 
 #: Paths (relative to the client's base URL) the tether proxy does not serve; a redirected request to one of
 #: them fails at once with a message naming the fix instead of a bare 404 from the proxy.
@@ -113,6 +119,7 @@ def seam() -> tuple[type, Callable[..., Any]]:
 def _patch_seam() -> None:
     global _original, _wrapper
     cls, current = seam()
+    _patch_responses()
     if _wrapper is not None and _is_ours(current, _wrapper):
         return  # still linked from an earlier install that someone patched over; holding it reactivates it
     if getattr(current, "__tether_redirect__", False):
@@ -129,6 +136,32 @@ def _unpatch_seam(_: None) -> None:
         setattr(cls, SEAM_METHOD, _original)
         _original = _wrapper = None
     # else: something patched over ours and calls it; unheld, it passes requests through unchanged.
+    _unpatch_responses()
+
+
+#: (class, original, wrapper) of each ``_process_response`` wrapped to record passthrough answers
+_response_patches: list[tuple[type, Callable[..., Any], Callable[..., Any]]] = []
+
+
+def _patch_responses() -> None:
+    """Wrap the sync and async clients' ``_process_response`` (where present) so that the answers of
+    passthrough requests are recorded (``tether.passthrough``); they change nothing else."""
+    module = importlib.import_module(SEAM_MODULE)
+    for name in RESPONSE_SEAM_CLASSES:
+        cls = getattr(module, name, None)
+        original = cls.__dict__.get(RESPONSE_SEAM_METHOD) if isinstance(cls, type) else None
+        if cls is None or not callable(original) or getattr(original, "__tether_passthrough__", False):
+            continue
+        wrapper = passthrough_calls.response_wrapper(original)
+        setattr(cls, RESPONSE_SEAM_METHOD, wrapper)
+        _response_patches.append((cls, original, wrapper))
+
+
+def _unpatch_responses() -> None:
+    while _response_patches:
+        cls, original, wrapper = _response_patches.pop()
+        if cls.__dict__.get(RESPONSE_SEAM_METHOD) is wrapper:
+            setattr(cls, RESPONSE_SEAM_METHOD, original)
 
 
 _patch: SharedPatch[None] = SharedPatch("openai endpoint redirect", _patch_seam, _unpatch_seam)
@@ -201,6 +234,9 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         request = original(self, options, *args, **kwargs)
         scope = current_scope.get()
         if scope is None or not _patch.count:  # not held: a wrapper someone patched over passes requests through
+            return request
+        if passthrough_calls.exempt(self):  # a judge's client or region: its own endpoint, recorded for inspection
+            passthrough_calls.note_request(options, request)
             return request
         call_id = redirect_request(self.base_url, request, scope)
         if call_id is not None and _listeners:

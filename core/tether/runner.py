@@ -7,8 +7,15 @@ SDK's endpoint redirect, ``tether.redirect``, when the SDK is installed), enters
 outcome — output and reward, or the error with its traceback. A run past the rollout's
 ``timeout_s`` is cancelled and its attempt ends ``timeout`` through the store's own sweep
 (``requeue_stale``), the way the attempt of a runner that died ends. Several rollouts run concurrently on one
-event loop; a failing rollout never stops the runner. Spans arriving in the store are the attempt's
-heartbeat.
+event loop; a failing rollout never stops the runner.
+
+Liveness: spans arriving in the store are an attempt's heartbeat, and the runner also heartbeats each attempt
+it runs (a third of its ``heartbeat_timeout_s``, at most every ``HEARTBEAT_EVERY_S``), so a long model call is
+not mistaken for a dead worker; an attempt of a worker that died stops beating and the store's sweep ends it
+(``tether.types.DEFAULT_HEARTBEAT_TIMEOUT_S`` by default). ``run_until_idle`` sweeps before it calls the
+queue empty, and returns only once every rollout it claimed has a recorded outcome (one it could not record,
+the store failing, is waited for until the sweep ends it) and every rollout it was asked to wait for
+has finished (a batch the trainer enqueued, some of it held by remote runners, one of which may die).
 
 The runner's sink writes to the ``SpanBatcher`` it is given, the one the proxy writes to: the store numbers
 spans in arrival order, so a single queue keeps an LLM call before the tool call it requested. The runner
@@ -20,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import traceback
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,7 +40,7 @@ from tether.adapters import Tracer
 from tether.context import RolloutScope, current_sink, rollout_scope
 from tether.plugins import get_plugins
 from tether.sink import RolloutSink
-from tether.store.base import InvalidTransition
+from tether.store.base import InvalidTransition, NotFound, StoreError
 from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout
 from tether.wrap import WrappedAgent
 
@@ -42,6 +51,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_EVERY_S = 30.0  # the longest wait between two heartbeats of an attempt the runner runs
+_WAIT_S = 0.1  # how often an idle run_until_idle asks the store about rollouts it waits for
+_WARN_EVERY_S = 5.0
+
 
 @dataclass(slots=True)
 class RunnerStats:
@@ -51,7 +64,8 @@ class RunnerStats:
 
 class Runner:
     """Runs rollouts of one wrapped agent from ``store``, at most ``concurrency`` at a time, their model
-    calls served by ``proxy``; adapters' spans go to ``batcher`` (the proxy's).
+    calls served by ``proxy``; adapters' spans go to ``batcher`` (the proxy's). A store that fails (busy,
+    briefly unreachable) is retried; one that refuses every ``dequeue`` for ``store_patience_s`` stops it.
 
     Use as an async context manager (it instruments the adapter and tracers on enter and removes them on
     exit), then ``await run_until_idle()`` or ``await serve(stop_event)``.
@@ -67,6 +81,7 @@ class Runner:
         concurrency: int = 4,
         worker_id: str | None = None,
         poll_s: float = 0.02,
+        store_patience_s: float = 30.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -77,9 +92,15 @@ class Runner:
         self.concurrency = concurrency
         self.worker_id = worker_id or f"runner-{uuid.uuid4().hex[:8]}"
         self.poll_s = poll_s
+        self.store_patience_s = store_patience_s  # how long a store that refuses every dequeue is retried
         self.stats = RunnerStats()
         self.sink: RolloutSink | None = None
         self._instrumented: list[Tracer] = []
+        #: attempts running here: attempt id -> (seconds between heartbeats, monotonic time of the last one)
+        self._beats: dict[str, tuple[float, float]] = {}
+        #: attempts whose outcome the store did not take (it failed): attempt id -> rollout id
+        self._unrecorded: dict[str, str] = {}
+        self._warned: dict[str, float] = {}  # kind of store failure -> when it was last logged
 
     async def __aenter__(self) -> Runner:
         self.sink = RolloutSink(self.batcher, asyncio.get_running_loop())
@@ -95,37 +116,113 @@ class Runner:
         if self.sink is not None:
             await self.sink.flush()  # its creator closes the batcher
 
-    async def run_until_idle(self) -> RunnerStats:
-        """Run rollouts until the queue is empty and none is in flight."""
-        return await self._loop(stop=None)
+    async def run_until_idle(self, rollout_ids: Sequence[str] | None = None) -> RunnerStats:
+        """Run rollouts until none is queued (stale attempts swept first), none is in flight here, every
+        rollout this runner claimed has its outcome recorded, and every rollout in ``rollout_ids`` has
+        finished: one held by a worker that died is swept once its heartbeat is stale and then runs here."""
+        return await self._loop(stop=None, wait_for=rollout_ids)
 
     async def serve(self, stop: asyncio.Event) -> RunnerStats:
         """Run rollouts, waiting for new ones, until ``stop`` is set (in-flight rollouts finish first)."""
         return await self._loop(stop=stop)
 
-    async def _loop(self, stop: asyncio.Event | None) -> RunnerStats:
+    async def _loop(self, stop: asyncio.Event | None, wait_for: Sequence[str] | None = None) -> RunnerStats:
         if self.sink is None:
             raise RuntimeError("use the Runner as an async context manager: async with Runner(...) as r")
         running: set[asyncio.Task[None]] = set()
+        waiting = list(dict.fromkeys(wait_for or ()))
+        failing_since: float | None = None  # when the store began refusing dequeue, if it does
+        ended = [0]  # rollouts run here that have ended: one that failed may be queued again
+
+        def done(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            ended[0] += 1
+
         while True:
             free = self.concurrency - len(running)
-            claimed = await self.store.dequeue(self.worker_id, limit=free) if free > 0 else []
+            ended_before = ended[0]
+            try:
+                claimed = await self.store.dequeue(self.worker_id, limit=free) if free > 0 else []
+                failing_since = None
+            except StoreError as exc:  # busy or briefly unreachable: the rollouts in flight go on meanwhile
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > self.store_patience_s:
+                    raise
+                self._warn(
+                    "dequeue", "could not dequeue (retrying for up to %g s): %s", self.store_patience_s, exc
+                )
+                claimed = []
             for rollout, attempt in claimed:
+                self._beats[attempt.attempt_id] = (_beat_every(rollout), time.monotonic())
                 task = asyncio.create_task(self._run_one(rollout, attempt))
                 running.add(task)
-                task.add_done_callback(running.discard)
+                task.add_done_callback(done)
             if not claimed:
-                if stop is None and not running:
-                    return self.stats
                 if stop is not None and stop.is_set():
                     if running:
                         await asyncio.gather(*running, return_exceptions=True)
                     return self.stats
-                await self.store.requeue_stale()
+                await self._heartbeat()  # before the sweep: never sweep an attempt of our own that is alive
+                swept = await self._sweep()
                 if running:
                     await asyncio.wait(running, timeout=self.poll_s, return_when=asyncio.FIRST_COMPLETED)
+                elif swept:
+                    continue  # requeued: claim them now
+                elif ended[0] != ended_before:
+                    continue  # a rollout ended since the queue was looked at (and may be in it again)
+                elif stop is None:
+                    if await self._settled(waiting) and ended[0] == ended_before:
+                        return self.stats
+                    await asyncio.sleep(max(self.poll_s, _WAIT_S))
                 else:
                     await asyncio.sleep(self.poll_s)
+
+    async def _heartbeat(self) -> None:
+        """Heartbeat the attempts running here that are due one."""
+        now = time.monotonic()
+        for attempt_id, (every, last) in list(self._beats.items()):
+            if now - last < every:
+                continue
+            self._beats[attempt_id] = (every, now)
+            try:
+                await self.store.heartbeat(attempt_id)
+            except (InvalidTransition, NotFound):  # it ended meanwhile (cancelled, or swept): the run will see
+                pass
+            except StoreError as exc:
+                self._warn("heartbeat", "could not heartbeat attempt %s: %s", attempt_id, exc)
+
+    def _warn(self, what: str, message: str, *args: object) -> None:
+        """Log a store failure at most every ``_WARN_EVERY_S`` per kind (the loop retries every poll)."""
+        now = time.monotonic()
+        if now - self._warned.get(what, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+            self._warned[what] = now
+            log.warning(message, *args)
+
+    async def _sweep(self) -> list[str]:
+        try:
+            return await self.store.requeue_stale()
+        except StoreError as exc:  # a busy or briefly unreachable store: the next turn sweeps
+            self._warn("sweep", "could not sweep stale attempts: %s", exc)
+            return []
+
+    async def _settled(self, waiting: list[str]) -> bool:
+        """Whether every attempt whose outcome this runner could not record has ended in the store (swept)
+        and every rollout in ``waiting`` has finished (``waiting`` keeps the unfinished ones)."""
+        try:
+            for attempt_id, rollout_id in list(self._unrecorded.items()):
+                try:
+                    attempts = await self.store.get_attempts(rollout_id)
+                except NotFound:  # harvested: certainly ended
+                    attempts = []
+                if not any(a.attempt_id == attempt_id and a.status == AttemptStatus.RUNNING for a in attempts):
+                    del self._unrecorded[attempt_id]
+            if waiting:
+                unfinished = await self.store.list_rollouts(rollout_ids=waiting)  # (harvested ones are left out)
+                waiting[:] = [r.rollout_id for r in unfinished if not r.status.finished]
+        except StoreError as exc:
+            self._warn("settled", "could not check on the rollouts run_until_idle waits for: %s", exc)
+            return False
+        return not self._unrecorded and not waiting
 
     async def _run_one(self, rollout: Rollout, attempt: Attempt) -> None:
         assert self.sink is not None
@@ -145,7 +242,8 @@ class Runner:
                             await stack.enter_async_context(manager)
                         async with deadline:
                             output = await self.agent.run_task(rollout.input, resources)
-                    reward = await self.agent.score(rollout.input, output)
+                        # still in the scope: a judge in reward= is recorded (tether.passthrough), not redirected
+                        reward = await self.agent.score(rollout.input, output)
             emitted = self.sink.pop_rewards(attempt_id)
             if reward is None and emitted:
                 reward = sum(emitted)
@@ -171,10 +269,12 @@ class Runner:
                 await self.store.finish_attempt(attempt_id, AttemptStatus.FAILED, error=error)
             except InvalidTransition:  # already ended: the sweep timed it out, or the rollout was cancelled
                 log.debug("attempt %s had already ended", attempt_id)
-            except Exception:  # the store itself failed
+            except Exception:  # the store itself failed: the attempt stays running until the sweep ends it
                 log.exception("could not record the failure of attempt %s", attempt_id)
+                self._unrecorded[attempt_id] = rollout_id
             self.stats.failed += 1
         finally:
+            self._beats.pop(attempt_id, None)
             current_sink.reset(sink_token)
 
     async def _resources_for(self, rollout: Rollout) -> Resources:
@@ -185,3 +285,9 @@ class Runner:
         llm = resources.llm or LLMEndpoint(base_url="")
         resources.llm = LLMEndpoint(base_url=llm.base_url, model=llm.model, sampling=dict(llm.sampling))
         return resources
+
+
+def _beat_every(rollout: Rollout) -> float:
+    """Seconds between the runner's heartbeats of an attempt of ``rollout``."""
+    limit = rollout.heartbeat_timeout_s
+    return HEARTBEAT_EVERY_S if limit is None else min(limit / 3, HEARTBEAT_EVERY_S)

@@ -11,6 +11,7 @@ batch, concurrently (APO scores its prompt candidates that way).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import time
@@ -25,6 +26,7 @@ from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
 from tether.transitions import CreditRule, build_transitions, is_proxy_llm_span
 from tether.types import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     LLMEndpoint,
     Mode,
     PromptTemplate,
@@ -37,7 +39,9 @@ from tether.types import (
 )
 
 if TYPE_CHECKING:
+    from tether.otel.export import OTLPExport, SpanExporter
     from tether.proxy import ProxyServer
+    from tether.ray_runners import RayPool, RayRunners
     from tether.runner import Runner
     from tether.span_batcher import SpanBatcher
     from tether.wrap import WrappedAgent
@@ -61,6 +65,8 @@ class Settings:
     credit: CreditRule = "episode"
     tool_error_penalty: float = 0.0
     n_runners: int = 4
+    #: how long an attempt may go without a heartbeat before the store's sweep ends it (a dead runner's)
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
     seed: int = 0
     steps: int = 20
     eval_every: int = 5
@@ -151,7 +157,7 @@ class _Parts:
     backend: ModelBackend
     batcher: SpanBatcher
     proxy: ProxyServer
-    runner: Runner
+    runner: Runner | RayPool
 
 
 class Session:
@@ -161,6 +167,8 @@ class Session:
     stays open: its owner closes it). ``store`` is a store URL. ``resume`` says that ``fit`` continues the run
     in ``run`` (an algorithm with checkpoints reads them back). ``before_start(backend)`` runs before the
     backend starts (``Trainer.fit`` passes the algorithm's ``prepare_backend``: GRPO attaches LoRA adapters).
+    ``export`` sends every finished rollout's spans out as OpenTelemetry GenAI spans (``tether.OTLPExport``).
+    ``runners`` (``tether.RayRunners``) runs the rollouts in Ray actors instead of this process.
     """
 
     def __init__(
@@ -173,6 +181,8 @@ class Session:
         settings: Settings | None = None,
         resume: bool = False,
         before_start: Callable[[ModelBackend], None] | None = None,
+        export: OTLPExport | None = None,
+        runners: RayRunners | None = None,
     ) -> None:
         self.agent = agent
         self.model = model
@@ -181,6 +191,9 @@ class Session:
         self.settings = settings or Settings()
         self.resume = resume
         self.before_start = before_start
+        self.export = export
+        self.runners = runners
+        self._exporter: SpanExporter | None = None
         self._parts: _Parts | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -194,6 +207,9 @@ class Session:
 
         stack = contextlib.AsyncExitStack()
         try:
+            if self.export is not None:
+                exporter = self._exporter = self.export.start()
+                stack.push_async_callback(asyncio.to_thread, exporter.close)  # last out: sends what is queued
             store = open_store(self.store_url)
             stack.push_async_callback(store.close)
             if isinstance(self.model, ModelBackend):
@@ -207,15 +223,37 @@ class Session:
             batcher = SpanBatcher(store)
             stack.push_async_callback(batcher.close)  # after the proxy stops: the session owns the batcher
             proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher))
-            runner = await stack.enter_async_context(
-                Runner(self.agent, store, proxy, batcher=batcher, concurrency=self.settings.n_runners)
-            )
+            runner: Runner | RayPool
+            if self.runners is not None:
+                runner = await self._start_remote(self.runners, stack, store, backend)
+            else:
+                runner = await stack.enter_async_context(
+                    Runner(self.agent, store, proxy, batcher=batcher, concurrency=self.settings.n_runners)
+                )
         except BaseException:
             await stack.aclose()
             raise
         self._parts = _Parts(store, backend, batcher, proxy, runner)
         self._stack = stack
         return self
+
+    async def _start_remote(
+        self, runners: RayRunners, stack: contextlib.AsyncExitStack, store: Store, backend: ModelBackend
+    ) -> RayPool:
+        """Serve the store (unless the actors can open its URL themselves) and the backend to ``runners``
+        and start them."""
+        from tether.models.http_backend import BackendServer
+        from tether.store.http_server import start_server
+
+        store_url = self.store_url
+        if not store_url.startswith(("http://", "https://", "postgresql://", "postgres://")):
+            server = await start_server(store, host=runners.host)
+            stack.push_async_callback(server.stop)
+            store_url = server.url
+        served = await stack.enter_async_context(BackendServer(backend, host=runners.host))
+        pool = await runners.start(self.agent, store, store_url=store_url, backend_url=served.url)
+        stack.push_async_callback(pool.close)
+        return pool
 
     async def __aexit__(self, *exc: object) -> None:
         stack, self._stack, self._parts = self._stack, None, None
@@ -245,7 +283,7 @@ class Session:
         return self._open.proxy
 
     @property
-    def runner(self) -> Runner:
+    def runner(self) -> Runner | RayPool:
         return self._open.runner
 
     def require_run(self, who: str) -> RunDir:
@@ -296,9 +334,11 @@ class Session:
             for _ in range(job.repeats)
         ]
         enqueued = await self.store.enqueue(specs)
-        await self.runner.run_until_idle()
         ids = [r.rollout_id for r in enqueued]
+        await self.runner.run_until_idle(ids)  # (remote runners may hold some: wait for those too)
         items = await self.store.harvest(ids) if harvest else await self._read(ids)
+        if self._exporter is not None:
+            self._exporter.export(items)
         by_id = {item.rollout.rollout_id: item for item in items}
         batches: list[Batch] = []
         position = 0
@@ -314,22 +354,28 @@ class Session:
     def _spec(self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any]) -> RolloutSpec:
         """The one place a rollout of a task is specified."""
         known = isinstance(task, Task)
+        meta = {**task.metadata, **metadata} if known else dict(metadata)
+        if self.agent.optimize is not None:
+            meta[spans.OPTIMIZE_METADATA] = sorted(self.agent.optimize)
         return RolloutSpec(
             input=task.input if known else task,
             task_id=task.task_id if known else None,
             mode=mode,
-            metadata={**task.metadata, **metadata} if known else dict(metadata),
+            metadata=meta,
             max_attempts=self.settings.max_attempts,
             timeout_s=self.settings.timeout_s,
+            heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
             resources_version=version,
         )
 
     async def _read(self, rollout_ids: Sequence[str]) -> list[Harvested]:
-        """The rollouts with their attempts and last attempt's spans, left in the store."""
+        """The rollouts with their attempts and spans (every attempt's when exporting, else the last's), left
+        in the store."""
         out = []
         for rollout in await self.store.list_rollouts(rollout_ids=rollout_ids):
             attempts = await self.store.get_attempts(rollout.rollout_id)
-            found = await self.store.get_spans(attempts[-1].attempt_id) if attempts else []
+            wanted = attempts if self._exporter is not None else attempts[-1:]
+            found = [s for a in wanted for s in await self.store.get_spans(a.attempt_id)]
             out.append(Harvested(rollout, attempts, found))
         return out
 
@@ -363,7 +409,10 @@ class Session:
         (rollout,) = await self.store.enqueue(
             [
                 RolloutSpec(
-                    input={"algorithm": algorithm}, mode=Mode.VAL, metadata={spans.RECORD_METADATA: algorithm}
+                    input={"algorithm": algorithm},
+                    mode=Mode.VAL,
+                    metadata={spans.RECORD_METADATA: algorithm},
+                    heartbeat_timeout_s=None,  # no worker runs it: never swept as a dead worker's
                 )
             ]
         )

@@ -4,7 +4,8 @@ The proxy submits one span per model call and the runner one per adapter event; 
 produced the span to return without waiting for the store. A batch is written when ``max_batch`` spans are
 pending or ``max_delay_s`` after the first pending one, by one writer at a time so spans of an attempt reach
 the store in submission order. ``close`` writes everything still pending: no span is lost on a clean
-shutdown. A batch the store rejects as malformed is retried span by span, so one bad span costs only
+shutdown. A batch the store rejects (a malformed span, a span of an attempt that timed out, a body over an
+HTTP store's size cap) is retried in halves, in order, down to single spans, so one bad span costs only
 itself; it is logged and counted in ``dropped``.
 """
 
@@ -14,7 +15,7 @@ import asyncio
 import logging
 import threading
 
-from tether.store.base import InvalidInput, Store
+from tether.store.base import InvalidInput, InvalidTransition, Store
 from tether.types import Span
 
 log = logging.getLogger(__name__)
@@ -159,12 +160,13 @@ class SpanBatcher:
         for attempt in range(self.retries + 1):
             try:
                 await self.store.add_spans(batch)
-            except InvalidInput as exc:
+            except (InvalidInput, InvalidTransition) as exc:
                 if len(batch) == 1:
                     self._drop(batch[0], f"the store rejected it: {exc}")
                     return
-                for span in batch:  # find the bad ones; keep the rest
-                    await self._write([span])
+                half = len(batch) // 2  # halves, in order: a bad span is found in log2(n) steps, a big batch
+                await self._write(batch[:half])  # refused for its size goes in pieces that fit
+                await self._write(batch[half:])
                 return
             except Exception as exc:
                 if attempt == self.retries:

@@ -6,10 +6,15 @@ layouts exist:
 
 - **The proxy's LLM span** (kind ``llm``, name ``LLM_CALL``): one per model call answered by the proxy, the
   source of truth for training. Attributes are nested, not dotted (``ProxyLLMAttributes``): the request as
-  sent, the choices with the token ids and logprobs the backend produced, usage, model, latency.
+  sent, the choices with the token ids and logprobs the backend produced, usage, model, latency, and the
+  version of the weights that sampled them (``WEIGHTS_VERSION``; None when the backend does not know it).
 - **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
   keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``); it
   only supplies the sub-agent name of a proxy span with the same request messages when the proxy's lacks one.
+- **The proxy's failed-call span** (kind ``llm``, name ``LLM_CALL_FAILED``): a call the model backend
+  failed, with the error the agent was answered; it says why a rollout has no transitions.
+- **A passthrough call** (kind ``llm``, name ``PASSTHROUGH_CALL``): a judge's call that kept its own
+  endpoint (``tether.passthrough``), for inspection only.
 - **Tool spans** (kind ``tool``): ``TOOL_NAME``, ``TOOL_ARGUMENTS``, ``TOOL_CALL_ID``, and ``TOOL_RESULT`` or
   ``TOOL_ERROR`` (some adapters add ``TOOL_OUTPUT``, ``TOOL_FROM_CACHE``, ``LLM_CALL_ID``). **Reward spans**
   (kind ``reward``): ``REWARD_VALUE``.
@@ -25,6 +30,13 @@ from typing import Any, TypedDict
 
 #: the proxy's span of one model call (kind ``llm``)
 LLM_CALL = "chat.completions"
+#: the proxy's span of a call the model backend failed (kind ``llm``): ``call_id``, ``request`` (messages,
+#: tools), ``ERROR`` and ``status`` (the HTTP status the agent got). Never a transition.
+LLM_CALL_FAILED = "chat.completions.failed"
+#: a model call that kept its own endpoint inside a rollout (``tether.passthrough``: a judge), recorded for
+#: inspection (kind ``llm``): ``PASSTHROUGH`` true, ``url``, ``status``, ``request`` and ``response`` bodies.
+#: Never a transition, never trained.
+PASSTHROUGH_CALL = "passthrough"
 #: a reward emitted by agent code (kind ``reward``), unless the agent names it otherwise
 REWARD = "reward"
 #: one APO candidate in a search's history record (kind ``other``)
@@ -38,6 +50,7 @@ REQUEST_TOOLS = "request.tools"
 RESPONSE = "response"  # the assistant message, OpenAI chat format
 USAGE = "usage"  # token counts as the framework reports them
 ERROR = "error"  # why the call failed
+PASSTHROUGH = "passthrough"  # True on a ``PASSTHROUGH_CALL`` span: not the policy's call
 #: the proxy's id of the call (the ``call_id`` of its ``LLM_CALL`` span), where the adapter knows it
 CALL_ID = "call_id"
 
@@ -62,6 +75,19 @@ REWARD_VALUE = "reward.value"
 
 #: metadata of a rollout that holds an algorithm's records (claimed by the algorithm, never run)
 RECORD_METADATA = "tether.record"
+#: metadata of a rollout: the sub-agent names its wrapped agent optimizes (``optimize=``), sorted; absent when
+#: every sub-agent is trained (the dashboard rebuilds the transitions' ``trainable`` flags from it)
+OPTIMIZE_METADATA = "tether.optimize"
+#: metadata of a rollout imported from traces (``tether import``, the store's ``/v1/traces``): where from; and,
+#: set True, an attribute of each span it holds
+IMPORTED = "tether.imported"
+
+
+# -- the proxy's LLM span -------------------------------------------------------------------------------------
+
+#: the key of the weights version in the proxy's LLM span (``ProxyLLMAttributes``): the backend's
+#: ``weights_version`` when it sampled the call, None for backends that do not know it (remote APIs)
+WEIGHTS_VERSION = "weights_version"
 
 
 # -- the proxy's LLM span, typed --------------------------------------------------------------------------
@@ -102,6 +128,7 @@ class ProxyLLMAttributes(TypedDict):
     model: str | None
     latency_ms: float
     token_ids_available: bool
+    weights_version: int | None  # the key is ``WEIGHTS_VERSION``
 
 
 def tool_attributes(

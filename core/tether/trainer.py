@@ -17,11 +17,13 @@ from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, check_algorithm
 from tether.dev_report import DevReport, report
 from tether.models.base import ModelBackend
+from tether.otel.export import OTLPExport
+from tether.ray_runners import RayRunners
 from tether.result import FitResult
 from tether.run_dir import RunDir
 from tether.session import Session, Settings, as_task
 from tether.transitions import CreditRule
-from tether.types import Mode, Task
+from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 from tether.wrap import WrappedAgent
 
 
@@ -34,12 +36,19 @@ class Trainer:
     ``algorithm``: what ``fit`` trains with — ``tether.GRPO(...)``, ``tether.APO(...)`` or any object with
     ``async def fit(session, train, val) -> FitResult`` (``tether.Algorithm``).
     ``store``: a store URL (``memory:`` by default for ``dev``, ``runs/<name>/store.db`` for ``fit``).
+    ``runners``: where rollouts run: None, ``n_runners`` at a time in this process; ``tether.RayRunners(n=...)``
+    in Ray actors (``pip install "tether[ray]"``). ``heartbeat_timeout_s``: how long a rollout attempt may go
+    without a heartbeat before it counts as its runner's death (ended and retried within ``max_attempts``).
+    ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
+    (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     """
 
     model: str | ModelBackend = "embedded"
     algorithm: Algorithm | None = None
     store: str | None = None
     n_runners: int = 4
+    runners: RayRunners | None = None
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
     credit: CreditRule = "episode"
     tool_error_penalty: float = 0.0
     sampling: dict[str, Any] = field(default_factory=dict)
@@ -51,6 +60,7 @@ class Trainer:
     name: str | None = None
     run_root: str = "runs"
     progress: bool = True
+    export: OTLPExport | None = None
 
     def dev(
         self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
@@ -116,6 +126,8 @@ class Trainer:
             settings=self.settings(),
             resume=resume,
             before_start=before_start,
+            export=self.export or OTLPExport.from_env(),
+            runners=self.runners,
         )
 
     def settings(self) -> Settings:
@@ -127,6 +139,7 @@ class Trainer:
             credit=self.credit,
             tool_error_penalty=self.tool_error_penalty,
             n_runners=self.n_runners,
+            heartbeat_timeout_s=self.heartbeat_timeout_s,
             seed=self.seed,
             steps=self.steps,
             eval_every=self.eval_every,
@@ -144,7 +157,7 @@ class Trainer:
             raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
         train_tasks = [as_task(t) for t in train]
         val_tasks = [as_task(t) for t in (val or [])]
-        if not train_tasks:
+        if not train_tasks and getattr(algorithm, "uses_train_tasks", True):
             raise ValueError("Trainer.fit needs at least one training task")
         if resume and self.name is None:
             raise ValueError("resume=True needs the run's name: Trainer(name=...) as in the first run")

@@ -21,8 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from tether import _json
-from tether.spans import LLM_CALL, REQUEST_MESSAGES, REWARD_VALUE, TOOL_ERROR, ProxyLLMAttributes
-from tether.types import Rollout, Span, SpanKind, Transition
+from tether.spans import (
+    ERROR,
+    LLM_CALL,
+    LLM_CALL_FAILED,
+    PASSTHROUGH_CALL,
+    REQUEST_MESSAGES,
+    REWARD_VALUE,
+    TOOL_ERROR,
+    WEIGHTS_VERSION,
+    ProxyLLMAttributes,
+)
+from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
 CreditRule = Literal["episode", "per_call"]
 
@@ -63,14 +73,22 @@ def build_transitions(
             report.transitions.append(current)
             if current.agent_name:
                 report.agent_names.add(current.agent_name)
-        elif span.kind == SpanKind.LLM and span.agent_name:
-            report.agent_names.add(span.agent_name)
+        elif span.kind == SpanKind.LLM and span.agent_name and span.name != PASSTHROUGH_CALL:
+            report.agent_names.add(span.agent_name)  # (a passthrough call is not the policy's)
         elif span.kind == SpanKind.REWARD and credit == "per_call" and current is not None:
             current.reward += float(span.attributes.get(REWARD_VALUE, 0.0))
         elif span.kind == SpanKind.TOOL and tool_error_penalty and current is not None:
             if span.attributes.get(TOOL_ERROR) is not None:
                 current.reward -= tool_error_penalty
-    if not report.transitions:
+    failed = [s for s in ordered if s.kind == SpanKind.LLM and s.name == LLM_CALL_FAILED]
+    if failed:
+        calls = len(failed) + len(report.transitions)
+        report.problems.append(
+            f"rollout {rollout.rollout_id}: the model backend failed {len(failed)} of its {calls} LLM call(s): "
+            f"{failed[-1].attributes.get(ERROR)}"
+        )
+    elif not report.transitions and rollout.status == RolloutStatus.SUCCEEDED:
+        # (a failed rollout's own error says more than this guess)
         report.problems.append(
             f"rollout {rollout.rollout_id} made no LLM call through tether's endpoint: check that the agent's "
             "model client is an OpenAI-compatible client and that the framework's plugin is installed"
@@ -100,14 +118,26 @@ def _transition_from(
         logprobs=choice.get("logprobs") if choice else None,
         reward=reward,
         trainable=False,
+        weights_version=_version(span.attributes.get(WEIGHTS_VERSION)),
     )
+
+
+def _version(value: Any) -> int | None:
+    """The span's weights version as an int (None when absent: a remote backend, or a span stored before
+    versions were recorded)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:
     """Agent names from adapters' own llm spans, keyed by their request messages."""
     out: dict[bytes, str] = {}
     for span in spans:
-        if span.kind == SpanKind.LLM and not is_proxy_llm_span(span) and span.agent_name:
+        if (
+            span.kind == SpanKind.LLM
+            and not is_proxy_llm_span(span)
+            and span.agent_name
+            and span.name != PASSTHROUGH_CALL
+        ):
             messages = span.attributes.get(REQUEST_MESSAGES)
             if messages is not None:
                 out[_request_key(messages)] = span.agent_name

@@ -96,6 +96,12 @@ class Task(_Record):
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+#: an attempt whose worker sent no span and no heartbeat for this long is presumed dead (its process died):
+#: ``requeue_stale`` ends it ``timeout`` and requeues or fails its rollout. Runners heartbeat the attempts they
+#: run (``tether.runner``), so a slow model call is not mistaken for a dead worker.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 300.0
+
+
 @dataclass(slots=True)
 class RolloutSpec(_Record):
     """What the trainer asks the store to enqueue: one run of the agent on one task."""
@@ -106,7 +112,8 @@ class RolloutSpec(_Record):
     metadata: dict[str, Any] = field(default_factory=dict)
     max_attempts: int = 1
     timeout_s: float | None = None  # wall-clock limit for one attempt
-    heartbeat_timeout_s: float | None = None  # an attempt with no span for this long is presumed dead
+    #: an attempt with no span or heartbeat for this long is presumed dead; None: never (nothing sweeps it)
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
     resources_version: int | None = None
 
 
@@ -166,7 +173,7 @@ class Span(_Record):
     - the proxy's ``llm`` span of a call (name ``spans.LLM_CALL``), nested ``spans.ProxyLLMAttributes``:
       ``call_id``, ``request`` (``messages``, ``tools``, ``params``), ``prompt_token_ids``, ``choices`` (each
       ``message``, ``finish_reason``, ``response_token_ids``, ``logprobs``), ``usage``, ``model``,
-      ``latency_ms``, ``token_ids_available``;
+      ``latency_ms``, ``token_ids_available``, ``weights_version``;
     - an adapter's own ``llm`` span (any other name), flat keys: ``request.messages``, ``request.model``,
       ``request.tools``;
     - ``tool`` spans: ``tool.name``, ``tool.arguments``, ``tool.call_id``, and ``tool.result`` or
@@ -268,6 +275,8 @@ class Transition(_Record):
     reward: float
     trainable: bool
     advantage: float | None = None
+    #: the version of the weights that sampled the call (the backend's ``weights_version``); None if unknown
+    weights_version: int | None = None
 
 
 def check_reward(value: Any) -> float:

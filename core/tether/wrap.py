@@ -2,7 +2,8 @@
 
 ``wrap(agent, reward=..., optimize=..., adapter=..., run=...)`` picks the adapter from the process-wide plugin
 manager (``tether.plugins.get_plugins``) unless one is given, checks the arguments, and returns a
-``WrappedAgent``: what the runner runs on each task and scores.
+``WrappedAgent``: what the runner runs on each task and scores (holding its ``passthrough=`` clients exempt from
+the endpoint redirect meanwhile).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from tether.adapters import Adapter
+from tether.adapters import Adapter, CannotCopy
+from tether.passthrough_calls import client_ids, clients_held, passthrough
 from tether.plugins import get_plugins
 from tether.types import Resources, check_reward
 
@@ -31,16 +33,31 @@ class WrappedAgent:
     reward: RewardFn | None = None
     optimize: frozenset[str] | None = None
     run: RunFn | None = None
+    #: the ``passthrough=`` clients (kept alive here: they are matched by id) and their openai clients' ids
+    passthrough: tuple[Any, ...] = ()
+    _passthrough_ids: frozenset[int] = field(init=False, repr=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        self._passthrough_ids = client_ids(self.passthrough)
 
     async def run_task(self, task: Any, resources: Resources) -> Any:
         """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's.
         A ``run`` with a third parameter also gets the rollout's resources (prompt templates, endpoint).
-        The user's ``run`` runs inside the adapter's ``run_scope``, so its calls are captured and named
-        as the adapter's own runs are."""
+        The user's ``run`` gets the rollout's own copy of the agent (``Adapter.rollout_copy``, what the
+        adapter's run runs), or the user's object where the adapter cannot copy it, and runs inside the
+        adapter's ``run_scope``, so its calls are captured and named as the adapter's own runs are."""
+        with clients_held(self._passthrough_ids):
+            return await self._run_task(task, resources)
+
+    async def _run_task(self, task: Any, resources: Resources) -> Any:
         if self.run is None:
             return await self.adapter.run(self.agent, task, resources)
-        args = (self.agent, task, resources) if _takes_resources(self.run) else (self.agent, task)
-        with self.adapter.run_scope(self.agent):
+        try:
+            agent = self.adapter.rollout_copy(self.agent)
+        except CannotCopy:  # the error told the user to build a fresh one per task in run=, as this one may
+            agent = self.agent
+        args = (agent, task, resources) if _takes_resources(self.run) else (agent, task)
+        with self.adapter.run_scope(agent):
             if inspect.iscoroutinefunction(self.run):
                 return await self.run(*args)
             # to_thread copies the context, so the scope's context variables reach the worker thread
@@ -50,12 +67,14 @@ class WrappedAgent:
             return result
 
     async def score(self, task: Any, output: Any) -> float | None:
-        """The ``reward`` function's value for this output (None when there is no reward function)."""
+        """The ``reward`` function's value for this output (None when there is no reward function). It runs as
+        ``tether.passthrough()``: a judge it calls keeps its own endpoint and is never trained."""
         if self.reward is None:
             return None
-        value = self.reward(task, output)
-        if inspect.isawaitable(value):
-            value = await value
+        with passthrough(), clients_held(self._passthrough_ids):
+            value = self.reward(task, output)
+            if inspect.isawaitable(value):
+                value = await value
         return check_reward(value)
 
     def is_trainable(self, agent_name: str | None) -> bool:
@@ -69,13 +88,18 @@ def wrap(
     optimize: Iterable[str] | str | None = None,
     adapter: str | Adapter | None = None,
     run: RunFn | None = None,
+    passthrough: Iterable[Any] = (),
 ) -> WrappedAgent:
     """Make ``agent`` trainable without changing it.
 
     ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
     the sub-agents whose calls are trained (default: all); ``adapter`` picks the adapter by name when the
-    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent
-    (``run(agent, task, resources)`` also gets the rollout's resources, e.g. the prompt templates APO tunes).
+    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent: it gets
+    the rollout's own copy of the agent where the framework's objects hold run state (AutoGen teams and
+    agents, CrewAI crews), so concurrent rollouts never share one (``run(agent, task, resources)`` also gets
+    the rollout's resources, e.g. the prompt templates APO tunes); ``passthrough`` lists model clients that
+    are not the policy (a judge's): inside a rollout their calls keep their own endpoint and are recorded,
+    never trained (``tether.passthrough``).
     """
     if reward is not None and not callable(reward):
         raise TypeError(f"reward must be a function (task, output) -> float, got {type(reward).__name__}")
@@ -90,7 +114,10 @@ def wrap(
         chosen = plugins.adapter_for(agent)
     else:
         raise TypeError(f'adapter must be an adapter name such as "langgraph" or an Adapter, got {adapter!r}')
-    return WrappedAgent(agent=agent, adapter=chosen, reward=reward, optimize=_agent_names(optimize), run=run)
+    exempt = tuple(passthrough)
+    return WrappedAgent(
+        agent=agent, adapter=chosen, reward=reward, optimize=_agent_names(optimize), run=run, passthrough=exempt
+    )
 
 
 def _takes_resources(run: RunFn) -> bool:

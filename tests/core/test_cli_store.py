@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tether.store.base import InvalidInput
 from tether.store.http_client import HttpStore, StoreUnauthorized
 from tether.testing.store_conformance import span, spec
 from tether.types import AttemptStatus, RolloutStatus
@@ -31,8 +32,11 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def _serving(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """Start ``tether store serve --port 0 ...`` and yield the URL it prints, then stop it with SIGTERM."""
+def _serving(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen, str]]:
+    """Start ``tether store serve --port 0 ...`` and yield the URL it prints, the process and the line that
+    said so, then stop it with SIGTERM."""
     proc = subprocess.Popen(
         _tether("store", "serve", "--port", "0", *args),
         cwd=cwd,
@@ -48,7 +52,7 @@ def _serving(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Iterat
             proc.kill()
             _, err = proc.communicate(timeout=30)
             pytest.fail(f"tether store serve did not start: {line!r} {err}")
-        yield line.rsplit("serving at ", 1)[1].strip(), proc
+        yield line.rsplit("serving at ", 1)[1].strip(), proc, line
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -60,14 +64,15 @@ def _serving(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Iterat
 
 
 def _stop(proc: subprocess.Popen) -> str:
+    """Stop the server; its stdout and stderr since the first line."""
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    return out
+    return out + err
 
 
 async def test_store_serve_sqlite_round_trip_and_restart(tmp_path: Path) -> None:
-    with _serving("--store", "sqlite:///runs/x.db", cwd=tmp_path) as (url, proc):
+    with _serving("--store", "sqlite:///runs/x.db", cwd=tmp_path) as (url, proc, _):
         assert url.startswith("http://127.0.0.1:")
         store = HttpStore(url)
         assert (await store.health())["store"] == "SqliteStore"
@@ -87,7 +92,7 @@ async def test_store_serve_sqlite_round_trip_and_restart(tmp_path: Path) -> None
     assert (tmp_path / "runs" / "x.db").exists()  # relative to where the command ran
 
     # a new server on the same file sees everything the first one stored
-    with _serving("--store", "sqlite:///runs/x.db", cwd=tmp_path) as (url, _):
+    with _serving("--store", "sqlite:///runs/x.db", cwd=tmp_path) as (url, _, _):
         store = HttpStore(url)
         done = await store.get_rollout(rollout.rollout_id)
         assert (done.status, done.reward, done.output) == (RolloutStatus.SUCCEEDED, 1.0, "ok")
@@ -97,7 +102,7 @@ async def test_store_serve_sqlite_round_trip_and_restart(tmp_path: Path) -> None
 
 
 async def test_store_serve_with_token_from_the_environment(tmp_path: Path) -> None:
-    with _serving("--store", "memory:", cwd=tmp_path, env=_env(TETHER_STORE_TOKEN="tok")) as (url, _):
+    with _serving("--store", "memory:", cwd=tmp_path, env=_env(TETHER_STORE_TOKEN="tok")) as (url, _, _):
         anonymous = HttpStore(url, token="")
         with pytest.raises(StoreUnauthorized):
             await anonymous.list_rollouts()
@@ -146,3 +151,77 @@ def test_plugins_lists_loaded_and_unavailable_plugins() -> None:
         assert info.name in result.stdout and all(hook in result.stdout for hook in info.hooks)
     for missing in expected.unavailable:
         assert missing.name in result.stdout and (missing.hint or "") in result.stdout
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_tether(*args), cwd=cwd, env=_env(), capture_output=True, text=True, timeout=60)
+
+
+def test_store_serve_refuses_a_bad_port_without_a_traceback(tmp_path: Path) -> None:
+    result = _run("store", "serve", "--store", "memory:", "--port", "99999", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "99999" in result.stderr and "0<=x<=65535" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_store_serve_names_a_path_it_cannot_use(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file, not a folder")
+    for url, path in (
+        ("sqlite:////proc/nope/x.db", "/proc/nope"),
+        ("sqlite:///file/x.db", str(tmp_path / "file")),
+    ):
+        result = _run("store", "serve", "--store", url, "--port", "0", cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert "cannot open the SQLite store" in result.stderr and path in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_store_serve_hosts(tmp_path: Path) -> None:
+    with _serving("--store", "memory:", "--host", "[::1]", cwd=tmp_path) as (url, _, _):
+        assert url.startswith("http://[::1]:")
+    result = _run(
+        "store",
+        "serve",
+        "--store",
+        "memory:",
+        "--host",
+        "no-such-host.invalid",
+        "--token",
+        "t",
+        "--port",
+        "0",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "no address for host 'no-such-host.invalid'" in result.stderr, result.stderr
+    assert "Unknown error" not in result.stderr
+
+
+async def test_store_serve_prints_the_file_it_serves(tmp_path: Path) -> None:
+    with _serving("--store", "sqlite:///tmp/x.db", "--max-body-mb", "1", cwd=tmp_path) as (url, _, banner):
+        store = HttpStore(url)
+        (rollout,) = await store.enqueue([spec(1)])
+        ((_, attempt),) = await store.dequeue("w")
+        big = span(rollout.rollout_id, attempt.attempt_id, "big", attributes={"t": "x" * 2_000_000})
+        with pytest.raises(InvalidInput, match="1048576 bytes"):
+            await store.add_spans([big])
+        await store.close()
+    assert str(tmp_path / "tmp" / "x.db") in banner, banner  # relative to where it ran, and said so
+    assert (tmp_path / "tmp" / "x.db").is_file()
+
+
+def test_store_serve_says_which_store_it_made_by_default(tmp_path: Path) -> None:
+    with _serving(cwd=tmp_path) as (_, proc, banner):
+        out = _stop(proc)
+    assert "no --store given: serving sqlite:///runs/tether.db" in out, out
+    assert str(tmp_path / "runs" / "tether.db") in banner, banner
+    assert (tmp_path / "runs" / "tether.db").is_file()
+
+
+def test_store_serve_help_promises_only_what_exists(tmp_path: Path) -> None:
+    result = _run("store", "serve", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "--max-body-mb" in result.stdout
+    # the help names the dashboard's pages, and they exist: the `dashboard` command answers too
+    assert "/dashboard/" in result.stdout
+    assert _run("dashboard", "--help", cwd=tmp_path).returncode == 0

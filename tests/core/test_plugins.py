@@ -21,7 +21,7 @@ import pytest
 import tether
 from tether import hookspecs
 from tether.adapters import Adapter
-from tether.plugins import AdapterNotFound, Plugins, build, reset_plugins
+from tether.plugins import AdapterNotFound, Plugins, UnavailablePlugin, build, reset_plugins
 from tether.types import Resources, Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,3 +293,40 @@ def test_the_plugin_contract_imports_nothing_above_it() -> None:
         "tether.instrument",
     }
     assert _tether_imports("hookspecs", runtime_only=True) == set()
+
+
+def test_install_hint_spells_the_extra_not_the_plugin_name() -> None:
+    plugins = build(entry_points=False)
+    plugins.unavailable.append(
+        UnavailablePlugin("openai_agents", "not installed: agents", hint='pip install "tether[openai-agents]"')
+    )
+    with pytest.raises(AdapterNotFound) as caught:
+        plugins.adapter_for({})
+    assert 'pip install "tether[openai-agents]"' in str(caught.value)
+    assert "openai_agents]" not in str(caught.value)
+
+
+class _NeedsImport(_ListAdapter):
+    """Would run lists if its framework were imported (as the openai adapter does plain functions)."""
+
+    name = "later"
+
+    def accepts(self, agent: Any) -> bool:
+        return False
+
+    def hint_for(self, agent: Any) -> str | None:
+        return "pass adapter='later' or import later first" if isinstance(agent, list) else None
+
+
+def test_an_adapters_hint_replaces_the_install_hints() -> None:
+    plugins = build(entry_points=False)
+    plugins.register(_ListPlugin(_NeedsImport()), name="later")
+    plugins.unavailable.append(
+        UnavailablePlugin("crewai", "not installed: crewai", hint='pip install "tether[crewai]"')
+    )
+    with pytest.raises(AdapterNotFound) as caught:
+        plugins.adapter_for([1])
+    assert "pass adapter='later' or import later first" in str(caught.value)
+    assert "pip install" not in str(caught.value), "the unrelated extras are noise when an adapter says the fix"
+    with pytest.raises(AdapterNotFound, match=r"tether\[crewai\]"):
+        plugins.adapter_for({})  # no adapter has a hint for a dict: the extras are listed

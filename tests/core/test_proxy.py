@@ -99,6 +99,7 @@ async def test_async_client_text_and_span(rig: Rig) -> None:
     assert a["token_ids_available"] is True
     assert a["usage"]["total_tokens"] == a["usage"]["prompt_tokens"] + 5
     assert a["model"] == "gpt-x" and a["latency_ms"] > 0
+    assert a[spans.WEIGHTS_VERSION] is None  # a remote backend does not know which weights answered
     # what went upstream: sampling params and vLLM's token-id flags
     sent = rig.llm.chat_requests[0]
     assert sent["return_token_ids"] is True and sent["logprobs"] is True and sent["max_tokens"] == 20

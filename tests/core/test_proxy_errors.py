@@ -1,5 +1,6 @@
 """The proxy's failure paths: bad requests (400), attempts that are not open (404), backend failures (502),
-and that none of them stores anything; spans of good calls survive a clean stop."""
+that a rejected or failed call is on record as a failed-call span only, and that spans of good calls
+survive a clean stop."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import aiohttp
 import openai
 import pytest
 
+from tether import spans
 from tether.models.base import BackendError, ChatRequest, ChatResult, ModelBackend
 from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
@@ -66,6 +68,9 @@ BAD_REQUESTS = [
     ({"messages": USER, "n": 0}, "n", "between 1 and"),
     ({"messages": USER, "max_tokens": "ten"}, "max_tokens", "must be an integer"),
     ({"messages": USER, "max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens", "disagree"),
+    ({"messages": USER, "max_tokens": 2**31}, "max_tokens", "between 1 and 2147483647"),
+    ({"messages": USER, "max_completion_tokens": 2**31}, "max_completion_tokens", "between 1 and 2147483647"),
+    ({"messages": USER, "max_tokens": 10**30}, "max_tokens", "between 1 and 2147483647"),
     ({"messages": USER, "stop": 3}, "stop", "'stop' must be"),
     ({"messages": USER, "stream": "yes"}, "stream", "true or false"),
     ({"messages": USER, "tools": {"name": "f"}}, "tools", "must be a list"),
@@ -144,6 +149,48 @@ async def test_an_attempt_is_served_only_while_open(setup: tuple[MemoryStore, Fa
     assert len(llm.chat_requests) == 1
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/nope", 404, "unknown_url"),
+        ("POST", "/v1/completions", 404, "unknown_url"),
+        ("POST", "/r/{rid}/{aid}/v1/embeddings", 404, "unknown_url"),
+        ("POST", "/r//at-1/v1/chat/completions", 404, "unknown_url"),
+        ("POST", "/r/ro-1//v1/chat/completions", 404, "unknown_url"),
+        ("POST", "/r/ro-1", 404, "unknown_url"),
+        ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+        ("GET", "/r/{rid}/{aid}/v1/chat/completions", 405, "method_not_allowed"),
+        ("POST", "/v1/models", 405, "method_not_allowed"),
+        ("DELETE", "/health", 405, "method_not_allowed"),
+    ],
+)
+async def test_unknown_paths_and_methods_get_openai_shaped_errors(
+    setup: tuple[MemoryStore, FakeLLM, ProxyServer, str], method: str, path: str, status: int, code: str
+) -> None:
+    _, llm, proxy, url = setup
+    rid, aid = url.split("/")[-3:-1]
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, proxy.url + path.format(rid=rid, aid=aid), json={}) as resp:
+            assert resp.status == status and resp.content_type == "application/json"
+            data = await resp.json()
+            allow = resp.headers.get("Allow")
+    error = data["error"]
+    assert error["code"] == code and error["type"] == "invalid_request_error" and error["param"] is None
+    assert f"{method} " in error["message"] and "/v1/chat/completions" in error["message"]
+    assert (allow is not None) == (status == 405)
+    assert llm.requests == []
+
+
+async def test_the_openai_sdk_shows_why_a_url_is_wrong(
+    setup: tuple[MemoryStore, FakeLLM, ProxyServer, str],
+) -> None:
+    _, _, proxy, _ = setup
+    client = openai.AsyncOpenAI(base_url=f"{proxy.url}/r//at-1/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="names no rollout"):
+        await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    await client.close()
+
+
 @pytest.mark.parametrize("ids", [("", "at-1"), ("ro-1", "a/b")])
 async def test_attempt_ids_must_fit_in_a_url(
     setup: tuple[MemoryStore, FakeLLM, ProxyServer, str], ids: tuple[str, str]
@@ -167,7 +214,15 @@ async def test_upstream_failures(setup: tuple[MemoryStore, FakeLLM, ProxyServer,
     assert info.value.status_code == 502
     await client.close()
     await proxy.flush()
-    assert await store.get_spans(url.split("/")[-2]) == []
+    failed = await store.get_spans(url.split("/")[-2])
+    assert [e.split(":")[0] for e in _errors(failed)] == [
+        "the model backend failed",
+        "the model backend rejected the request",
+        "the model backend failed",
+    ]
+    assert [s.attributes["status"] for s in failed] == [502, 400, 502]
+    assert "GPU on fire" in failed[0].attributes[spans.ERROR]
+    assert failed[0].attributes["request"]["messages"] == USER
 
 
 def _closed_port() -> int:
@@ -188,7 +243,8 @@ async def test_unreachable_upstream_is_502() -> None:
         status, data = await _post(url, {"messages": USER})
     assert status == 502 and "cannot reach" in data["error"]["message"]
     assert data["error"]["type"] == "upstream_error"
-    assert await store.get_spans(attempt.attempt_id) == []
+    (failed,) = await store.get_spans(attempt.attempt_id)  # on record, never a transition
+    assert failed.name == spans.LLM_CALL_FAILED and "cannot reach" in failed.attributes[spans.ERROR]
 
 
 class _Broken(ModelBackend):
@@ -224,24 +280,14 @@ async def test_backend_exceptions_and_malformed_results_are_502() -> None:
             backend.mode = mode
             status, data = await _post(url, {"messages": USER})
             assert status == 502 and expected in data["error"]["message"]
-    assert await store.get_spans(attempt.attempt_id) == []
+    errors = _errors(await store.get_spans(attempt.attempt_id))
+    assert [
+        expected in e
+        for e, expected in zip(errors, ["ZeroDivisionError: oops", "out of memory", "no choices"], strict=True)
+    ] == [True] * 3
 
 
-async def test_stop_flushes_pending_spans_and_leaves_the_batcher_open() -> None:
-    store = MemoryStore()
-    attempt = await _attempt(store)
-    async with FakeLLM(default="ok") as llm:
-        batcher = SpanBatcher(store, max_batch=10_000, max_delay_s=3600)  # never flushes by itself
-        proxy = await ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True).start()
-        async with proxy.attempt(attempt.rollout_id, attempt.attempt_id) as url:
-            client = openai.AsyncOpenAI(base_url=url, api_key="k")
-            for _ in range(5):
-                await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
-            await client.close()
-        assert batcher.pending == 5 and await store.get_spans(attempt.attempt_id) == []
-        await proxy.stop()
-    assert len(await store.get_spans(attempt.attempt_id)) == 5
-    await proxy.stop()  # idempotent
-    batcher.submit(Span(attempt.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still the owner's
-    await batcher.close()
-    assert len(await store.get_spans(attempt.attempt_id)) == 6
+def _errors(found: list[Span]) -> list[str]:
+    """Each span's error, all of them failed-call spans (a failed call is on record, never a transition)."""
+    assert all(s.kind == SpanKind.LLM and s.name == spans.LLM_CALL_FAILED for s in found), [s.name for s in found]
+    return [s.attributes[spans.ERROR] for s in found]

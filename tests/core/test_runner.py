@@ -3,6 +3,11 @@ which calls the proxy URL it is given, the proxy, a store, and the scripted fake
 
 from __future__ import annotations
 
+import asyncio
+import math
+import socket
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +20,14 @@ from tether.adapters import Adapter
 from tether.models.remote import RemoteBackend
 from tether.plugins import build, reset_plugins
 from tether.proxy import ProxyServer
-from tether.runner import Runner
+from tether.runner import Runner, RunnerStats
 from tether.span_batcher import SpanBatcher
+from tether.store import Store
 from tether.store.memory import MemoryStore
+from tether.store.sqlite import SqliteStore
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
 from tether.types import AttemptStatus, LLMEndpoint, Resources, RolloutSpec, RolloutStatus, Span, SpanKind
+from tether.wrap import WrappedAgent
 
 
 class _DictAgentAdapter(Adapter):
@@ -44,6 +52,8 @@ class _DictAgentAdapter(Adapter):
                     f"{resources.llm.base_url}/chat/completions", json=body, headers=headers
                 ) as r:
                     data = await r.json()
+                    if r.status != 200 and agent.get("swallow_errors"):  # an agent that carries on regardless
+                        return None
                     assert r.status == 200, data
                 message = data["choices"][0]["message"]
                 for call in message.get("tool_calls") or []:
@@ -126,6 +136,45 @@ async def test_non_finite_or_non_numeric_reward_is_an_error_not_a_zero() -> None
         assert "reward must be a finite number" in (rollout.error or "")
 
 
+def _raise(task: Any, output: Any) -> float:
+    raise KeyError("answer")
+
+
+@pytest.mark.parametrize(
+    ("reward", "why"),
+    [(_raise, "KeyError: 'answer'"), (lambda t, o: float("nan"), "reward must be a finite number, got nan")],
+    ids=["raises", "nan"],
+)
+async def test_dev_report_says_how_many_rollouts_failed_and_why(reward: Any, why: str) -> None:
+    report = await _dev(tether.wrap({"name": "a", "calls": 1}, reward=reward), ["x", "y", "z"])
+    assert [r.status for r in report] == [RolloutStatus.FAILED] * 3
+    assert report.problems[0].startswith("3 of 3 rollouts failed"), report.problems
+    assert why in report.problems[0]
+    assert all(why in p for r in report for p in r.problems), "each failed rollout says why"
+    assert not any("made no LLM call" in p for p in report.all_problems)
+    metrics = report.metrics()
+    assert metrics["failed"] == 3.0
+    assert math.isnan(metrics["mean_reward"]), "no rollout has a reward: the mean is not 0.0"
+    assert "3 of 3 rollouts failed" in str(report)
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["agent-raises", "agent-swallows-the-error"])
+async def test_dev_report_names_the_backend_error_of_a_dead_model_url(swallow: bool) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: the backend's requests are refused
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    agent = tether.wrap({"name": "a", "calls": 1, "swallow_errors": swallow}, reward=lambda t, o: 1.0)
+    report = await tether.Trainer(model=dead).adev(agent, ["x"])
+    (rollout,) = report.rollouts
+    problems = " ".join(report.all_problems)
+    assert "made no LLM call" not in problems, problems
+    assert "the model backend failed" in problems and dead.removesuffix("/v1") in problems, problems
+    failed_calls = [s for s in rollout.spans if s.kind == SpanKind.LLM]
+    assert len(failed_calls) == 1 and failed_calls[0].attributes[spans.ERROR], "the failed call is on record"
+    assert not rollout.transitions, "a failed call is never a transition"
+    assert "LLM error" in str(rollout)
+
+
 async def test_emit_reward_scores_a_rollout_without_reward_function() -> None:
     agent = tether.wrap({"name": "a", "calls": 1, "emit": 0.5})
     (rollout,) = (await _dev(agent, ["x"])).rollouts
@@ -201,3 +250,90 @@ async def test_runner_sends_the_sampling_once_and_leaves_the_batcher_to_its_owne
             batcher.submit(Span(rollout.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still open
     assert [(r["temperature"], r["seed"]) for r in llm.chat_requests] == [(0.0, 11)] * 2
     assert len(await store.get_spans(attempt.attempt_id)) == 3
+
+
+async def _run_until_idle(
+    store: Store,
+    agent: WrappedAgent,
+    rollout_ids: list[str] | None = None,
+    handler: Any = _echo,
+    retries: int = 3,
+) -> RunnerStats:
+    """One runner over ``store`` until idle, its calls answered by the fake LLM through a proxy."""
+    async with FakeLLM(handler=handler) as llm, SpanBatcher(store, retries=retries) as batcher:
+        async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
+            await store.add_resources(llm=LLMEndpoint(proxy.url))
+            async with Runner(agent, store, proxy, batcher=batcher, poll_s=0.01) as runner:
+                return await (runner.run_until_idle(rollout_ids) if rollout_ids else runner.run_until_idle())
+
+
+async def test_run_until_idle_sweeps_a_dead_workers_stale_rollout_and_runs_it() -> None:
+    store = MemoryStore()
+    (lost,) = await store.enqueue([RolloutSpec(input="q", max_attempts=2, heartbeat_timeout_s=0.05)])
+    assert await store.dequeue("a-runner-that-died")
+    await asyncio.sleep(0.1)  # its heartbeat is stale by now
+    stats = await _run_until_idle(store, tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0))
+    assert stats.succeeded == 1
+    done = await store.get_rollout(lost.rollout_id)
+    assert (done.status, done.attempt_count) == (RolloutStatus.SUCCEEDED, 2)
+
+
+async def test_run_until_idle_waits_for_its_rollouts_held_by_a_dead_worker() -> None:
+    store = MemoryStore()
+    retried, ended = await store.enqueue(
+        [
+            RolloutSpec(input="q", max_attempts=2, heartbeat_timeout_s=0.3),
+            RolloutSpec(input="q", heartbeat_timeout_s=0.3),
+        ]
+    )
+    assert len(await store.dequeue("a-runner-that-died", limit=2)) == 2  # claimed, then its process died
+    agent = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0)
+    stats = await _run_until_idle(store, agent, [retried.rollout_id, ended.rollout_id])
+    assert stats.succeeded == 1
+    again = await store.get_rollout(retried.rollout_id)
+    assert (again.status, again.attempt_count) == (RolloutStatus.SUCCEEDED, 2)
+    failed = await store.get_rollout(ended.rollout_id)
+    assert failed.status == RolloutStatus.FAILED and "no heartbeat for 0.3 s" in (failed.error or "")
+
+
+async def test_the_runner_keeps_a_slow_attempt_alive() -> None:
+    def slow(request: dict[str, Any]) -> Reply:
+        return text("late", delay_s=1.0)  # no span arrives for a second: only the runner's heartbeats
+
+    store = MemoryStore()
+    (rollout,) = await store.enqueue([RolloutSpec(input="q", heartbeat_timeout_s=0.3)])
+    stats = await _run_until_idle(
+        store, tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0), handler=slow
+    )
+    assert stats.succeeded == 1
+    done = await store.get_rollout(rollout.rollout_id)
+    assert (done.status, done.attempt_count) == (RolloutStatus.SUCCEEDED, 1)
+
+
+async def test_run_until_idle_waits_until_an_outcome_it_could_not_record_is_swept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, busy_timeout_s=0.05)
+    (rollout,) = await store.enqueue([RolloutSpec(input="q", max_attempts=2, heartbeat_timeout_s=0.3)])
+    scored: list[float] = []
+
+    def lock_the_file_once(task: Any, output: Any) -> float:
+        if not scored:  # another process holds the write lock while the first attempt ends
+            other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            other.execute("BEGIN IMMEDIATE")
+            threading.Timer(1.0, lambda: (other.execute("ROLLBACK"), other.close())).start()
+        scored.append(1.0)
+        return 1.0
+
+    try:
+        agent = tether.wrap({"name": "a", "calls": 1}, reward=lock_the_file_once)
+        stats = await _run_until_idle(store, agent, retries=0)
+        done = await store.get_rollout(rollout.rollout_id)
+        attempts = await store.get_attempts(rollout.rollout_id)
+    finally:
+        await store.close()
+    assert (done.status, done.attempt_count) == (RolloutStatus.SUCCEEDED, 2)
+    assert "could not record the failure of attempt" in caplog.text  # the store refused both outcomes
+    assert [a.status for a in attempts] == [AttemptStatus.TIMEOUT, AttemptStatus.SUCCEEDED]  # swept, then rerun
+    assert (stats.succeeded, stats.failed) == (1, 1)

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from tether import _json
+from tether.span_batcher import SpanBatcher
 from tether.store import open_store
 from tether.store.base import InvalidInput, NotFound, Store
 from tether.store.http_client import HttpStore, StoreUnauthorized, StoreUnavailable
@@ -168,6 +169,13 @@ _MALFORMED = [
     ("POST", "/v1/rollouts/list", b'{"status": "sleeping"}', "status must be one of"),
     ("POST", "/v1/resources", b'{"llm": {"model": "m"}}', "'base_url'"),
     ("GET", "/v1/resources/latest", None, "integer"),
+    ("GET", "/v1/resources/" + "9" * 31, None, "version must be between"),
+    ("GET", "/v1/attempts/at-x/spans?since=" + "9" * 31, None, "since must be between"),
+    ("GET", "/v1/attempts/at-x/spans?since=-" + "9" * 31, None, "since must be between"),
+    ("POST", "/v1/rollouts/list", b'{"limit": -1}', "limit"),
+    ("POST", "/v1/rollouts/list", b'{"limit": 18446744073709551615}', "limit"),
+    ("POST", "/v1/dequeue", b'{"worker_id": "w", "limit": 18446744073709551615}', "limit"),
+    ("POST", "/v1/rollouts", b'{"specs": [{"input": 1, "max_attempts": 18446744073709551615}]}', "max_attempts"),
 ]
 
 
@@ -281,3 +289,64 @@ async def test_port_in_use_is_named() -> None:
     async with await start_server(MemoryStore()) as first:
         with pytest.raises(OSError, match=f"127.0.0.1:{first.port}.*pick another --port"):
             await start_server(MemoryStore(), port=first.port)
+
+
+async def test_a_non_ascii_token_works_and_bad_header_bytes_get_401() -> None:
+    token = "pässwörd-密码"
+    backend = MemoryStore()
+    async with await start_server(backend, token=token) as server:
+        client = HttpStore(server.url, token=token)  # sent as UTF-8, as the server compares it
+        (rollout,) = await client.enqueue([spec(1)])
+        assert (await backend.get_rollout(rollout.rollout_id)).status == RolloutStatus.QUEUED
+        await client.close()
+        wrong = HttpStore(server.url, token="passwörd")
+        with pytest.raises(StoreUnauthorized):
+            await wrong.list_rollouts()
+        await wrong.close()
+
+        for header in (b"Bearer \xff\xfe\xc3(", "Bearer pässwörd-密码".encode("latin-1", "replace")):
+            reader, writer = await asyncio.open_connection(server.host, server.port)
+            writer.write(
+                b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: "
+                + header
+                + b"\r\n\r\n"
+            )
+            status_line = await reader.readline()
+            body = await reader.read()
+            writer.close()
+            assert status_line.split()[1] == b"401", (header, status_line, body)
+            assert b'"Unauthorized"' in body
+
+
+async def test_the_body_cap_is_an_option_and_answers_413(tmp_path: Path) -> None:
+    backend = SqliteStore(tmp_path / "s.db")
+    async with await start_server(backend, max_body_bytes=64 * 1024) as server:
+        client = HttpStore(server.url)
+        (rollout,) = await client.enqueue([spec(1)])
+        ((_, attempt),) = await client.dequeue("w")
+        small = [span(rollout.rollout_id, attempt.attempt_id, f"s{i}", attributes={"ids": list(range(1000))})
+                 for i in range(3)]  # fmt: skip
+        assert await client.add_spans(small) == [0, 1, 2]
+        big = span(rollout.rollout_id, attempt.attempt_id, "big", attributes={"text": "x" * 100_000})
+        with pytest.raises(InvalidInput, match=r"over this server's limit of 65536 bytes.*--max-body-mb"):
+            await client.add_spans([big])
+        assert [s.name for s in await backend.get_spans(attempt.attempt_id)] == ["s0", "s1", "s2"]
+        assert await client.add_spans(small[:1]) == [3]  # the client (and its connection) is still fine
+        status, reply = await _raw(server, "POST", "/v1/spans", b"{" + b" " * 70_000 + b"}")
+        assert status == 413 and reply["error"]["type"] == "InvalidInput"
+
+        batcher = SpanBatcher(client, max_delay_s=10)  # a batch over the cap is written in pieces that fit
+        await batcher.start()
+        for i in range(3):
+            batcher.submit(span(rollout.rollout_id, attempt.attempt_id, f"m{i}", attributes={"t": "y" * 30_000}))
+        await batcher.close()
+        assert (batcher.written, batcher.dropped) == (3, 0)
+        assert [s.name for s in await backend.get_spans(attempt.attempt_id, since=4)] == ["m0", "m1", "m2"]
+        await client.close()
+    await backend.close()
+
+
+def test_the_default_body_cap() -> None:
+    from tether.store.http_server import DEFAULT_MAX_BODY_BYTES
+
+    assert DEFAULT_MAX_BODY_BYTES == 32 * 1024 * 1024

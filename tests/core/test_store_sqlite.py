@@ -123,3 +123,84 @@ async def test_a_write_cancelled_before_its_turn_is_not_applied(tmp_path: Path) 
         await dropped
     assert [r.rollout_id for r in await store.list_rollouts()] == [rollout.rollout_id]
     await store.close()
+
+
+class TestSqliteWithoutSpanCache(StoreConformance):
+    """Every read decoded from the file, as a process that did not write the spans reads them."""
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        return SqliteStore(tmp_path / "store.db", span_cache_bytes=0)
+
+
+async def test_reads_combine_cached_spans_with_those_another_process_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    mine, other = SqliteStore(path), SqliteStore(path)  # two connections, as two processes have
+    (rollout,) = await mine.enqueue([spec(1)])
+    ((_, attempt),) = await mine.dequeue("w")
+    rid, aid = rollout.rollout_id, attempt.attempt_id
+
+    def named(name: str) -> object:
+        return span(rid, aid, name, attributes={"name": name, "ids": list(range(50))})
+
+    assert await mine.add_spans([named("a"), named("b")]) == [0, 1]
+    assert await other.add_spans([named("c")]) == [2]
+    assert await mine.add_spans([named("d")]) == [3]
+    for store in (mine, other):
+        got = await store.get_spans(aid)
+        assert [(s.name, s.sequence, s.attributes["name"]) for s in got] == [
+            ("a", 0, "a"), ("b", 1, "b"), ("c", 2, "c"), ("d", 3, "d")
+        ]  # fmt: skip
+        assert [s.name for s in await store.get_spans(aid, since=2)] == ["c", "d"]
+    await mine.finish_attempt(aid, AttemptStatus.SUCCEEDED)
+    (harvested,) = await other.harvest([rid])
+    assert [s.name for s in harvested.spans] == ["a", "b", "c", "d"]
+    with pytest.raises(NotFound):  # harvested by the other process: the spans this one cached are gone too
+        await mine.get_spans(aid)
+    await mine.close()
+    await other.close()
+
+
+async def test_a_small_span_cache_evicts_and_reads_stay_right(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", span_cache_bytes=4096)  # about two of these spans
+    await store.enqueue([spec(i) for i in range(6)])
+    claimed = await store.dequeue("w", limit=6)
+    for k, (rollout, attempt) in enumerate(claimed):
+        spans = [
+            span(rollout.rollout_id, attempt.attempt_id, f"{k}-{j}", attributes={"ids": list(range(k, k + 200))})
+            for j in range(3)
+        ]
+        await store.add_spans(spans)
+    for k, (_, attempt) in enumerate(claimed):
+        got = await store.get_spans(attempt.attempt_id)
+        assert [(s.name, s.attributes["ids"][0]) for s in got] == [(f"{k}-{j}", k) for j in range(3)]
+    await store.close()
+
+
+async def test_sqlite_errors_are_store_errors(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, busy_timeout_s=0.1)
+    (rollout,) = await store.enqueue([spec(1)])
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
+    try:
+        with pytest.raises(StoreError, match=f"{path}.*locked"):
+            await store.enqueue([spec(2)])
+        with pytest.raises(StoreError, match="locked"):
+            await store.cancel_rollout(rollout.rollout_id)
+        assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.QUEUED  # reads go on
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert len(await store.enqueue([spec(2)])) == 1
+    await store.close()
+
+
+def test_a_file_that_cannot_be_a_store_is_named(tmp_path: Path) -> None:
+    garbage = tmp_path / "not.db"
+    garbage.write_bytes(b"this is not a database, but it is long enough to look like one" * 100)
+    with pytest.raises(StoreError, match=f"cannot open the SQLite store {garbage}: file is not a database"):
+        SqliteStore(garbage)
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    with pytest.raises(StoreError, match=f"cannot open the SQLite store {blocked}/x.db: .*{blocked}"):
+        SqliteStore(blocked / "x.db")  # its folder would be a file

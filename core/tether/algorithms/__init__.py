@@ -1,4 +1,6 @@
-"""Algorithms that improve an agent: ``GRPO`` (weights, needs torch) and ``APO`` (prompt templates).
+"""Algorithms that improve an agent: ``GRPO`` (weights, needs torch), ``SFT`` (weights from imported or
+captured calls, needs torch), ``APO`` (prompt templates) and ``VERL`` (weights, through verl's multi-GPU
+trainer).
 
 Modules that need torch load on first use: ``from tether.algorithms import GRPO`` imports it then.
 """
@@ -12,8 +14,10 @@ from tether.algorithms.advantages import AdvantageStats, assign, group_advantage
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
     from tether.algorithms.grpo import GRPO
+    from tether.algorithms.sft import SFT
+    from tether.algorithms.verl import VERL
 
-__all__ = ["APO", "GRPO", "AdvantageStats", "assign", "group_advantages"]
+__all__ = ["APO", "GRPO", "SFT", "VERL", "AdvantageStats", "assign", "group_advantages"]
 
 
 def __getattr__(name: str) -> Any:
@@ -27,4 +31,14 @@ def __getattr__(name: str) -> Any:
         except ImportError as exc:
             raise ImportError(f'GRPO needs torch: pip install "tether[embedded]" ({exc})') from None
         return GRPO
+    if name == "SFT":
+        try:
+            from tether.algorithms.sft import SFT
+        except ImportError as exc:
+            raise ImportError(f'SFT needs torch: pip install "tether[embedded]" ({exc})') from None
+        return SFT
+    if name == "VERL":
+        from tether.algorithms.verl import VERL
+
+        return VERL
     raise AttributeError(f"module 'tether.algorithms' has no attribute {name!r}")

@@ -7,6 +7,13 @@ group-relative advantage, see ``tether.algorithms.advantages``). Every response 
 weighs the same. Optionally a KL penalty to the starting policy (k3 estimator) and, always, gradient
 clipping. The model is updated in place, so the backend serves the new weights on its next batch.
 
+Every update also measures **drift**: the trainer's logprobs of the sampled tokens (the first pass, before any
+optimizer step, the same forward the loss uses) against the logprobs the sampler recorded, on tokens sampled by
+the weights being updated. Transitions sampled by weights more than ``max_staleness`` versions old are
+dropped (see ``GRPO``). Transitions are packed into micro-batches by length under a token budget, with
+optional gradient checkpointing, so the update of a large model fits one GPU; the gradient is the one-batch
+gradient whatever the packing.
+
 ``GRPO.fit`` runs the training loop of ``tether.algorithms.grpo_loop`` (steps, evaluation, checkpoints) on
 the ``Session`` that ``Trainer.fit`` opens. torch is imported here, so this module is loaded only when GRPO is
 used.
@@ -37,6 +44,26 @@ class GRPO:
     """Group Relative Policy Optimization.
 
     ``group_size`` rollouts are sampled per task; ``tasks_per_step`` tasks make one update batch.
+
+    **Stale data.** Each transition records the weights version that sampled it. The update drops (and counts
+    in the ``stale_dropped`` metric) transitions sampled by a version older than ``current - max_staleness``;
+    with the default 0 only data from the weights being updated trains. Within the allowed staleness the
+    importance correction is the PPO-clipped ratio ``exp(logp_now - logp_recorded)`` (clipped to ``1 ± clip_eps``)
+    against the logprobs the sampler recorded, so tokens the policy has since moved away from weigh less and
+    the step stays bounded. Transitions whose version is unknown (a backend that does not report one) are kept.
+
+    **Drift.** ``drift_mean`` / ``drift_max`` are the mean / largest absolute difference between the trainer's
+    and the sampler's logprob of each sampled token, ``drift_frac`` the share of tokens where it exceeds
+    ``drift_threshold`` (0.1 nats: a 10% disagreement on the token's probability), over the tokens with a
+    recorded logprob sampled by the weights being updated (``drift_tokens`` of them). Identical weights and
+    code give ~1e-6 (float rounding); a retokenized response or wrong token ids give whole nats.
+
+    **Memory.** Transitions are sorted by length and packed into micro-batches of at most ``micro_batch`` rows
+    and, when ``micro_batch_tokens`` is set, at most that many padded tokens (rows × the longest row); a
+    single longer row goes alone. ``gradient_checkpointing=True`` recomputes each layer's activations in the
+    backward pass instead of storing them (enabled once on the model, non-reentrant, so it works with a
+    frozen base and LoRA adapters). Neither changes the gradient.
+
     ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
     """
 
@@ -46,11 +73,16 @@ class GRPO:
     clip_eps: float = 0.2
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch: int = 32
+    micro_batch: int = 32  # rows per micro-batch, at most
     epochs: int = 1  # passes over each batch (ratios move away from 1 after the first)
     temperature: float = 1.0  # sampling temperature of training rollouts (the recorded logprobs' distribution)
     scale_by_std: bool = True
     weight_decay: float = 0.0
+    # -- data freshness, drift, memory (see the class docstring) -------------------------------------------
+    max_staleness: int = 0  # versions a transition's weights may lag the current ones and still train
+    drift_threshold: float = 0.1  # |trainer - sampler| logprob above which a token counts in drift_frac
+    micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
+    gradient_checkpointing: bool = False
     lora: LoRA | None = None
     _optimizer: Any = field(default=None, init=False, repr=False)
     _reference: Any = field(default=None, init=False, repr=False)
@@ -60,6 +92,18 @@ class GRPO:
             raise ValueError(f"GRPO needs group_size >= 2 to compare rollouts of a task, got {self.group_size}")
         if self.tasks_per_step < 1:
             raise ValueError(f"tasks_per_step must be >= 1, got {self.tasks_per_step}")
+        if self.micro_batch < 1:
+            raise ValueError(f"micro_batch must be >= 1 (rows per micro-batch), got {self.micro_batch}")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ValueError(
+                f"micro_batch_tokens must be a positive token budget or None, got {self.micro_batch_tokens}"
+            )
+        if self.max_staleness < 0:
+            raise ValueError(
+                f"max_staleness must be >= 0 (0: only the current weights' data), got {self.max_staleness}"
+            )
+        if not self.drift_threshold > 0:
+            raise ValueError(f"drift_threshold must be > 0 (nats), got {self.drift_threshold}")
 
     # -- the algorithm contract ----------------------------------------------------------------------------
 
@@ -68,8 +112,17 @@ class GRPO:
         return await grpo_loop.fit(self, session, train, val)
 
     def prepare_backend(self, backend: ModelBackend) -> None:
-        """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any."""
+        """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any. A vLLM
+        backend trains only LoRA adapters (the server cannot take full weights between updates): say so now,
+        not at the first update."""
         if self.lora is None:
+            from tether.models.vllm import VLLMBackend  # no vLLM import: it only drives a server
+
+            if isinstance(backend, VLLMBackend):
+                raise ValueError(
+                    "GRPO trains a vllm: model through LoRA adapters that the server swaps in: pass "
+                    "lora=tether.LoRA(...) (full-weight training with vLLM goes through tether.VERL)"
+                )
             return
         attach = getattr(backend, "attach_lora", None)
         if attach is None:
@@ -106,28 +159,52 @@ class GRPO:
         transitions: Sequence[Transition],
         *,
         pad_token_id: int = 0,
+        weights_version: int | None = None,
     ) -> dict[str, float]:
         """One policy update on trainable transitions with a non-zero advantage; returns metrics.
 
-        Call it inside ``backend.policy()``, which holds the weights so no batch samples half-updated ones.
+        ``weights_version`` is the version of the weights being updated (the backend's): transitions sampled
+        by a version older than ``weights_version - max_staleness`` are dropped; None keeps them all. Call it
+        inside ``backend.policy()``, which holds the weights so no batch samples half-updated ones.
         """
-        batch = [t for t in transitions if t.trainable and t.advantage and t.response_token_ids]
-        metrics = {"trained_transitions": float(len(batch)), "loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0}
+        candidates = [t for t in transitions if t.trainable and t.advantage and t.response_token_ids]
+        batch = [t for t in candidates if not self._stale(t, weights_version)]
+        metrics = {
+            "trained_transitions": float(len(batch)),
+            "stale_dropped": float(len(candidates) - len(batch)),
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            "clip_frac": 0.0,
+            "drift_tokens": 0.0,
+        }
         if not batch:
             return metrics
         context_length = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
         if self.kl_coef > 0 and self._reference is None:
             self._reference = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.gradient_checkpointing:
+            _enable_checkpointing(model)
         optimizer = self.optimizer_for(model)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
+        parts = _pack([_row_length(t, context_length) for t in batch], self.micro_batch, self.micro_batch_tokens)
+        drift = _Drift(self.drift_threshold)
         was_training = model.training
         model.train()
-        for _ in range(self.epochs):
+        for epoch in range(self.epochs):
             optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
-            for start in range(0, len(batch), self.micro_batch):
-                part = batch[start : start + self.micro_batch]
-                loss, clipped, kl = self._micro_loss(model, part, total_tokens, context_length, pad_token_id)
+            for indices in parts:
+                part = [batch[i] for i in indices]
+                on_policy = [weights_version is None or t.weights_version in (None, weights_version) for t in part]
+                loss, clipped, kl = self._micro_loss(
+                    model,
+                    part,
+                    total_tokens,
+                    context_length,
+                    pad_token_id,
+                    drift if epoch == 0 else None,
+                    on_policy,
+                )
                 loss.backward()
                 sums["loss"] += float(loss.detach())
                 sums["clipped"] += clipped
@@ -141,8 +218,14 @@ class GRPO:
             clip_frac=sums["clipped"] / max(total_tokens, 1),
             kl=sums["kl"] / max(total_tokens, 1),
             response_tokens=float(total_tokens),
+            micro_batches=float(len(parts)),
+            **drift.metrics(),
         )
         return metrics
+
+    def _stale(self, transition: Transition, current: int | None) -> bool:
+        version = transition.weights_version
+        return current is not None and version is not None and version < current - self.max_staleness
 
     def _micro_loss(
         self,
@@ -151,12 +234,18 @@ class GRPO:
         total_tokens: int,
         context_length: int,
         pad_token_id: int,
+        drift: _Drift | None = None,
+        on_policy: Sequence[bool] = (),
     ) -> tuple[torch.Tensor, float, float]:
         ids, mask, old, adv = _assemble(part, context_length, pad_token_id)
         device = next(model.parameters()).device
         ids, mask, old, adv = ids.to(device), mask.to(device), old.to(device), adv.to(device)
         new = _token_logprobs(model, ids, self.temperature)
-        old = torch.where(torch.isnan(old), new.detach(), old)  # no recorded logprob: on-policy ratio of 1
+        recorded = ~torch.isnan(old)
+        if drift is not None:
+            rows = torch.tensor(list(on_policy), dtype=torch.bool, device=device)[:, None]
+            drift.add((new.detach() - old)[recorded & (mask > 0) & rows])
+        old = torch.where(recorded, old, new.detach())  # no recorded logprob: on-policy ratio of 1
         ratio = torch.exp(new - old)
         clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
         per_token = -torch.minimum(ratio * adv[:, None], clipped_ratio * adv[:, None])
@@ -171,6 +260,81 @@ class GRPO:
         loss = (per_token * mask).sum() / total_tokens
         clipped = float((((ratio - clipped_ratio).abs() > 1e-6).float() * mask).sum())
         return loss, clipped, kl_sum
+
+
+class _Drift:
+    """Sums of |trainer - sampler| logprob differences over the micro-batches of one update."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.tokens = 0
+        self.total = 0.0
+        self.largest = 0.0
+        self.over = 0
+
+    def add(self, diff: torch.Tensor) -> None:
+        if diff.numel() == 0:
+            return
+        gap = diff.abs().float()
+        self.tokens += gap.numel()
+        self.total += float(gap.sum())
+        self.largest = max(self.largest, float(gap.max()))
+        self.over += int((gap > self.threshold).sum())
+
+    def metrics(self) -> dict[str, float]:
+        """``drift_tokens`` always; the figures only when some token had a recorded logprob."""
+        if not self.tokens:
+            return {"drift_tokens": 0.0}
+        return {
+            "drift_tokens": float(self.tokens),
+            "drift_mean": self.total / self.tokens,
+            "drift_max": self.largest,
+            "drift_frac": self.over / self.tokens,
+        }
+
+
+def _enable_checkpointing(model: torch.nn.Module) -> None:
+    """Turn on non-reentrant activation (gradient) checkpointing once: it needs no input that requires grad, so
+    a frozen base with LoRA adapters works. transformers 5 names it ``activation_checkpointing_*`` (the
+    ``gradient_checkpointing_*`` names are deprecated aliases there, the only ones before)."""
+    for enable_name, flag_name, kwargs_name in (
+        ("activation_checkpointing_enable", "is_activation_checkpointing", "activation_checkpointing_kwargs"),
+        ("gradient_checkpointing_enable", "is_gradient_checkpointing", "gradient_checkpointing_kwargs"),
+    ):
+        enable = getattr(model, enable_name, None)
+        if enable is not None:
+            if not getattr(model, flag_name, False):
+                enable(**{kwargs_name: {"use_reentrant": False}})
+            return
+    raise ValueError(
+        f"gradient_checkpointing=True needs a transformers model; {type(model).__name__} has no "
+        "activation_checkpointing_enable(): set GRPO(gradient_checkpointing=False)"
+    )
+
+
+def _row_length(t: Transition, context_length: int) -> int:
+    """The length of ``t``'s row in an update batch (prompt + response, cut to the context as ``_assemble``
+    cuts it)."""
+    response = min(len(t.response_token_ids), context_length - 1)
+    return min(len(t.prompt_token_ids), context_length - response) + response
+
+
+def _pack(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
+    """Micro-batches (indices into ``lengths``): rows sorted by length, each micro-batch at most ``max_rows``
+    rows and, with a budget, at most ``max_tokens`` padded tokens (rows × its longest row). A row longer than
+    the budget goes alone."""
+    parts: list[list[int]] = []
+    current: list[int] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        full = len(current) >= max_rows
+        over = max_tokens is not None and (len(current) + 1) * lengths[i] > max_tokens
+        if current and (full or over):
+            parts.append(current)
+            current = []
+        current.append(i)
+    if current:
+        parts.append(current)
+    return parts
 
 
 def _assemble(
@@ -205,7 +369,7 @@ def _assemble(
 
 def _token_logprobs(model: torch.nn.Module, ids: torch.Tensor, temperature: float) -> torch.Tensor:
     """Log-probability of each next token ``ids[:, 1:]`` under ``model`` at ``temperature``."""
-    logits = model(input_ids=ids).logits[:, :-1].float()
+    logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)

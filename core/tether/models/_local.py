@@ -51,6 +51,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[Sample]]
     samples: dict[int, Sample] = field(default_factory=dict)
+    weights_version: int | None = None  # the version that sampled the job (set under the weights lock)
 
 
 def _post(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
@@ -101,6 +102,13 @@ class LocalBackend(ModelBackend):
     @abc.abstractmethod
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         """Prompt token ids for a conversation (ending where the assistant's reply starts)."""
+
+    @abc.abstractmethod
+    def render_reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reply: dict[str, Any]
+    ) -> list[int]:
+        """Token ids the model would generate for the assistant message ``reply`` after ``render(messages,
+        tools)``: its body and end-of-turn marker (what SFT trains on when a call has no recorded ids)."""
 
     @abc.abstractmethod
     def parse(self, text: str) -> dict[str, Any]:
@@ -227,6 +235,7 @@ class LocalBackend(ModelBackend):
             choices=choices,
             model=request.model or self.name,
             prompt_token_ids=prompt,
+            weights_version=job.weights_version,
             usage={
                 "prompt_tokens": len(prompt),
                 "completion_tokens": completion,
@@ -318,6 +327,8 @@ class LocalBackend(ModelBackend):
 
         try:
             with self.weights_lock, torch.inference_mode():
+                for job in jobs:
+                    job.weights_version = self.weights_version
                 self.batches += 1
                 self.rows += len(owners)
                 generate(

@@ -38,6 +38,8 @@ class ChatRequest:
     model: str | None = None
     #: other OpenAI parameters (tool_choice, response_format, ...): passed through by remote backends
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the policy (trained weights, e.g. a LoRA adapter) that answers; None: the backend's default policy
+    policy: str | None = None
 
 
 @dataclass(slots=True)
@@ -54,6 +56,9 @@ class ChatResult:
     model: str
     prompt_token_ids: list[int] | None = None  # shared by all choices
     usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens, total_tokens
+    #: the version of the weights that sampled every choice (``TrainableBackend.weights_version``); None when
+    #: the backend does not know it (remote APIs)
+    weights_version: int | None = None
 
     @property
     def token_ids_available(self) -> bool:
@@ -83,10 +88,14 @@ class TrainableBackend(Protocol):
 
     ``policy()`` holds the weights (no batch is sampled meanwhile) and yields the torch model to update;
     ``save(dir)`` writes a checkpoint that ``load_weights(dir)`` reads back into the served model (a run
-    resuming); ``pad_token_id`` pads update batches. ``attach_lora(lora)`` puts LoRA adapters on the policy
-    before training starts (idempotent for the same setting): then only they train, the sampler serves base +
-    adapter, and checkpoints hold the adapter (PEFT format).
+    resuming); ``pad_token_id`` pads update batches; ``weights_version`` counts updates (bumped when a
+    ``policy()`` block ends) and is what each ``ChatResult`` records as the version that sampled it.
+    ``attach_lora(lora)`` puts LoRA adapters on the policy before training starts (idempotent for the same
+    setting): then only they train, the sampler serves base + adapter, and checkpoints hold the adapter (PEFT
+    format).
     """
+
+    weights_version: int
 
     def policy(self) -> AbstractContextManager[Any]: ...
 

@@ -157,21 +157,45 @@ class HFBackend(LocalBackend):
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         if self.embedded_format:
             text = template.render(messages, tools)
-        elif self.tokenizer.chat_template:
-            try:
-                text = self.tokenizer.apply_chat_template(  # type: ignore[assignment]  # tokenize=False: str
-                    _for_template(messages),
-                    tools=cast(Any, tools or None),
-                    add_generation_prompt=True,
-                    tokenize=False,
-                )
-            except jinja2.TemplateError as exc:
-                raise BadRequest(f"the checkpoint's chat template rejected these messages: {exc}") from exc
         else:
+            text = self._template_text(messages, tools, add_generation_prompt=True)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _template_text(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool
+    ) -> str:
+        if not self.tokenizer.chat_template:
             raise BadRequest(
                 f"the checkpoint at {self.path} has no chat template: set tokenizer.chat_template and save again"
             )
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        try:
+            return str(
+                self.tokenizer.apply_chat_template(
+                    _for_template(messages),
+                    tools=cast(Any, tools or None),
+                    add_generation_prompt=add_generation_prompt,
+                    tokenize=False,
+                )
+            )
+        except jinja2.TemplateError as exc:
+            raise BadRequest(f"the checkpoint's chat template rejected these messages: {exc}") from exc
+
+    def render_reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reply: dict[str, Any]
+    ) -> list[int]:
+        """The reply's tokens: the embedded format's body and end marker, or what the chat template renders
+        after the generation prompt when the reply is appended (trailing whitespace after the end-of-turn
+        token dropped: generation stops at that token)."""
+        if self.embedded_format:
+            return list(self.tokenizer.encode(template.reply_text(reply), add_special_tokens=False))
+        prompt = self._template_text(messages, tools, add_generation_prompt=True)
+        full = self._template_text([*messages, reply], tools, add_generation_prompt=False)
+        if not full.startswith(prompt):
+            raise BadRequest(
+                f"the chat template of {self.path} does not render a reply after its generation prompt, so the "
+                "reply's tokens cannot be found: give calls with recorded token ids"
+            )
+        return list(self.tokenizer.encode(full[len(prompt) :].rstrip(), add_special_tokens=False))
 
     def parse(self, text: str) -> dict[str, Any]:
         return parse_reply(text)

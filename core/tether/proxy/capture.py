@@ -1,7 +1,7 @@
 """Turn a backend's ``ChatResult`` into the OpenAI response a client gets and the ``llm`` span the store gets.
 
 The span is ``tether.spans.LLM_CALL`` with ``tether.spans.ProxyLLMAttributes``: the schema
-``tether.transitions`` reads.
+``tether.transitions`` reads. A call the backend failed gets a ``tether.spans.LLM_CALL_FAILED`` span instead.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ def llm_span(
         "model": result.model,
         "latency_ms": latency_ms,
         "token_ids_available": result.token_ids_available,
+        "weights_version": result.weights_version,
     }
     return Span(
         rollout_id=rollout_id,
@@ -131,4 +132,35 @@ def llm_span(
         attributes=cast("dict[str, Any]", attributes),  # a TypedDict is a plain dict at run time
         start_time=start_time,
         end_time=start_time + latency_ms / 1000.0,
+    )
+
+
+def failed_call_span(
+    *,
+    rollout_id: str,
+    attempt_id: str,
+    agent_name: str | None,
+    call_id: str,
+    raw_request: bytes,
+    error: str,
+    status: int,
+    start_time: float,
+) -> Span:
+    """The ``LLM_CALL_FAILED`` span of a call the model backend failed: what was asked and what the agent was
+    answered."""
+    sent = orjson.loads(raw_request)
+    return Span(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        kind=SpanKind.LLM,
+        name=spans.LLM_CALL_FAILED,
+        agent_name=agent_name,
+        attributes={
+            "call_id": call_id,
+            "request": {"messages": sent.get("messages"), "tools": sent.get("tools")},
+            spans.ERROR: error,
+            "status": status,
+        },
+        start_time=start_time,
+        end_time=time.time(),
     )

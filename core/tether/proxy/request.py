@@ -30,6 +30,7 @@ _HANDLED = frozenset(
     }
 )
 MAX_N = 128
+MAX_TOKENS = 2**31 - 1  # what a 32-bit signed int holds: the backends' limit
 
 
 class InvalidRequest(ValueError):
@@ -158,9 +159,9 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     legacy = body.get("max_tokens")
     modern = body.get("max_completion_tokens")
     if legacy is not None:
-        legacy = _int(legacy, "max_tokens", 1, 2**31)
+        legacy = _int(legacy, "max_tokens", 1, MAX_TOKENS)
     if modern is not None:
-        modern = _int(modern, "max_completion_tokens", 1, 2**31)
+        modern = _int(modern, "max_completion_tokens", 1, MAX_TOKENS)
     if legacy is not None and modern is not None and legacy != modern:
         raise InvalidRequest(
             f"'max_tokens' ({legacy}) and 'max_completion_tokens' ({modern}) disagree: send only one",

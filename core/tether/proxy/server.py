@@ -6,8 +6,10 @@ registers it (with the sampling that overrides the agent's own) and yields its O
 the backend, answers (as JSON or as an SSE stream synthesised from the whole completion) and submits one
 ``llm`` span for that attempt to the ``SpanBatcher`` it was given; no store round trip is made per call.
 ``/v1/chat/completions`` without the prefix serves the same backend unrecorded (for calls made outside any
-rollout). Errors use OpenAI's body shape: 400 for bad requests, 404 for an attempt that is not open, 502
-when the backend fails; a failed call stores nothing.
+rollout). Errors use OpenAI's body shape: 400 for bad requests, 404 for an attempt that is not open or a URL
+the proxy does not serve, 405 for a wrong method, 502 when the backend fails. A call of an open attempt that
+the backend rejected or failed is recorded as an ``llm`` span named ``spans.LLM_CALL_FAILED`` (the request
+and the error; never a transition), so a rollout without transitions says why.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from aiohttp import web
 
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
 from tether.models.base import BackendError, BadRequest, ModelBackend
-from tether.proxy.capture import completion_json, llm_span
+from tether.proxy.capture import completion_json, failed_call_span, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
 from tether.span_batcher import SpanBatcher
@@ -36,6 +38,10 @@ _MAX_BODY = 256 * 1024 * 1024
 #: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
 #: training temperature); others in the mapping are ignored
 _SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
+_ENDPOINTS = (
+    "the proxy serves POST /r/{rollout_id}/{attempt_id}/v1/chat/completions (and /v1/chat/completions outside "
+    "a rollout), GET .../v1/models and GET /health"
+)
 
 
 class ProxyServer:
@@ -147,7 +153,7 @@ class ProxyServer:
         if path.startswith("/r/"):
             parts = path.split("/", 4)  # "", "r", rid, aid, rest
             if len(parts) < 5 or not parts[2] or not parts[3]:
-                return _not_found()
+                return self._unknown(request, "the URL names no rollout or attempt")
             key, path = (parts[2], parts[3]), "/" + parts[4]
             sampling = self._attempts.get(key)
             if sampling is None:
@@ -160,13 +166,13 @@ class ProxyServer:
         method = request.method
         if path == "/v1/chat/completions":
             if method != "POST":
-                return _not_allowed("POST")
+                return self._not_allowed(request, "POST")
             return await self._chat(request, key, sampling)
         if path == "/v1/models" or (path == "/health" and key is None):
             if method not in ("GET", "HEAD"):
-                return _not_allowed("GET,HEAD")
+                return self._not_allowed(request, "GET,HEAD")
             return await (self._models(request) if path == "/v1/models" else self._health(request))
-        return _not_found()
+        return self._unknown(request, "no such endpoint")
 
     async def _health(self, request: web.BaseRequest) -> web.Response:
         return web.Response(text="ok")
@@ -202,12 +208,29 @@ class ProxyServer:
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
             payload = orjson.dumps(completion)
         except BadRequest as exc:
-            return self._error(400, f"the model backend rejected the request: {exc}")
+            status, message, kind = 400, f"the model backend rejected the request: {exc}", "invalid_request_error"
         except BackendError as exc:
-            return self._error(502, f"the model backend failed: {exc}", kind="upstream_error")
+            status, message, kind = 502, f"the model backend failed: {exc}", "upstream_error"
         except Exception as exc:
             log.exception("model backend %s raised", type(self.backend).__name__)
-            return self._error(502, f"the model backend raised {type(exc).__name__}: {exc}", kind="upstream_error")
+            status, message, kind = 502, f"the model backend raised {type(exc).__name__}: {exc}", "upstream_error"
+        else:
+            status = 200
+        if status != 200:
+            if key is not None:  # on record, so a rollout without transitions says why
+                self.batcher.submit(
+                    failed_call_span(
+                        rollout_id=key[0],
+                        attempt_id=key[1],
+                        agent_name=request.headers.get(AGENT_HEADER) or None,
+                        call_id=call_id,
+                        raw_request=raw,
+                        error=message,
+                        status=status,
+                        start_time=start_time,
+                    )
+                )
+            return self._error(status, message, kind=kind)
         latency_ms = (time.perf_counter() - started) * 1000.0
         if key is not None:
             span = llm_span(
@@ -239,9 +262,20 @@ class ProxyServer:
         param: str | None = None,
         kind: str = "invalid_request_error",
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> web.Response:
         self.failures += 1
-        return _json({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
+        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+        return web.Response(body=orjson.dumps(body), status=status, content_type=_JSON, headers=headers)
+
+    def _unknown(self, request: web.BaseRequest, why: str) -> web.Response:
+        return self._error(404, f"{request.method} {request.path}: {why}; {_ENDPOINTS}", code="unknown_url")
+
+    def _not_allowed(self, request: web.BaseRequest, allow: str) -> web.Response:
+        message = (
+            f"{request.method} {request.path}: this endpoint takes {allow.replace(',', ' or ')}; {_ENDPOINTS}"
+        )
+        return self._error(405, message, code="method_not_allowed", headers={"Allow": allow})
 
 
 def _make_request(
@@ -253,14 +287,6 @@ def _make_request(
     _cls: type[web.BaseRequest] = web.BaseRequest,
 ) -> web.BaseRequest:
     return _cls(message, payload, protocol, writer, task, task.get_loop(), client_max_size=_MAX_BODY)
-
-
-def _not_found() -> web.Response:
-    return web.Response(status=404, text="404: Not Found")
-
-
-def _not_allowed(allow: str) -> web.Response:
-    return web.Response(status=405, text="405: Method Not Allowed", headers={"Allow": allow})
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

@@ -1,4 +1,5 @@
-"""Stores, opened by URL: ``memory:``, ``sqlite:///path.db`` (default), ``http://host:port``.
+"""Stores, opened by URL: ``memory:``, ``sqlite:///path.db`` (default), ``http://host:port``,
+``postgresql://user@host:port/db``.
 
 ``open_store`` imports only the backend it needs.
 """
@@ -30,6 +31,8 @@ def open_store(url: str = DEFAULT_STORE_URL, *, token: str | None = None) -> Sto
     - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` — a file (created with its folder).
     - ``http://host:port`` — a running ``tether store serve``; ``token`` (or ``TETHER_STORE_TOKEN``) is sent
       as a bearer token.
+    - ``postgresql://user[:password]@host[:port]/database`` (or ``postgres://``) — a PostgreSQL database
+      (``pip install "tether[postgres]"``); tether creates its ``tether_*`` tables there on first use.
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a string, got {type(url).__name__}")
@@ -49,7 +52,9 @@ def open_store(url: str = DEFAULT_STORE_URL, *, token: str | None = None) -> Sto
 
         return HttpStore(url, token=token)
     if url.startswith(("postgresql://", "postgres://")):
-        raise ValueError("the PostgreSQL store is not built yet; use sqlite:///path.db or memory:")
+        from tether.store.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise ValueError(
-        f"unknown store URL {url!r}; use memory:, sqlite:///path.db or http://host:port (tether store serve)"
+        f"unknown store URL {url!r}; use memory:, sqlite:///path.db, http://host:port (tether store serve) or postgresql://user@host/db"
     )

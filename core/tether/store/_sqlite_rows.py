@@ -1,4 +1,8 @@
-"""The SQLite store's schema and how its rows become tether records (``tether.store.sqlite``)."""
+"""The SQLite store's schema and how its rows become tether records (``tether.store.sqlite``).
+
+Spans are read through ``read_spans``: from the store's cache of the spans it wrote (``tether.store._span_cache``)
+when it holds them all, else decoded from their rows.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tether import _json
+from tether.store._frozen import thawed_span
+from tether.store._span_cache import SpanCache
 from tether.store.base import StoreError
 from tether.types import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 
@@ -122,9 +128,31 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
     )  # fmt: skip
 
 
+SPAN_KINDS = {kind.value: kind for kind in SpanKind}
+
+
 def span_from_row(row: Sequence[Any]) -> Span:
-    return Span(
-        rollout_id=row[0], attempt_id=row[1], kind=SpanKind(row[2]), name=row[3], agent_name=row[4],
-        attributes=_json.loads(row[5]), span_id=row[6], parent_id=row[7], start_time=row[8], end_time=row[9],
-        sequence=row[10],
-    )  # fmt: skip
+    # positional, with the kind looked up rather than constructed: this runs once per span read from the file
+    return Span(row[0], row[1], SPAN_KINDS[row[2]], row[3], row[4], _json.loads(row[5]), row[6], row[7], row[8],
+                row[9], row[10])  # fmt: skip
+
+
+def read_spans(conn: sqlite3.Connection, cache: SpanCache, attempt_id: str, since: int) -> list[Span] | None:
+    """The attempt's spans from ``since`` on, in order (None if the attempt is unknown), read by one statement:
+    thawed from ``cache`` when it holds them all, else decoded from the file. The attempt's ``next_seq`` says
+    which exist: a batch's rows and its ``next_seq`` are written in one transaction."""
+    cached = cache.spans_of(attempt_id)
+    if cached is not None:
+        row = conn.execute("SELECT next_seq FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            return None
+        wanted = range(max(since, 0), row[0])
+        if all(seq in cached for seq in wanted):
+            return [thawed_span(cached[seq]) for seq in wanted]
+    rows = conn.execute(  # none cached, or some were written by another process, or evicted
+        f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
+        (attempt_id, since),
+    ).fetchall()
+    if not cached:
+        return [span_from_row(row) for row in rows]
+    return [thawed_span(cached[row[10]]) if row[10] in cached else span_from_row(row) for row in rows]

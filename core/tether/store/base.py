@@ -13,9 +13,11 @@ a new attempt (``running``) owned by that worker, so a rollout is handed to exac
 ``finish_attempt(status="failed")`` ends the attempt (``failed``); the rollout goes back to ``queued`` if it
 has attempts left (``attempt_count < max_attempts``), else it ends ``failed`` with the attempt's error.
 ``requeue_stale()`` does the same for running attempts past their ``timeout_s`` or whose last heartbeat
-(the last span that arrived, or an explicit ``heartbeat``) is older than ``heartbeat_timeout_s``; such an
-attempt ends ``timeout``. ``cancel_rollout`` ends a queued or running rollout ``cancelled`` (its running
-attempt too). Finished rollouts never change again, except that ``harvest`` removes them.
+(the last span that arrived, or an explicit ``heartbeat``) is older than ``heartbeat_timeout_s`` (by
+default ``tether.types.DEFAULT_HEARTBEAT_TIMEOUT_S``, so the rollout of a worker that died is not left
+running forever); such an attempt ends ``timeout`` and accepts no more spans. ``cancel_rollout`` ends a
+queued or running rollout ``cancelled`` (its running attempt too). Finished rollouts never change again,
+except that ``harvest`` removes them.
 
 Errors
 ------
@@ -23,6 +25,10 @@ Every error is a ``StoreError``. ``NotFound`` (also a ``KeyError``) for unknown 
 for a state change the machine above forbids (finishing a finished attempt, cancelling a finished rollout),
 ``InvalidInput`` (also a ``ValueError``) for malformed arguments (non-finite reward, span without kind,
 unknown attempt in a span batch). A method that raises has changed nothing: batches are all-or-nothing.
+
+Numbers: every integer argument (limits, ``since``, versions, ``max_attempts``) must be a 64-bit signed
+integer and every time or reward a finite float, on every backend (what SQLite can hold); anything else is
+``InvalidInput``. A ``limit`` is ``None`` (no limit) or ``>= 0``.
 """
 
 from __future__ import annotations
@@ -187,8 +193,10 @@ class Store(abc.ABC):
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         """Store a batch of spans, all or nothing; return the sequence number given to each (per attempt,
         from 0, in arrival order; any ``sequence`` set by the caller is ignored). A span for a running
-        attempt is its heartbeat. ``InvalidInput`` if any span names an unknown attempt, a rollout that
-        does not own that attempt, an unknown kind, or carries non-JSON attributes."""
+        attempt is its heartbeat; spans of an attempt that ended otherwise are kept (a call answered late),
+        except of one that timed out: its worker was presumed dead and the rollout moved on, so a late
+        span of it raises ``InvalidTransition``. ``InvalidInput`` if any span names an unknown attempt, a
+        rollout that does not own that attempt, an unknown kind, or carries non-JSON attributes."""
 
     @abc.abstractmethod
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
@@ -226,16 +234,51 @@ class Store(abc.ABC):
 
 # -- validation shared by the backends ------------------------------------------------------------------
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def validate_int(value: Any, name: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+    """``value`` if it is an int (not a bool) in ``[low, high]``; else ``InvalidInput`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidInput(f"{name} must be between {low} and {high}, got {_short(value)}")
+    return value
+
+
+def validate_limit(limit: Any) -> int | None:
+    """A ``list_rollouts`` limit: None (no limit) or an integer >= 0."""
+    return None if limit is None else validate_int(limit, "limit (None or an integer >= 0)", 0)
+
+
+def validate_number(value: Any, name: str) -> float:
+    """``value`` as a float if it is a finite int or float (not a bool); else ``InvalidInput``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidInput(f"{name} must be a finite number, got {_short(value)}")
+    return number
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
 
 def validate_spec(spec: RolloutSpec) -> None:
     if not isinstance(spec, RolloutSpec):
         raise InvalidInput(f"enqueue takes RolloutSpec objects, got {type(spec).__name__}")
-    if spec.max_attempts < 1:
-        raise InvalidInput(f"max_attempts must be >= 1, got {spec.max_attempts}")
+    validate_int(spec.max_attempts, "max_attempts", 1)
     for name in ("timeout_s", "heartbeat_timeout_s"):
         value = getattr(spec, name)
-        if value is not None and not (isinstance(value, int | float) and value > 0):
+        if value is not None and validate_number(value, name) <= 0:
             raise InvalidInput(f"{name} must be a positive number of seconds, got {value!r}")
+    if spec.resources_version is not None:
+        validate_int(spec.resources_version, "resources_version")
     try:
         Mode(spec.mode)
     except ValueError:
@@ -245,9 +288,9 @@ def validate_spec(spec: RolloutSpec) -> None:
 def validate_reward(reward: Any) -> float | None:
     if reward is None:
         return None
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
         raise InvalidInput(f"reward must be a finite number or None, got {reward!r}")
-    return float(reward)
+    return validate_number(reward, "reward")
 
 
 def validate_span(span: Span) -> None:
@@ -261,6 +304,9 @@ def validate_span(span: Span) -> None:
         raise InvalidInput("span name must be a non-empty string")
     if not isinstance(span.attributes, dict):
         raise InvalidInput(f"span attributes must be a dict, got {type(span.attributes).__name__}")
+    validate_number(span.start_time, f"span {span.name!r} start_time")
+    if span.end_time is not None:
+        validate_number(span.end_time, f"span {span.name!r} end_time")
 
 
 def validate_finish_status(status: AttemptStatus | str) -> AttemptStatus:

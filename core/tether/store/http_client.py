@@ -24,6 +24,9 @@ from tether.store.base import (
     Store,
     StoreError,
     validate_finish_status,
+    validate_int,
+    validate_limit,
+    validate_number,
     validate_reward,
     validate_span,
     validate_spec,
@@ -134,6 +137,7 @@ class HttpStore(Store):
         return [Rollout.from_dict(r) for r in data]
 
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
+        validate_int(limit, "limit")
         payload = self._encode({"worker_id": worker_id, "limit": limit}, "dequeue")
         data = await self._call("POST", "/v1/dequeue", payload)
         return [(Rollout.from_dict(r), Attempt.from_dict(a)) for r, a in data]
@@ -163,6 +167,7 @@ class HttpStore(Store):
         await self._call("POST", f"/v1/attempts/{_q(attempt_id)}/heartbeat", b"{}")
 
     async def requeue_stale(self, now: float | None = None) -> list[str]:
+        now = None if now is None else validate_number(now, "now")
         return list(await self._call("POST", "/v1/requeue_stale", self._encode({"now": now}, "requeue_stale")))
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
@@ -183,7 +188,7 @@ class HttpStore(Store):
             "status": status,
             "mode": mode,
             "rollout_ids": None if rollout_ids is None else list(rollout_ids),
-            "limit": limit,
+            "limit": validate_limit(limit),
         }
         data = await self._call("POST", "/v1/rollouts/list", self._encode(body, "list_rollouts"))
         return [Rollout.from_dict(r) for r in data]
@@ -226,7 +231,8 @@ class HttpStore(Store):
         return list(await self._call("POST", "/v1/spans", payload))
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
-        data = await self._call("GET", f"/v1/attempts/{_q(attempt_id)}/spans", params={"since": str(int(since))})
+        since = validate_int(since, "since")
+        data = await self._call("GET", f"/v1/attempts/{_q(attempt_id)}/spans", params={"since": str(since)})
         return [Span.from_dict(s) for s in data]
 
     # -- resources ----------------------------------------------------------------------------------------
@@ -238,6 +244,8 @@ class HttpStore(Store):
         return Resources.from_dict(await self._call("POST", "/v1/resources", payload))
 
     async def get_resources(self, version: int | None = None) -> Resources | None:
+        if version is not None:
+            validate_int(version, "version")
         path = "/v1/resources" if version is None else f"/v1/resources/{_q(str(version))}"
         data = await self._call("GET", path)
         return None if data is None else Resources.from_dict(data)

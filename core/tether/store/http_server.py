@@ -2,8 +2,9 @@
 
 Every method of ``tether.store.base.Store`` has one endpoint under ``/v1``. Bodies are JSON (orjson).
 Errors come back as ``{"error": {"type": ..., "message": ...}}`` with 400 (InvalidInput), 404 (NotFound),
-409 (InvalidTransition), 401 (missing or wrong bearer token) or 500; ``HttpStore`` re-raises them as the
-same exception class with the same message. The server binds loopback unless given a token.
+409 (InvalidTransition), 401 (missing or wrong bearer token), 413 (a body over ``max_body_bytes``, typed
+InvalidInput: nothing was stored) or 500; ``HttpStore`` re-raises them as the same exception class with the
+same message. The server binds loopback unless given a token; the token is compared as UTF-8 bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,9 +26,12 @@ from tether import _json
 from tether.store import _wire
 from tether.store.base import InvalidInput, Store
 
-__all__ = ["StoreServer", "create_app", "serve", "start_server"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "StoreServer", "create_app", "serve", "start_server"]
 
-MAX_BODY_BYTES = 512 * 1024 * 1024  # span batches carry token ids; the aiohttp default of 1 MiB is too small
+#: the largest request body the server reads (``tether store serve --max-body-mb``): span batches carry token
+#: ids, so aiohttp's 1 MiB is too small, and a bigger cap lets one request hold that much of the server's memory.
+#: A span batch over it is refused whole (413); ``SpanBatcher`` then writes it in halves that fit.
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_WAIT_S = 60.0  # a wait request is a long poll; clients loop for longer waits
 _SHUTDOWN_S = 1.0  # on stop, in-flight requests (a long-polling wait) get this long before they are cut
 
@@ -34,6 +39,7 @@ _log = logging.getLogger("tether.store.http_server")
 _STORE_KEY = web.AppKey("store", Store)
 _STOPPING_KEY = web.AppKey("stopping", asyncio.Event)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+DASHBOARD = "/dashboard"  # tether.dashboard.app.PREFIX
 
 
 def _ok(value: Any) -> web.Response:
@@ -217,19 +223,29 @@ _ROUTES: list[tuple[str, str, _Handler]] = [
 # -- app --------------------------------------------------------------------------------------------------
 
 
-def _errors_middleware(token: str | None) -> Any:
+def _errors_middleware(token: str | None, max_body_bytes: int) -> Any:
     expected = f"Bearer {token}".encode() if token else None
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        if expected is not None:
-            given = request.headers.get("Authorization", "").encode()
+        if expected is not None and not request.path.startswith(DASHBOARD):  # the pages check it themselves
+            # aiohttp decodes header bytes as UTF-8 with surrogateescape: this gives the bytes back, valid or not
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected):
                 what = "wrong bearer token" if given else "missing bearer token"
                 return _error(401, "Unauthorized", f"{what}: send 'Authorization: Bearer <token>'")
         try:
             return await handler(request)
-        except web.HTTPException as exc:  # unknown route, wrong method, body too large
+        except web.HTTPRequestEntityTooLarge:
+            size = f"{request.content_length} bytes" if request.content_length is not None else "larger"
+            return _error(
+                413,
+                "InvalidInput",
+                f"{request.method} {request.path}: the request body ({size}) is over this server's limit of "
+                f"{max_body_bytes} bytes; nothing was stored. Send less at once (SpanBatcher retries a span batch "
+                "in halves), or start the server with a larger --max-body-mb",
+            )
+        except web.HTTPException as exc:  # unknown route, wrong method
             return _error(exc.status, "HTTPError", f"{request.method} {request.path}: {exc.reason}")
         except Exception as exc:
             type_name = _wire.error_type(exc)
@@ -245,25 +261,46 @@ async def _on_shutdown(app: web.Application) -> None:
     app[_STOPPING_KEY].set()
 
 
-def create_app(store: Store, token: str | None = None) -> web.Application:
-    """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors_middleware(token)])
+def create_app(
+    store: Store,
+    token: str | None = None,
+    *,
+    dashboard: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> web.Application:
+    """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token; a body
+    over ``max_body_bytes`` is refused with 413. With ``dashboard``, the dashboard's pages of ``store`` are
+    served under ``/dashboard/`` (same token rule)."""
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_middleware(token, max_body_bytes)])
     app[_STORE_KEY] = store
     app[_STOPPING_KEY] = asyncio.Event()
     app.on_shutdown.append(_on_shutdown)
     for method, path, handler in _ROUTES:
         app.router.add_route(method, path, handler)
+    from tether.otel.receiver import mount as mount_otlp  # POST /v1/traces: OTLP traces in, as rollouts
+
+    mount_otlp(app, store)
+    if dashboard:
+        from tether.dashboard.app import mount
+
+        mount(app, store, token)
     return app
 
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to serve beyond this machine without a token."""
-    if token or _is_loopback(host):
+    if token or _is_loopback(_unbracket(host)):
         return
     raise ValueError(
         f"refusing to serve the store on {host!r} without a token: anyone who can reach it could read and "
         "change it. Pass --token <secret> (or set TETHER_STORE_TOKEN), or bind 127.0.0.1"
     )
+
+
+def _unbracket(host: str) -> str:
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def _is_loopback(host: str) -> bool:
@@ -296,12 +333,22 @@ class StoreServer:
 
 
 async def start_server(
-    store: Store, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+    store: Store,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> StoreServer:
-    """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop."""
+    """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop. An IPv6 ``host``
+    may come in brackets, as in a URL."""
+    host = _unbracket(host)
     check_bind(host, token)
     runner = web.AppRunner(
-        create_app(store, token), access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_S
+        create_app(store, token, max_body_bytes=max_body_bytes),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=_SHUTDOWN_S,
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
@@ -309,7 +356,10 @@ async def start_server(
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if isinstance(exc, socket.gaierror):  # its errno is getaddrinfo's, which os.strerror does not know
+            reason = f"no address for host {host!r} ({exc.strerror})"
+        else:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno == errno.EADDRINUSE:
             reason += " (another server has it: pick another --port, or 0 for a free one)"
         raise OSError(exc.errno, f"cannot serve the store on {host}:{port}: {reason}") from None
@@ -317,23 +367,38 @@ async def start_server(
     return StoreServer(runner, host, bound_port)
 
 
-def serve(store_url: str, host: str = "127.0.0.1", port: int = 4747, token: str | None = None) -> None:
+def serve(
+    store_url: str,
+    host: str = "127.0.0.1",
+    port: int = 4747,
+    token: str | None = None,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> None:
     """Open the store at ``store_url`` and serve it until SIGINT/SIGTERM; prints the URL once listening."""
     check_bind(host, token)
-    asyncio.run(_serve(store_url, host, port, token))
+    asyncio.run(_serve(store_url, host, port, token, max_body_bytes))
 
 
-async def _serve(store_url: str, host: str, port: int, token: str | None) -> None:
+def _describe(store_url: str, store: Store) -> str:
+    """The store as the banner names it: a SQLite URL with the file it resolved to."""
+    path = getattr(store, "path", None)
+    if store_url.startswith("sqlite:") and path is not None and str(path) != ":memory:":
+        return f"{store_url}, file {path}"
+    return store_url
+
+
+async def _serve(store_url: str, host: str, port: int, token: str | None, max_body_bytes: int) -> None:
     from tether.store import open_store
 
     store = open_store(store_url)
     try:
-        server = await start_server(store, host, port, token)
+        server = await start_server(store, host, port, token, max_body_bytes=max_body_bytes)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        print(f"tether store ({store_url}) serving at {server.url}", flush=True)
+        print(f"tether store ({_describe(store_url, store)}) serving at {server.url}", flush=True)
         try:
             await stop.wait()
         finally:

@@ -15,7 +15,7 @@ Span sequence numbers come from ``attempts.next_seq`` inside the writing transac
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes.
 
 Speed: a thread of the store's own runs passive WAL checkpoints so that commits rarely stall on one
-(``tether.store._sqlite_wal``); SQLite's own autocheckpoint stays on, raised to ``_WAL_CAP_BYTES``, as the
+(``tether.store._sqlite_wal``); SQLite's own autocheckpoint stays on, raised to ``WAL_CAP_BYTES``, as the
 bound on the WAL's size. (Larger pages were tried: faster for span batches, slower for the small rollout
 transactions.) Neither changes what survives a crash: a commit is durable once ``COMMIT`` returns.
 """
@@ -27,24 +27,25 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tether import _json
+from tether.store._frozen import snapshot
 from tether.store._group_commit import GroupCommit
+from tether.store._span_cache import SpanCache
+from tether.store._sqlite_conn import connect, store_error
 from tether.store._sqlite_rows import (
     ATTEMPT_COLS,
     NEXT_QUEUE_POS,
     ROLLOUT_COLS,
     SCHEMA_VERSION,
-    SPAN_COLS,
     attempt_from_row,
-    create_schema,
     qualified,
+    read_spans,
     rollout_from_row,
-    span_from_row,
 )
 from tether.store._sqlite_wal import WalCheckpointer
 from tether.store.base import (
@@ -55,11 +56,14 @@ from tether.store.base import (
     Store,
     StoreError,
     validate_finish_status,
+    validate_int,
+    validate_limit,
+    validate_number,
     validate_reward,
     validate_span,
     validate_spec,
 )
-from tether.store.memory import stale_reason
+from tether.store.memory import stale_reason, timed_out_span
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -75,33 +79,28 @@ from tether.types import (
     new_id,
 )
 
-_WAL_CAP_BYTES = 64 * 1024 * 1024  # a writer checkpoints inline only past this (the background thread lags)
+_T = TypeVar("_T")
+DEFAULT_SPAN_CACHE_BYTES = 64 * 1024 * 1024  # of span JSON: a training batch's spans, until harvested
 
 
 class SqliteStore(Store):
-    """A store in one SQLite file (or ``":memory:"``). Creates the file, its folder and the schema."""
+    """A store in one SQLite file (or ``":memory:"``). Creates the file, its folder and the schema.
 
-    def __init__(self, path: Path | str, *, busy_timeout_s: float = 30.0) -> None:
-        self.path = path if path == ":memory:" else Path(path)
-        if isinstance(self.path, Path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+    ``span_cache_bytes`` bounds the cache of the spans this store wrote (``tether.store._span_cache``),
+    counted as the size of their JSON; 0 turns it off."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        busy_timeout_s: float = 30.0,
+        span_cache_bytes: int = DEFAULT_SPAN_CACHE_BYTES,
+    ) -> None:
+        self.path = path if path == ":memory:" else Path(path).absolute()
         self._lock = threading.Lock()
         self._group = GroupCommit(self._tx)  # writes of one loop turn share a transaction
-        conn = sqlite3.connect(
-            str(self.path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            if self.path != ":memory:":  # background checkpoints keep the WAL small; inline ones are a backstop
-                (page_size,) = conn.execute("PRAGMA page_size").fetchone()
-                conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CAP_BYTES // page_size}")
-                conn.execute(f"PRAGMA journal_size_limit = {_WAL_CAP_BYTES}")
-            create_schema(conn, self.path)
-        except BaseException:
-            conn.close()
-            raise
+        self._cache = SpanCache(span_cache_bytes)
+        conn = connect(self.path, busy_timeout_s)
         self._conn: sqlite3.Connection | None = conn
         self._checkpointer = (
             None if self.path == ":memory:" else WalCheckpointer(str(self.path), busy_timeout_s, self._lock)
@@ -111,25 +110,55 @@ class SqliteStore(Store):
 
     @contextmanager
     def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """One transaction: commit on success, roll back on any error."""
+        """One transaction: commit on success, roll back on any error. SQLite's own errors (a file locked
+        past the busy timeout, a full disk) leave as ``StoreError``."""
         with self._lock:
             conn = self._conn
             if conn is None:
                 raise StoreError("this SqliteStore is closed; open a new one")
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
             try:
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                converted = self._error(exc)
+                if converted is exc:
+                    raise
+                raise converted from exc
         if write and self._checkpointer is not None:
             self._checkpointer.poke()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads that are each one statement (its own snapshot, no transaction)."""
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("this SqliteStore is closed; open a new one")
+            try:
+                yield self._conn
+            except (sqlite3.Error, OverflowError) as exc:
+                raise self._error(exc) from exc
+
+    async def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``work`` in a write transaction shared with the other writes of this loop turn (group commit)."""
+        try:
+            return await self._group.run(work)
+        except (sqlite3.Error, OverflowError) as exc:  # raised in a savepoint of a shared transaction
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> BaseException:
+        return store_error(exc, self.path)
 
     async def close(self) -> None:
         self._group.flush(asyncio.get_running_loop())  # writes already asked for are not dropped
         if self._checkpointer is not None:
             self._checkpointer.close()
+        self._cache.clear()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -150,7 +179,7 @@ class SqliteStore(Store):
             rid = new_id("ro")
             rows.append(
                 (rid, input_blob, spec.task_id or rid, Mode(spec.mode).value, meta_blob, spec.max_attempts,
-                 spec.timeout_s, spec.heartbeat_timeout_s, spec.resources_version, now)
+                 _real(spec.timeout_s), _real(spec.heartbeat_timeout_s), spec.resources_version, now)
             )  # fmt: skip
         if not rows:
             return []
@@ -164,7 +193,7 @@ class SqliteStore(Store):
                 [(*row, start + i) for i, row in enumerate(rows)],
             )
 
-        await self._group.run(insert)
+        await self._write(insert)
         return [
             Rollout(
                 rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
@@ -177,7 +206,7 @@ class SqliteStore(Store):
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
         if not isinstance(worker_id, str) or not worker_id:
             raise InvalidInput("worker_id must be a non-empty string")
-        if limit < 1:
+        if validate_int(limit, "limit") < 1:
             return []
 
         def claim(conn: sqlite3.Connection) -> list[tuple[Rollout, Attempt]]:
@@ -211,7 +240,7 @@ class SqliteStore(Store):
             )
             return list(zip(rollouts, attempts, strict=True))
 
-        return await self._group.run(claim)
+        return await self._write(claim)
 
     async def finish_attempt(
         self,
@@ -234,7 +263,7 @@ class SqliteStore(Store):
             self._end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
             return self._rollout(conn, rollout_id)
 
-        return await self._group.run(finish)
+        return await self._write(finish)
 
     async def heartbeat(self, attempt_id: str) -> None:
         def beat(conn: sqlite3.Connection) -> None:
@@ -243,10 +272,10 @@ class SqliteStore(Store):
                 "UPDATE attempts SET last_heartbeat_at = ? WHERE attempt_id = ?", (time.time(), attempt_id)
             )
 
-        await self._group.run(beat)
+        await self._write(beat)
 
     async def requeue_stale(self, now: float | None = None) -> list[str]:
-        when = time.time() if now is None else now
+        when = time.time() if now is None else validate_number(now, "now")
 
         def sweep(conn: sqlite3.Connection) -> list[str]:
             affected = []
@@ -268,7 +297,7 @@ class SqliteStore(Store):
                     affected.append(rollout.rollout_id)
             return affected
 
-        return await self._group.run(sweep)
+        return await self._write(sweep)
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
         def cancel(conn: sqlite3.Connection) -> Rollout:
@@ -287,7 +316,7 @@ class SqliteStore(Store):
             )
             return self._rollout(conn, rollout_id)
 
-        return await self._group.run(cancel)
+        return await self._write(cancel)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         with self._tx(write=False) as conn:
@@ -301,6 +330,7 @@ class SqliteStore(Store):
         rollout_ids: Sequence[str] | None = None,
         limit: int | None = None,
     ) -> list[Rollout]:
+        limit = validate_limit(limit)
         where: list[str] = []
         args: list[Any] = []
         if status is not None:
@@ -331,15 +361,24 @@ class SqliteStore(Store):
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         rows = []
+        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the size of its JSON
         for span in spans:
             validate_span(span)
             try:
                 attributes = _json.dumps(span.attributes)
             except TypeError as exc:
                 raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+            kind = SpanKind(span.kind)
+            start, end = float(span.start_time), _real(span.end_time)  # REAL columns: as a read gives them back
+            if self._cache.max_bytes > 0:
+                frozen = snapshot(span.attributes, attributes)
+                cached.append(
+                    (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
+                          span.parent_id, start, end), len(attributes))
+                )  # fmt: skip
             rows.append(
-                [span.attempt_id, 0, span.rollout_id, span.span_id, SpanKind(span.kind).value, span.name,
-                 span.agent_name, span.parent_id, span.start_time, span.end_time, attributes]
+                [span.attempt_id, 0, span.rollout_id, span.span_id, kind.value, span.name, span.agent_name,
+                 span.parent_id, start, end, attributes]
             )  # fmt: skip
         if not rows:
             return []
@@ -347,9 +386,9 @@ class SqliteStore(Store):
 
         def insert(conn: sqlite3.Connection) -> list[int]:
             found = {
-                aid: [rid, next_seq, status]
-                for aid, rid, next_seq, status in conn.execute(
-                    "SELECT attempt_id, rollout_id, next_seq, status FROM attempts "
+                aid: [rid, next_seq, status, error]
+                for aid, rid, next_seq, status, error in conn.execute(
+                    "SELECT attempt_id, rollout_id, next_seq, status, error FROM attempts "
                     "WHERE attempt_id IN (SELECT value FROM json_each(?))",
                     (_json.dumps(wanted).decode(),),
                 )
@@ -363,6 +402,8 @@ class SqliteStore(Store):
                     raise InvalidInput(
                         f"span {row[5]!r}: attempt {row[0]} belongs to rollout {info[0]}, not {row[2]}"
                     )
+                if info[2] == AttemptStatus.TIMEOUT.value:
+                    raise InvalidTransition(timed_out_span(str(row[5]), str(row[0]), info[3]))
                 sequence = info[1]
                 row[1] = sequence
                 info[1] = sequence + 1
@@ -377,17 +418,25 @@ class SqliteStore(Store):
             )
             return sequences
 
-        return await self._group.run(insert)
+        sequences = await self._write(insert)
+        if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
+            for (span, _), sequence in zip(cached, sequences, strict=True):
+                span.sequence = sequence
+            self._cache.add(cached)
+        return sequences
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
-        with self._tx(write=False) as conn:
-            if conn.execute("SELECT 1 FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone() is None:
-                raise NotFound(f"unknown attempt {attempt_id!r}")
-            rows = conn.execute(
-                f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? AND sequence >= ? ORDER BY sequence",
-                (attempt_id, since),
-            ).fetchall()
-        return [span_from_row(row) for row in rows]
+        validate_int(since, "since")
+        with self._read() as conn:  # one statement reads the spans: no transaction needed around it
+            found = read_spans(conn, self._cache, attempt_id, since)
+            if (
+                found == []
+                and not conn.execute("SELECT 1 FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
+            ):
+                found = None
+        if found is None:
+            raise NotFound(f"unknown attempt {attempt_id!r}")
+        return found
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -410,6 +459,8 @@ class SqliteStore(Store):
         return Resources.from_dict(_json.loads(data))
 
     async def get_resources(self, version: int | None = None) -> Resources | None:
+        if version is not None:
+            validate_int(version, "version")
         with self._tx(write=False) as conn:
             if version is None:
                 row = conn.execute("SELECT data FROM resources ORDER BY version DESC LIMIT 1").fetchone()
@@ -443,17 +494,11 @@ class SqliteStore(Store):
                 return []
             rollouts = self._rollouts_by_id(conn, ids)
             attempts = self._attempts_of(conn, ids)
-            spans_of: dict[str, list[Span]] = {}
-            for a in attempts:
-                spans_of[a.attempt_id] = [
-                    span_from_row(row)
-                    for row in conn.execute(
-                        f"SELECT {SPAN_COLS} FROM spans WHERE attempt_id = ? ORDER BY sequence", (a.attempt_id,)
-                    )
-                ]
+            spans_of = {a.attempt_id: read_spans(conn, self._cache, a.attempt_id, 0) or [] for a in attempts}
             conn.executemany("DELETE FROM spans WHERE attempt_id = ?", [(a.attempt_id,) for a in attempts])
             conn.executemany("DELETE FROM attempts WHERE rollout_id = ?", [(rid,) for rid in ids])
             conn.executemany("DELETE FROM rollouts WHERE rollout_id = ?", [(rid,) for rid in ids])
+        self._cache.drop(spans_of)
         out = []
         for rollout in rollouts:
             mine = [a for a in attempts if a.rollout_id == rollout.rollout_id]
@@ -538,4 +583,9 @@ class SqliteStore(Store):
         )
 
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+def _real(value: float | None) -> float | None:
+    """A number bound to a REAL column (a Python int past 64 bits would not bind)."""
+    return None if value is None else float(value)
+
+
+__all__ = ["DEFAULT_SPAN_CACHE_BYTES", "SCHEMA_VERSION", "SqliteStore"]

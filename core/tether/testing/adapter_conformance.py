@@ -20,6 +20,11 @@ selective optimization::
         def make_task(self, i):          # the i-th task input
             return {"question": f"what is {i} + 1?"}
 
+        def custom_run(self):            # a run= as a user writes it, calling the object it is given
+            async def run(agent, task):
+                return await agent.run(task)
+            return run
+
 Tasks are answered by ``reply`` from the request alone, so concurrent rollouts get consistent scripts.
 """
 
@@ -33,7 +38,7 @@ from tether.dev_report import DevReport
 from tether.testing.fake_llm import FakeLLM, Reply
 from tether.trainer import Trainer
 from tether.types import RolloutStatus, SpanKind
-from tether.wrap import WrappedAgent, wrap
+from tether.wrap import RunFn, WrappedAgent, wrap
 
 
 class AdapterConformance:
@@ -51,6 +56,12 @@ class AdapterConformance:
 
     def make_task(self, i: int) -> Any:
         raise NotImplementedError
+
+    def custom_run(self) -> RunFn:
+        """A ``run=`` for ``tether.wrap`` as a user of the framework writes it: it runs the object it is given
+        directly (``await team.reset(); return await team.run(task=...)``, ``crew.kickoff(inputs=...)``), so
+        it fails or mixes rollouts if concurrent rollouts are handed one shared object."""
+        raise NotImplementedError("define custom_run() to return a run= function that runs the agent it gets")
 
     def wrap_agent(self, agent: Any, **kwargs: Any) -> WrappedAgent:
         """How the tests wrap the agent (override to pass ``run=`` or a reward)."""
@@ -118,16 +129,17 @@ class AdapterConformance:
         assert not report.all_problems, report.all_problems
 
     async def test_concurrent_rollouts_do_not_mix(self) -> None:
-        report = await self._dev(4)
-        assert len(report.rollouts) == 4
+        _check_isolated(await self._dev(4), 4)
+
+    async def test_custom_run_gets_a_rollout_copy_under_concurrent_rollouts(self) -> None:
+        # a run= receives the same per-rollout copy the adapter's own run uses (Adapter.rollout_copy), never
+        # the user's one object: four rollouts at once must neither collide nor mix
+        report = await self._dev(4, run=self.custom_run())
+        _check_isolated(report, 4)
         for dev in report.rollouts:
-            assert dev.status == RolloutStatus.SUCCEEDED, dev.error
-            assert dev.transitions
-            task_text = _text_of(dev.rollout.input)
-            for t in dev.transitions:
-                user_text = " ".join(_text_of(m.get("content")) for m in t.messages if m.get("role") == "user")
-                assert task_text in user_text, f"rollout for {task_text!r} captured a call about {user_text!r}"
-            assert {s.rollout_id for s in dev.spans} == {dev.rollout.rollout_id}
+            assert {t.agent_name for t in dev.transitions} <= self.expected_agents
+            tools = [s for s in dev.spans if s.kind == SpanKind.TOOL]
+            assert any(s.attributes.get(spans.TOOL_NAME) == self.tool_name for s in tools), str(dev)
 
     async def test_optimize_marks_only_named_agents_trainable(self) -> None:
         chosen = sorted(self.expected_agents)[0]
@@ -140,6 +152,19 @@ class AdapterConformance:
     async def test_unknown_optimize_name_is_reported(self) -> None:
         report = await self._dev(1, optimize=["no_such_agent"])
         assert any("unknown sub-agent 'no_such_agent'" in p for p in report.problems), report.problems
+
+
+def _check_isolated(report: DevReport, n: int) -> None:
+    """Every rollout succeeded, and each one's calls are about its own task and carry its own rollout id."""
+    assert len(report.rollouts) == n
+    for dev in report.rollouts:
+        assert dev.status == RolloutStatus.SUCCEEDED, dev.error
+        assert dev.transitions
+        task_text = _text_of(dev.rollout.input)
+        for t in dev.transitions:
+            user_text = " ".join(_text_of(m.get("content")) for m in t.messages if m.get("role") == "user")
+            assert task_text in user_text, f"rollout for {task_text!r} captured a call about {user_text!r}"
+        assert {s.rollout_id for s in dev.spans} == {dev.rollout.rollout_id}
 
 
 def _text_of(value: Any) -> str:

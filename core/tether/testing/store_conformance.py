@@ -37,6 +37,7 @@ import pytest_asyncio
 
 from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store, StoreError
 from tether.types import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     Attempt,
     AttemptStatus,
     LLMEndpoint,
@@ -193,6 +194,53 @@ class StoreConformance:
         assert ids(await store.list_rollouts(rollout_ids=wanted)) == [train[0].rollout_id, val[1].rollout_id]
         assert ids(await store.list_rollouts(rollout_ids=wanted, mode=Mode.VAL)) == [val[1].rollout_id]
         assert await store.list_rollouts(rollout_ids=[]) == []
+
+    async def test_list_rollouts_limit(self, store: Store) -> None:
+        rollouts = await store.enqueue([spec(i) for i in range(3)])
+        ids = [r.rollout_id for r in rollouts]
+        assert await store.list_rollouts(limit=0) == []
+        assert [r.rollout_id for r in await store.list_rollouts(limit=2)] == ids[:2]
+        assert [r.rollout_id for r in await store.list_rollouts(limit=2**63 - 1)] == ids
+        for bad in (-1, -(2**63), 2**63, 10**30, 1.5, "2", True):
+            with pytest.raises(InvalidInput, match="limit"):
+                await store.list_rollouts(limit=bad)  # type: ignore[arg-type]  # deliberately wrong
+
+    async def test_numbers_out_of_range_are_invalid_input(self, store: Store) -> None:
+        """Every backend refuses the same numbers (what SQLite cannot hold: beyond 64-bit integers or
+        floats) with ``InvalidInput``, and changes nothing."""
+        rollout, attempt = await self._running(store)
+        await store.add_spans([span(rollout.rollout_id, attempt.attempt_id)])
+        aid = attempt.attempt_id
+        before = await self._snapshot(store)
+        calls: list[Any] = [
+            lambda: store.get_spans(aid, since=2**63),
+            lambda: store.get_spans(aid, since=-(2**63) - 1),
+            lambda: store.get_spans(aid, since="1"),  # type: ignore[arg-type]
+            lambda: store.get_resources(10**30),
+            lambda: store.get_resources(-(10**30)),
+            lambda: store.dequeue("w", limit=10**30),
+            lambda: store.enqueue([spec(1, max_attempts=2**63)]),
+            lambda: store.enqueue([spec(1, resources_version=10**30)]),
+            lambda: store.enqueue([spec(1, timeout_s=10**400)]),
+            lambda: store.enqueue([spec(1, heartbeat_timeout_s=math.inf)]),
+            lambda: store.requeue_stale(now=10**400),
+            lambda: store.requeue_stale(now=math.nan),
+            lambda: store.finish_attempt(aid, AttemptStatus.SUCCEEDED, reward=10**400),
+            lambda: store.add_spans([span(rollout.rollout_id, aid, start_time=10**400)]),
+            lambda: store.add_spans([span(rollout.rollout_id, aid, end_time=math.nan)]),
+            lambda: store.add_spans([span(rollout.rollout_id, aid, start_time="now")]),
+        ]
+        for i, call in enumerate(calls):
+            with pytest.raises(InvalidInput):
+                await call()
+                pytest.fail(f"call #{i} was accepted")
+        assert await self._snapshot(store) == before
+        assert await store.get_spans(aid, since=2**63 - 1) == []
+        assert len(await store.get_spans(aid, since=-(2**63))) == 1
+        assert await store.dequeue("w", limit=2**63 - 1) == []
+        assert await store.dequeue("w", limit=-5) == []
+        with pytest.raises(NotFound):
+            await store.get_resources(2**63 - 1)
 
     # -- dequeue ------------------------------------------------------------------------------------------
 
@@ -362,8 +410,16 @@ class StoreConformance:
         with pytest.raises(InvalidTransition):
             await store.heartbeat(attempt.attempt_id)
 
+    async def test_a_dead_workers_rollout_is_swept_by_default(self, store: Store) -> None:
+        rollout, attempt = await self._running(store)  # a spec with default settings
+        assert rollout.heartbeat_timeout_s == DEFAULT_HEARTBEAT_TIMEOUT_S
+        assert await store.requeue_stale(now=attempt.last_heartbeat_at + DEFAULT_HEARTBEAT_TIMEOUT_S - 1) == []
+        assert await store.requeue_stale(now=time.time() + 10 * 365 * 86400) == [rollout.rollout_id]
+        final = await store.get_rollout(rollout.rollout_id)
+        assert final.status == RolloutStatus.FAILED and "no heartbeat" in (final.error or "")
+
     async def test_requeue_ignores_rollouts_without_limits(self, store: Store) -> None:
-        await self._running(store)
+        await self._running(store, heartbeat_timeout_s=None)  # limits turned off explicitly
         await store.enqueue([spec(1, timeout_s=1)])  # queued, not running: nothing to time out
         assert await store.requeue_stale(now=time.time() + 1e6) == []
 
@@ -443,6 +499,68 @@ class StoreConformance:
         await store.finish_attempt(attempt.attempt_id, AttemptStatus.SUCCEEDED, reward=1.0)
         assert await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "late")]) == [0]
         assert [s.name for s in await store.get_spans(attempt.attempt_id)] == ["late"]
+
+    async def test_spans_of_a_timed_out_attempt_are_refused(self, store: Store) -> None:
+        """A worker presumed dead (its attempt timed out) that comes back must not add to the rollout's record:
+        the rollout has moved on (requeued to another worker, or failed)."""
+        rollout, dead = await self._running(store, max_attempts=2, heartbeat_timeout_s=10)
+        other, alive = await self._running(store)
+        await store.add_spans([span(rollout.rollout_id, dead.attempt_id, "before")])
+        (beat,) = await store.get_attempts(rollout.rollout_id)
+        assert await store.requeue_stale(now=beat.last_heartbeat_at + 11) == [rollout.rollout_id]
+        before = await self._snapshot(store)
+        for batch in (
+            [span(rollout.rollout_id, dead.attempt_id, "late")],
+            [span(other.rollout_id, alive.attempt_id, "fine"), span(rollout.rollout_id, dead.attempt_id, "late")],
+        ):
+            with pytest.raises(InvalidTransition, match="timed out"):
+                await store.add_spans(batch)
+        assert await self._snapshot(store) == before
+        assert await store.add_spans([span(other.rollout_id, alive.attempt_id, "fine")]) == [0]
+
+    async def test_spans_are_copied_in_and_out(self, store: Store) -> None:
+        rollout, attempt = await self._running(store)
+
+        def attributes() -> dict[str, Any]:
+            return {
+                "prompt_token_ids": list(range(100, 164)),
+                "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}],
+                "nested": {"a": [1.5, None, "x", True], "b": {"c": [[1, 2], []]}},
+                "empty": {},
+            }
+
+        given = attributes()
+        await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "s", attributes=given)])
+        given["prompt_token_ids"].append(1)  # the writer changes its objects after the call
+        given["messages"][0]["content"] = "changed"
+        given["nested"]["b"]["c"][0].append(3)
+        given["empty"]["x"] = 1
+        (got,) = await store.get_spans(attempt.attempt_id)
+        assert got.attributes == attributes()
+        got.attributes["prompt_token_ids"][0] = -1  # so does a reader
+        got.attributes["messages"].append({"role": "tool"})
+        got.attributes["nested"]["a"].clear()
+        got.attributes["nested"]["b"]["c"][1].append(0)
+        got.name = "renamed"
+        (again,) = await store.get_spans(attempt.attempt_id)
+        assert again.attributes == attributes() and again.name == "s"
+        await store.finish_attempt(attempt.attempt_id, AttemptStatus.SUCCEEDED)
+        (harvested,) = await store.harvest([rollout.rollout_id])
+        assert [s.attributes for s in harvested.spans] == [attributes()]
+
+    async def test_span_attributes_come_back_as_json_gives_them(self, store: Store) -> None:
+        rollout, attempt = await self._running(store)
+        given = {"pair": (1, "a"), 7: "int key", "nan": math.nan, "deep": [(1.0, 2), {"k": (None,)}], "big": 2**62}
+        await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, "s", attributes=given)])
+        (got,) = await store.get_spans(attempt.attempt_id)
+        assert got.attributes == {
+            "pair": [1, "a"],
+            "7": "int key",
+            "nan": None,
+            "deep": [[1.0, 2], {"k": [None]}],
+            "big": 2**62,
+        }
+        assert type(got.attributes["pair"]) is list and type(got.attributes["deep"][0]) is list
 
     @pytest.mark.parametrize(
         "bad", ["unknown_attempt", "wrong_rollout", "bad_kind", "non_json", "not_dict", "no_name"]

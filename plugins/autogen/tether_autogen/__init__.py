@@ -2,9 +2,9 @@
 (``pip install "tether[autogen]"``).
 
 ``AutoGenAdapter`` runs an agent or team on each task (a fresh copy per rollout) and captures every model
-call and tool call — failed tool calls included — with the name of the agent that made it. Model calls go
-to tether's proxy through tether's endpoint redirect. Importing this module does not import
-AutoGen.
+call and tool call — failed ones, and those a workbench such as McpWorkbench answers, included — with the
+name of the agent that made it. Model calls go to tether's proxy through tether's endpoint redirect.
+Importing this module does not import AutoGen.
 """
 
 from __future__ import annotations

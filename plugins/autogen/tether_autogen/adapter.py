@@ -1,7 +1,9 @@
 """The AutoGen adapter: runs AutoGen agents and teams on tasks and captures their model and tool calls.
 
-``AutoGenAdapter.run(agent, task, resources)`` runs a fresh copy of the agent or team (see
-``tether_autogen.isolate``) with ``await copy.run(task=<text>)``. The task text is the task itself when it
+``AutoGenAdapter.run(agent, task, resources)`` runs a fresh copy of the agent or team (``rollout_copy``, see
+``tether_autogen.isolate``) with ``await copy.run(task=<text>)``; a ``run=`` function given to ``tether.wrap``
+gets such a copy too, so ``await team.reset(); return await team.run(task=...)`` is safe in concurrent
+rollouts. The task text is the task itself when it
 is a string; for a dict, the first string among its ``"task"``, ``"question"``, ``"input"`` and
 ``"prompt"`` keys, else the dict as JSON; anything else, its ``str()``.
 
@@ -144,10 +146,15 @@ class AutoGenAdapter(Adapter):
         """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
         return redirect.installed()
 
-    async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
+    def rollout_copy(self, agent: Any) -> Any:
+        """A fresh copy of the agent or team (``tether_autogen.isolate``) with this event loop's model clients:
+        what ``run`` runs, and what a ``run=`` function gets."""
         from tether_autogen.isolate import fresh_copy
 
-        runnable = fresh_copy(agent, self._clients.model_client)
+        return fresh_copy(agent, self._clients.model_client)
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
+        runnable = self.rollout_copy(agent)
         with self.run_scope(agent):
             result = await runnable.run(task=task_text(task))
         return summarize(result)

@@ -3,14 +3,16 @@
 - A ``logging.Handler`` on AutoGen's event logger (``autogen_core.EVENT_LOGGER_NAME``): ``LLMCallEvent``
   (and a streamed call's ``LLMStreamStartEvent`` + ``LLMStreamEndEvent``) becomes an ``llm`` span with the
   request messages (OpenAI-format dicts, deep-copied) and the response; ``ToolCallEvent`` (logged by
-  AutoGen only when a tool succeeds) becomes a ``tool`` span.
+  ``BaseTool.run_json`` only when a tool succeeds) becomes a ``tool`` span when the tool ran outside an
+  agent turn seen below (inside one, the turn records it).
 - A wrapper around ``AssistantAgent.on_messages_stream`` that runs each step of the agent's turn inside
   ``tether.context.agent_scope(agent.name)``. Every model call made during the turn — including the
   reflection call, and the calls of agents inside teams — therefore carries the agent's name: on the spans
   above, and in the ``X-Tether-Agent`` header the endpoint redirect adds, which names the proxy's span (the one
   with token ids). The wrapper also reads the turn's ``ToolCallRequestEvent`` / ``ToolCallExecutionEvent``
-  messages, because AutoGen does not log failing tools: each result with ``is_error`` becomes a ``tool``
-  span with ``tool.error``.
+  messages and records every result of the turn as a ``tool`` span (arguments, result or ``tool.error``,
+  call id, the agent's name): AutoGen logs no ``ToolCallEvent`` for a failing tool, nor for a tool answered
+  by a workbench without ``BaseTool.run_json`` (``McpWorkbench``: an MCP server's tools).
 
 Capture never breaks the agent: a span that cannot be built is logged (at debug level) and skipped.
 """
@@ -22,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from tether import spans
@@ -34,6 +37,11 @@ from tether.types import SpanKind
 log = logging.getLogger(__name__)
 
 LLM_SPAN_NAME = "autogen.llm_call"
+
+
+#: True while a step of an ``AssistantAgent`` turn runs (and in the tool tasks it starts): its tool calls are
+#: recorded from the turn's events, with their call ids, so the event logger's ``ToolCallEvent`` is skipped
+_in_turn: ContextVar[bool] = ContextVar("tether_autogen_in_turn", default=False)
 
 
 def _stream_key() -> int:
@@ -67,7 +75,7 @@ class EventHandler(logging.Handler):
             elif kind == "LLMStreamEnd":
                 messages, start = self._streams.pop(_stream_key(), (None, record.created))
                 self._llm_span(messages, kwargs["response"], kwargs, start, record.created, streamed=True)
-            elif kind == "ToolCall":
+            elif kind == "ToolCall" and not _in_turn.get():
                 self.sink.emit(
                     SpanKind.TOOL,
                     str(kwargs["tool_name"]),
@@ -107,8 +115,8 @@ class EventHandler(logging.Handler):
         self.sink.emit(SpanKind.LLM, LLM_SPAN_NAME, attributes, agent_name=agent, start_time=start, end_time=end)
 
 
-class _TurnToolErrors:
-    """Follows one agent turn's tool-call events and emits a ``tool`` span for every failed call."""
+class _TurnTools:
+    """Follows one agent turn's tool-call events and emits a ``tool`` span for every result."""
 
     def __init__(self, sink_of: Callable[[], SpanSink | None]) -> None:
         self._sink_of = sink_of
@@ -124,16 +132,20 @@ class _TurnToolErrors:
             sink = self._sink_of()
             for result in event.content:
                 name, arguments, start = self._requested.pop(result.call_id, (result.name, None, time.time()))
-                if not result.is_error or sink is None:
+                if sink is None:
                     continue
+                name = result.name or name
+                failed = bool(result.is_error)
                 sink.emit(
                     SpanKind.TOOL,
-                    str(result.name or name),
-                    {
-                        spans.TOOL_NAME: result.name or name,
-                        spans.TOOL_ARGUMENTS: arguments,
-                        spans.TOOL_ERROR: result.content,
-                    },
+                    str(name),
+                    spans.tool_attributes(
+                        name,
+                        arguments,
+                        result=None if failed else result.content,
+                        error=result.content if failed else None,
+                        call_id=result.call_id,
+                    ),
                     agent_name=current_agent_name(),
                     start_time=start,
                 )
@@ -152,16 +164,18 @@ def make_turn_wrapper(
     async def on_messages_stream(self: Any, messages: Any, cancellation_token: Any) -> AsyncGenerator[Any, None]:
         name = getattr(self, "name", None)
         stream = original(self, messages, cancellation_token)
-        tool_errors = _TurnToolErrors(sink_of)
+        tools = _TurnTools(sink_of)
         try:
             while True:
                 token = current_agent.set(name)
+                in_turn = _in_turn.set(True)
                 try:
                     event = await stream.__anext__()
-                    tool_errors.see(event)
+                    tools.see(event)
                 except StopAsyncIteration:
                     return
                 finally:
+                    _in_turn.reset(in_turn)
                     current_agent.reset(token)
                 yield event
         finally:

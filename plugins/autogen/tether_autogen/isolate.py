@@ -11,7 +11,8 @@ copy and never runs or changes the user's object:
   settings, on which the base class is initialised again with copied participants and a deep-copied
   termination condition — a new team id, runtime, output queue and run flags.
 
-Objects this cannot copy are rejected with an error that names ``run=`` as the way to build one per task.
+Objects this cannot copy are rejected with an error that names ``run=`` as the way to build one per task (a
+``run=`` is then handed the user's object, and builds its own).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from tether.adapters import CannotCopy
+
 ClientMap = Callable[[Any], Any]
 
 
@@ -27,7 +30,7 @@ def _same(client: Any) -> Any:
     return client
 
 
-class CannotIsolate(TypeError):
+class CannotIsolate(CannotCopy):
     """An AutoGen object the adapter cannot copy for a rollout."""
 
 

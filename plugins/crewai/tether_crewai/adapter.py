@@ -3,9 +3,10 @@
 ``CrewAIAdapter.run(crew, task, resources)`` runs ``crew.copy().kickoff(inputs=...)`` in a worker thread
 (``asyncio.to_thread``, which copies the context, so the rollout's endpoint redirect and scope carry over).
 A ``Crew`` keeps run state (its tasks interpolate the inputs in place, its agents keep executors and
-usage counters), so each rollout runs on CrewAI's own per-input copy — as ``Crew.kickoff_for_each`` does
-— and the user's crew is never run. The inputs are the task itself when it is a dict (its keys fill the
-``{placeholders}`` of the agents' and tasks' texts), ``{"input": text}`` for a string.
+usage counters), so each rollout runs on CrewAI's own per-input copy (``rollout_copy``) — as
+``Crew.kickoff_for_each`` does — and the user's crew is never run; a ``run=`` function gets such a copy
+too. The inputs are the task itself when it is a dict (its keys fill the ``{placeholders}`` of the agents'
+and tasks' texts), ``{"input": text}`` for a string.
 
 It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
 
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import redirect
-from tether.adapters import Adapter, SpanSink
+from tether.adapters import Adapter, CannotCopy, SpanSink
 from tether.instrument import Patch
 from tether.types import Resources, Task
 from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper
@@ -61,8 +62,8 @@ def crew_inputs(task: Any) -> dict[str, Any]:
         return {"input": task}
     raise TypeError(
         f"a CrewAI task must be a dict of the crew's inputs (its {{placeholders}}) or a string (given as "
-        f'{{"input": ...}}), got {type(task).__name__}; pass run=lambda crew, task: crew.copy().kickoff('
-        "inputs=...) to tether.wrap to feed it yourself"
+        f'{{"input": ...}}), got {type(task).__name__}; pass run=lambda crew, task: crew.kickoff(inputs=...) '
+        "to tether.wrap to feed it yourself (it gets the rollout's copy of the crew)"
     )
 
 
@@ -118,10 +119,22 @@ class CrewAIAdapter(Adapter):
         """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
         return redirect.installed()
 
+    def rollout_copy(self, agent: Any) -> Any:
+        """CrewAI's own copy of the crew (``Crew.copy``, as ``kickoff_for_each`` makes): what ``run`` kicks off,
+        and what a ``run=`` function gets, so ``crew.kickoff(inputs=...)`` is safe in concurrent rollouts."""
+        try:
+            return agent.copy()
+        except Exception as exc:
+            raise CannotCopy(
+                f"CrewAI could not copy the crew for a rollout ({type(exc).__name__}: {exc}); pass "
+                "run=lambda crew, task: build_my_crew().kickoff(inputs=task) to tether.wrap to build one per task"
+            ) from exc
+
     async def run(self, agent: Any, task: Any, resources: Resources) -> CrewAIOutput:
         inputs = crew_inputs(task)
+        crew = self.rollout_copy(agent)
         with self.run_scope(agent):
-            result = await asyncio.to_thread(_kickoff, agent, inputs)
+            result = await asyncio.to_thread(_kickoff, crew, inputs)
         return summarize(result)
 
 
@@ -129,7 +142,7 @@ def _kickoff(crew: Any, inputs: dict[str, Any]) -> Any:
     from crewai.events import crewai_event_bus
 
     try:
-        return crew.copy().kickoff(inputs=inputs)
+        return crew.kickoff(inputs=inputs)
     finally:
         # CrewAI's handlers run on its thread pool: let them emit this rollout's spans before it closes
         crewai_event_bus.flush(timeout=FLUSH_TIMEOUT_S)

@@ -34,6 +34,13 @@ def _unwrap_partial(obj: Any) -> Any:
     return obj
 
 
+def _is_plain_function(agent: Any) -> bool:
+    func = _unwrap_partial(agent)
+    if not inspect.isfunction(func):  # excludes classes, instances, bound methods, builtins
+        return False
+    return not (inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func))
+
+
 def _default_name(agent: Any) -> str | None:
     name = getattr(_unwrap_partial(agent), "__name__", None)
     return name if isinstance(name, str) and name.isidentifier() else None  # not "<lambda>"
@@ -50,12 +57,16 @@ class OpenAIFunctionAdapter(Adapter):
         self._tools = ToolResultTracker()
 
     def accepts(self, agent: Any) -> bool:
-        if "openai" not in sys.modules:
-            return False
-        func = _unwrap_partial(agent)
-        if not inspect.isfunction(func):  # excludes classes, instances, bound methods, builtins
-            return False
-        return not (inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func))
+        return "openai" in sys.modules and _is_plain_function(agent)
+
+    def hint_for(self, agent: Any) -> str | None:
+        if "openai" in sys.modules or not _is_plain_function(agent):
+            return None
+        return (
+            "a plain function is run by the openai adapter, which takes it once the openai SDK is imported "
+            "(this one imports it inside its body, after tether.wrap looked): pass adapter='openai' or "
+            "import openai first"
+        )
 
     def _instrument(self, sink: SpanSink) -> None:
         self._tools.sink = sink

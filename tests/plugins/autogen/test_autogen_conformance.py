@@ -9,7 +9,7 @@ import autogen_calc_agent
 import autogen_calc_team
 import pytest
 from autogen_agentchat.agents import AssistantAgent
-from autogen_core import EVENT_LOGGER_NAME
+from autogen_core import EVENT_LOGGER_NAME, CancellationToken
 from autogen_script import reply, task
 
 from tether.testing.adapter_conformance import AdapterConformance
@@ -46,9 +46,23 @@ class TestCalculatorAgent(_AutoGenConformance):
     def make_agent(self) -> Any:
         return autogen_calc_agent.calculator_agent
 
+    def custom_run(self) -> Any:
+        async def run(agent: Any, task: str) -> Any:
+            await agent.on_reset(CancellationToken())
+            return await agent.run(task=task)
+
+        return run
+
 
 class TestTwoAgentTeam(_AutoGenConformance):
     expected_agents: ClassVar[set[str]] = {"solver", "checker"}
 
     def make_agent(self) -> Any:
         return autogen_calc_team.team
+
+    def custom_run(self) -> Any:
+        async def run(team: Any, task: str) -> Any:  # as Agent Lightning's AutoGen examples do
+            await team.reset()
+            return await team.run(task=task)
+
+        return run

@@ -55,6 +55,7 @@ async def test_team_calls_carry_each_agents_name() -> None:
     assert tool.attributes == {
         spans.TOOL_NAME: "calculator",
         spans.TOOL_ARGUMENTS: {"expression": "1 + 4"},
+        spans.TOOL_CALL_ID: rollout.transitions[0].response["tool_calls"][0]["id"],
         spans.TOOL_RESULT: "5",
     }
     assert rollout.output["text"] == "Checked. APPROVED"

@@ -31,6 +31,9 @@ class TestResearchCrew(AdapterConformance):
     def make_task(self, i: int) -> Any:
         return task(TOPICS[i % len(TOPICS)])
 
+    def custom_run(self) -> Any:
+        return lambda crew, task: crew.kickoff(inputs=task)
+
     def instrumentation_state(self) -> Any:
         return (
             Agent.__dict__["execute_task"],

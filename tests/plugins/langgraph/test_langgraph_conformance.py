@@ -29,6 +29,9 @@ class TestCalculatorGraph(AdapterConformance):
     def make_task(self, i: int) -> Any:
         return task(i)
 
+    def custom_run(self) -> Any:
+        return lambda graph, task: graph.ainvoke(task)
+
     def instrumentation_state(self) -> Any:
         return (
             tuple(tracers_context._configure_hooks),

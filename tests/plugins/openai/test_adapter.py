@@ -110,6 +110,31 @@ def test_accepts_never_imports_openai() -> None:
     assert done.stdout.strip() == "ok"
 
 
+def test_wrap_of_a_function_that_imports_openai_later_names_the_fix() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import tether
+        def agent(task):
+            import openai  # imported inside the body: not in sys.modules when wrap() looks
+            return task
+        assert "openai" not in sys.modules
+        try:
+            tether.wrap(agent)
+        except tether.AdapterNotFound as exc:
+            print(exc)
+        else:
+            raise SystemExit("wrap accepted a function although openai is not imported")
+        print("adapter:", tether.wrap(agent, adapter="openai").adapter.name)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "pass adapter='openai' or import openai first" in done.stdout
+    assert "pip install" not in done.stdout, "unrelated extras listed for a plain function"
+    assert done.stdout.strip().endswith("adapter: openai")
+
+
 def test_instrument_is_idempotent_and_uninstrument_exact() -> None:
     original = BaseClient.__dict__["_build_request"]
     adapter = OpenAIFunctionAdapter()

@@ -49,6 +49,9 @@ class TestPlainOpenAIFunction(AdapterConformance):
     def make_task(self, i: int) -> Any:
         return f"What is {i} + {i + 3}?"
 
+    def custom_run(self) -> Any:
+        return lambda solve, task: solve(task)
+
     def instrumentation_state(self) -> Any:
         return BaseClient.__dict__["_build_request"], redirect.install_count(), tuple(redirect._listeners)
 

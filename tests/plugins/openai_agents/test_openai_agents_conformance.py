@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from agents import Runner
 from agents.models import _openai_shared
 from agents.tracing import get_trace_provider
 from triage_script import example, math_task, reply
@@ -12,7 +13,7 @@ from triage_script import example, math_task, reply
 from tether import context, redirect
 from tether.testing.adapter_conformance import AdapterConformance
 from tether.testing.fake_llm import Reply
-from tether_openai_agents import gate
+from tether_openai_agents import gate, rollout_run_config
 
 
 class TestTriageAgent(AdapterConformance):
@@ -26,6 +27,13 @@ class TestTriageAgent(AdapterConformance):
 
     def reply(self, request: dict[str, Any]) -> Reply:
         return reply(request)
+
+    def custom_run(self) -> Any:
+        async def run(agent: Any, task: dict[str, str], resources: Any) -> Any:
+            result = await Runner.run(agent, input=task["question"], run_config=rollout_run_config(resources))
+            return result.final_output
+
+        return run
 
     def make_task(self, i: int) -> Any:
         return {"question": math_task(i)["question"]}  # the conformance suite finds the whole task in the prompt

@@ -52,5 +52,10 @@ class EmbeddedBackend(LocalBackend):
         text = template.render(messages, tools)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def render_reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reply: dict[str, Any]
+    ) -> list[int]:
+        return list(self.tokenizer.encode(template.reply_text(reply), add_special_tokens=False))
+
     def parse(self, text: str) -> dict[str, Any]:
         return template.parse(text)

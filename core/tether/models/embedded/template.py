@@ -107,7 +107,7 @@ def segments(
             raise ValueError(f"message {i} has unknown role {role!r}: use system, user, assistant or tool")
         if role == "assistant":
             out.append((ASSISTANT, False))
-            out.append((_assistant_body(message) + END, True))
+            out.append((reply_text(message), True))
         else:
             out.append((marker + content_text(message.get("content")) + END, False))
     if add_generation_prompt:
@@ -123,6 +123,12 @@ def render(
 ) -> str:
     """The prompt text for ``messages`` (and ``tools``), ending with the assistant marker by default."""
     return "".join(text for text, _ in segments(messages, tools, add_generation_prompt=add_generation_prompt))
+
+
+def reply_text(message: dict[str, Any]) -> str:
+    """What the model generates for an assistant ``message`` after the ``<|assistant|>`` marker: its body
+    (content, then each call) and the end marker."""
+    return _assistant_body(message) + END
 
 
 def new_call_id() -> str:

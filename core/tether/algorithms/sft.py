@@ -1,0 +1,224 @@
+"""``tether.SFT``: supervised fine-tuning of the embedded or ``hf:`` model on the LLM calls of finished
+rollouts — traces imported from production (OTLP, ``tether import``) or rollouts tether captured.
+
+``SFT.fit`` reads the rollouts of ``source`` (a store URL; None: the session's store), keeps those the filter
+passes (``tether.algorithms.sft_data``), tokenizes the calls that have no token ids with the model's chat
+template (recorded in the ``retokenized`` metric), then trains for ``epochs`` passes: batches of
+``batch_size`` calls, each one optimizer step, packed into micro-batches of at most ``micro_batch`` rows (and
+``micro_batch_tokens`` padded tokens) whose gradients add up to the batch's. The loss is the mean negative
+log-likelihood of the reply tokens only (the prompt is context). Every step is logged to the run's
+``metrics.jsonl`` with the progress bar; validation tasks, if given, run before and after; the weights and
+optimizer are checkpointed at the end. torch is imported here, so this module loads only when SFT is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from tether.algorithms import grpo_loop
+from tether.algorithms.grpo import _assemble, _pack, _row_length, _token_logprobs
+from tether.algorithms.sft_data import ChatTemplate, Example, Filter, read_finished, select, tokenize
+from tether.fit_progress import FitProgress
+from tether.models.base import TrainableBackend
+from tether.result import FitResult
+from tether.store import open_store
+from tether.types import Task, Transition
+
+if TYPE_CHECKING:
+    from tether.session import Session
+
+
+@dataclass
+class SFT:
+    """Supervised fine-tuning on selected calls of imported or captured rollouts.
+
+    ``source``: the store URL to read rollouts from (``http://...`` of a ``tether store serve`` that received
+    OTLP traces, ``sqlite:///...``); None reads the session's store (``Trainer(store=...)``).
+    ``min_reward``: keep rollouts whose reward is at least this (rollouts without a reward are dropped).
+    ``feedback``: ``{name: threshold}``, keep rollouts whose numeric ``name`` (in the rollout's metadata or an
+    attribute of one of its spans) is at least ``threshold``. ``agents``: train only the calls of these
+    sub-agents (an unknown name is an error listing the names in the store). ``retokenize=True`` tokenizes
+    every call with the model's chat template, not only those without recorded token ids.
+    ``Trainer.fit`` needs no training tasks for SFT; ``val`` tasks are evaluated before and after.
+    """
+
+    uses_train_tasks: ClassVar[bool] = False
+
+    source: str | None = None
+    min_reward: float | None = None
+    feedback: Mapping[str, float] = field(default_factory=dict)
+    agents: Sequence[str] | None = None
+    epochs: int = 3
+    lr: float = 1e-3
+    batch_size: int = 16  # calls per optimizer step
+    micro_batch: int = 16  # rows per forward pass, at most
+    micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    seed: int = 0
+    retokenize: bool = False
+    _optimizer: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1 or self.micro_batch < 1:
+            raise ValueError(
+                f"SFT needs epochs, batch_size and micro_batch >= 1, got {self.epochs}, {self.batch_size}, "
+                f"{self.micro_batch}"
+            )
+        if not self.lr > 0:
+            raise ValueError(f"SFT needs lr > 0, got {self.lr}")
+        if isinstance(self.agents, str):
+            raise TypeError(f"agents= takes a list of sub-agent names, e.g. agents=[{self.agents!r}]")
+
+    @property
+    def filter(self) -> Filter:
+        agents = frozenset(self.agents) if self.agents is not None else None
+        return Filter(min_reward=self.min_reward, feedback=dict(self.feedback), agents=agents)
+
+    # -- the algorithm contract ----------------------------------------------------------------------------
+
+    async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
+        """Select, tokenize and train; returns the history and the checkpoint."""
+        backend = session.backend
+        if not isinstance(backend, TrainableBackend) or not hasattr(backend, "render_reply"):
+            raise ValueError("SFT trains a model tether holds in torch: use model='embedded' or model='hf:<path>'")
+        run = session.require_run("SFT")
+        items = await self._read(session)
+        selection = select(items, self.filter)
+        examples = selection.examples
+        template: ChatTemplate = backend  # type: ignore[assignment]  # checked: a LocalBackend
+        retokenized = await asyncio.to_thread(tokenize, examples, template, retokenize=self.retokenize)
+        history: list[dict[str, Any]] = []
+        result = FitResult(run_dir=run.path)
+        data = {
+            "kind": "sft_data",
+            "step": 0,
+            "rollouts_seen": selection.rollouts_seen,
+            "rollouts_kept": selection.rollouts_kept,
+            "examples": len(examples),
+            "imported": sum(e.imported for e in examples),
+            "retokenized": retokenized,  # calls tokenized here with the model's chat template
+            "tokenizer": getattr(backend, "name", type(backend).__name__),
+        }
+        rows = [_transition(e) for e in examples]
+        per_epoch = math.ceil(len(rows) / self.batch_size)
+        rng = random.Random(f"{self.seed}:sft")
+        step = 0
+
+        def record(item: dict[str, Any], bar: FitProgress) -> None:
+            history.append(item)
+            run.log(item)
+            bar.update(item)
+
+        with FitProgress(per_epoch * self.epochs, enabled=session.settings.progress, kind="sft") as bar:
+            record(data, bar)
+            if val:
+                record(await grpo_loop.evaluate(session, val, step=0), bar)
+            for epoch in range(self.epochs):
+                order = list(range(len(rows)))
+                rng.shuffle(order)
+                for b in range(per_epoch):
+                    batch = [rows[i] for i in order[b * self.batch_size : (b + 1) * self.batch_size]]
+                    started = time.perf_counter()
+                    metrics = await asyncio.to_thread(self._step, backend, batch)
+                    step += 1
+                    seconds = time.perf_counter() - started
+                    record(
+                        {"kind": "sft", "step": step, "epoch": epoch + 1, "examples_per_s": len(batch) / seconds}
+                        | metrics,
+                        bar,
+                    )
+            if val:
+                record(await grpo_loop.evaluate(session, val, step=step), bar)
+            result.checkpoint = await asyncio.to_thread(self._save, backend, run, step, retokenized)
+        result.history = history
+        return result
+
+    async def _read(self, session: Session) -> list[Any]:
+        if self.source is None:
+            return await read_finished(session.store)
+        store = open_store(self.source)
+        try:
+            return await read_finished(store)
+        finally:
+            await store.close()
+
+    # -- one optimizer step --------------------------------------------------------------------------------
+
+    def _step(self, backend: TrainableBackend, batch: Sequence[Transition]) -> dict[str, float]:
+        with backend.policy() as model:
+            return self.update(model, batch, pad_token_id=backend.pad_token_id)
+
+    def update(
+        self, model: torch.nn.Module, batch: Sequence[Transition], *, pad_token_id: int = 0
+    ) -> dict[str, float]:
+        """One optimizer step on ``batch`` (transitions with prompt and response token ids): the mean NLL of
+        every response token of the batch, accumulated over micro-batches. Returns the loss (before the
+        step), the gradient norm and the counts."""
+        context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
+        optimizer = self.optimizer_for(model)
+        total = sum(min(len(t.response_token_ids), context - 1) for t in batch)
+        parts = _pack([_row_length(t, context) for t in batch], self.micro_batch, self.micro_batch_tokens)
+        device = next(model.parameters()).device
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for indices in parts:
+            ids, mask, _, _ = _assemble([batch[i] for i in indices], context, pad_token_id)
+            ids, mask = ids.to(device), mask.to(device)
+            loss = -(_token_logprobs(model, ids, 1.0) * mask).sum() / max(total, 1)
+            loss.backward()
+            loss_sum += float(loss.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm))
+        optimizer.step()
+        model.eval()
+        return {
+            "loss": loss_sum,
+            "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
+            "trained_examples": float(len(batch)),
+            "response_tokens": float(total),
+            "micro_batches": float(len(parts)),
+        }
+
+    def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        if self._optimizer is None:
+            params = [p for p in model.parameters() if p.requires_grad]
+            self._optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        return self._optimizer  # type: ignore[no-any-return]
+
+    def _save(self, backend: TrainableBackend, run: Any, step: int, retokenized: int) -> Path:
+        def write(directory: Path) -> None:
+            backend.save(str(directory))
+            optimizer = self._optimizer.state_dict() if self._optimizer is not None else None
+            torch.save({"optimizer": optimizer}, directory / "optimizer.pt")
+
+        saved: Path = run.save_checkpoint(write, {"step": step, "algorithm": "SFT", "retokenized": retokenized})
+        return saved
+
+
+def _transition(e: Example) -> Transition:
+    """An example as the row layout the update shares with GRPO (prompt + response ids)."""
+    return Transition(
+        rollout_id=e.rollout_id,
+        attempt_id="",
+        task_id="",
+        agent_name=e.agent_name,
+        step=0,
+        messages=e.messages,
+        response=e.reply,
+        prompt_token_ids=list(e.prompt_token_ids),
+        response_token_ids=list(e.response_token_ids),
+        logprobs=None,
+        reward=0.0,
+        trainable=True,
+        advantage=1.0,
+    )

@@ -1,0 +1,239 @@
+"""One rollout as the dashboard shows it: its attempts, its trace as a tree, its transitions.
+
+The tree of an attempt: consecutive calls of one sub-agent form a group; inside it, each model call (the
+proxy's ``llm`` span: messages, response, token counts, token ids and logprobs) holds the tool calls its
+response asked for (matched by the tool call id; else the spans' own ``parent_id``); ``reward`` and other
+spans stay where they arrived. A framework's own ``llm`` span of a call the proxy also recorded is folded
+into the proxy's node (it only names the sub-agent). Transitions come from ``tether.transitions`` exactly as
+an algorithm builds them (``optimize=`` as recorded in the rollout's metadata), with the GRPO advantage of
+train rollouts computed over their group (same task, same resources version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether import _json, spans
+from tether.algorithms.advantages import group_advantages
+from tether.store.base import Store
+from tether.transitions import build_transitions, is_proxy_llm_span
+from tether.types import Attempt, Mode, Rollout, Span, SpanKind
+
+#: rollout metadata: the ``optimize=`` names of the wrapped agent that ran it (a list; absent: all trainable)
+OPTIMIZE_METADATA = spans.OPTIMIZE_METADATA
+
+
+async def rollout_detail(
+    store: Store, rollout_id: str, attempt_id: str | None, group: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Everything the rollout page shows. ``group``: ids of the rollouts GRPO would compare this one with."""
+    rollout = await store.get_rollout(rollout_id)
+    attempts = await store.get_attempts(rollout_id)
+    chosen = _choose(attempts, attempt_id)
+    found = await store.get_spans(chosen.attempt_id) if chosen is not None else []
+    optimize = _optimize(rollout)
+    report = build_transitions(rollout, found, optimize=optimize)
+    advantage, group_size = await _advantage(store, rollout, group)
+    for t in report.transitions:
+        t.advantage = advantage
+    return {
+        "rollout": rollout.to_dict(),
+        "attempts": [a.to_dict() for a in attempts],
+        "attempt_id": chosen.attempt_id if chosen is not None else None,
+        "tree": build_tree(found),
+        "transitions": [
+            {
+                "step": t.step,
+                "agent": t.agent_name,
+                "trainable": t.trainable,
+                "reward": t.reward,
+                "advantage": t.advantage,
+                "weights_version": t.weights_version,
+                "prompt_tokens": len(t.prompt_token_ids),
+                "response_tokens": len(t.response_token_ids),
+                "has_logprobs": t.logprobs is not None,
+            }
+            for t in report.transitions
+        ],
+        "problems": report.problems,
+        "optimize": sorted(optimize) if optimize is not None else None,
+        "group_size": group_size,
+        "span_count": len(found),
+    }
+
+
+def _choose(attempts: Sequence[Attempt], attempt_id: str | None) -> Attempt | None:
+    for attempt in attempts:
+        if attempt.attempt_id == attempt_id:
+            return attempt
+    return attempts[-1] if attempts else None
+
+
+def _optimize(rollout: Rollout) -> frozenset[str] | None:
+    names = rollout.metadata.get(OPTIMIZE_METADATA) if isinstance(rollout.metadata, dict) else None
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        return frozenset(names)
+    return None
+
+
+async def _advantage(store: Store, rollout: Rollout, group: Sequence[str]) -> tuple[float | None, int]:
+    """The rollout's group-relative advantage (train rollouts with a reward only) and its group's size."""
+    if rollout.mode != Mode.TRAIN or rollout.reward is None:
+        return None, 0
+    members = await store.list_rollouts(rollout_ids=list(dict.fromkeys([*group, rollout.rollout_id])))
+    finished = [r for r in members if r.status.finished and r.reward is not None]
+    stats = group_advantages(finished)
+    return stats.per_rollout.get(rollout.rollout_id), len(finished)
+
+
+# -- the tree ---------------------------------------------------------------------------------------------
+
+
+def build_tree(found: Sequence[Span]) -> list[dict[str, Any]]:
+    """The attempt's spans as nested nodes (see the module docstring), in arrival order."""
+    ordered = sorted(found, key=lambda s: s.sequence if s.sequence is not None else 0)
+    proxy_requests = {
+        _key(s.attributes.get("request", {}).get("messages")) for s in ordered if is_proxy_llm_span(s)
+    }
+    nodes: dict[str, dict[str, Any]] = {}
+    by_tool_call: dict[str, dict[str, Any]] = {}
+    top: list[dict[str, Any]] = []
+    for span in ordered:
+        if span.kind == SpanKind.LLM and not is_proxy_llm_span(span):
+            if _key(span.attributes.get(spans.REQUEST_MESSAGES)) in proxy_requests:
+                continue  # the framework's view of a call the proxy recorded: it only adds the agent name
+        node = _node(span)
+        nodes[span.span_id] = node
+        for call_id in node.get("tool_call_ids", ()):
+            by_tool_call[call_id] = node
+        parent = None
+        if span.kind == SpanKind.TOOL:
+            parent = by_tool_call.get(str(span.attributes.get(spans.TOOL_CALL_ID)))
+        if parent is None and span.parent_id:
+            parent = nodes.get(span.parent_id)
+        if parent is not None:
+            parent["children"].append(node)
+        else:
+            top.append(node)
+    return _group_by_agent(top)
+
+
+def _group_by_agent(top: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for node in top:
+        agent = node.get("agent")
+        if agent and node["type"] in ("llm", "tool"):
+            last = out[-1] if out else None
+            if last is not None and last["type"] == "agent" and last["agent"] == agent:
+                last["children"].append(node)
+            else:
+                out.append({"type": "agent", "agent": agent, "children": [node]})
+        else:
+            out.append(node)
+    for group in out:
+        if group["type"] == "agent":
+            calls = [n for n in group["children"] if n["type"] == "llm"]
+            group["llm_calls"] = len(calls)
+            group["tool_calls"] = sum(_count_tools(n) for n in group["children"])
+    return out
+
+
+def _count_tools(node: dict[str, Any]) -> int:
+    own = 1 if node["type"] == "tool" else 0
+    return own + sum(_count_tools(c) for c in node.get("children", ()))
+
+
+def _node(span: Span) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "span_id": span.span_id,
+        "sequence": span.sequence,
+        "name": span.name,
+        "agent": span.agent_name,
+        "start_time": span.start_time,
+        "end_time": span.end_time,
+        "children": [],
+    }
+    a = span.attributes
+    if is_proxy_llm_span(span):
+        request = a.get("request") or {}
+        choice = (a.get("choices") or [{}])[0] or {}
+        message = choice.get("message") or {}
+        usage = a.get("usage") or {}
+        return {
+            **base,
+            "type": "llm",
+            "model": a.get("model") or (request.get("params") or {}).get("model"),
+            "messages": request.get("messages") or [],
+            "tools": [_tool_name(t) for t in request.get("tools") or []],
+            "params": request.get("params") or {},
+            "response": message,
+            "finish_reason": choice.get("finish_reason"),
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "latency_ms": a.get("latency_ms"),
+            "weights_version": a.get(spans.WEIGHTS_VERSION),
+            "prompt_token_ids": a.get("prompt_token_ids"),
+            "response_token_ids": choice.get("response_token_ids"),
+            "logprobs": choice.get("logprobs"),
+            "tool_call_ids": [str(c.get("id")) for c in message.get("tool_calls") or [] if c.get("id")],
+        }
+    if span.kind == SpanKind.LLM and span.name in (spans.LLM_CALL_FAILED, spans.PASSTHROUGH_CALL):
+        # the proxy's record of a call the backend failed, or a judge's call that kept its own endpoint
+        request = a.get("request") or {}
+        answer = a.get("response")
+        choice = ((answer.get("choices") if isinstance(answer, dict) else None) or [{}])[0] or {}
+        return {
+            **base,
+            "type": "llm",
+            "framework_only": True,
+            "passthrough": bool(a.get(spans.PASSTHROUGH)),
+            "url": a.get("url"),
+            "model": request.get("model"),
+            "messages": request.get("messages") or [],
+            "response": choice.get("message") or {},
+            "error": a.get(spans.ERROR),
+        }
+    if span.kind == SpanKind.LLM:  # a framework's own span with no proxy twin (a call that failed, say)
+        return {
+            **base,
+            "type": "llm",
+            "framework_only": True,
+            "model": a.get(spans.REQUEST_MODEL),
+            "messages": a.get(spans.REQUEST_MESSAGES) or [],
+            "response": a.get(spans.RESPONSE) or {},
+            "error": a.get(spans.ERROR),
+            "prompt_tokens": (a.get(spans.USAGE) or {}).get("prompt_tokens"),
+            "completion_tokens": (a.get(spans.USAGE) or {}).get("completion_tokens"),
+        }
+    if span.kind == SpanKind.TOOL:
+        error = a.get(spans.TOOL_ERROR)
+        return {
+            **base,
+            "type": "tool",
+            "tool": a.get(spans.TOOL_NAME) or span.name,
+            "arguments": a.get(spans.TOOL_ARGUMENTS),
+            "result": a.get(spans.TOOL_OUTPUT) if error is not None else a.get(spans.TOOL_RESULT),
+            "error": error,
+            "call_id": a.get(spans.TOOL_CALL_ID),
+        }
+    if span.kind == SpanKind.REWARD:
+        return {**base, "type": "reward", "value": a.get(spans.REWARD_VALUE)}
+    return {**base, "type": "other", "attributes": a}
+
+
+def _tool_name(tool: Any) -> str:
+    if isinstance(tool, dict):
+        function = tool.get("function")
+        if isinstance(function, dict) and function.get("name"):
+            return str(function["name"])
+        if tool.get("name"):
+            return str(tool["name"])
+    return "?"
+
+
+def _key(messages: Any) -> bytes:
+    try:
+        return _json.dumps(messages)
+    except TypeError:
+        return repr(messages).encode()

@@ -1,0 +1,397 @@
+"""Traces from elsewhere as tether rollouts: OTLP spans following the OpenTelemetry GenAI conventions or
+OpenInference's, grouped by trace, become rollouts whose spans are tether's own.
+
+Each trace becomes one rollout with one attempt (ended ``failed`` when its root span's status is ERROR). An
+LLM span (``gen_ai.operation.name`` ``chat`` / ``text_completion`` / ``generate_content``, or OpenInference's
+``LLM`` kind) becomes an ``llm`` span in the proxy's layout (``spans.ProxyLLMAttributes``): request messages,
+tools and parameters, the choices, usage, model, with no token ids unless the trace has them
+(``token_ids_available`` False). A tool span (``execute_tool``, OpenInference's ``TOOL``) becomes a ``tool``
+span. The sub-agent is the span's ``gen_ai.agent.name`` (OpenInference: ``agent.name``) or its nearest
+ancestor's (an ``invoke_agent`` or ``AGENT`` span). Rollouts carry ``spans.IMPORTED`` metadata (where they
+came from), spans a ``spans.IMPORTED`` attribute. Other spans (chains, retrievers) are counted, not kept.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether import _json, spans
+from tether.otel.messages import from_genai
+from tether.otel.otlp import OtlpSpan
+from tether.store.base import Store, StoreError
+from tether.types import AttemptStatus, Mode, RolloutSpec, RolloutStatus, Span, SpanKind
+
+_LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
+WORKER = "tether-import"
+_FUNCTION = "tool_call.function."
+
+
+@dataclass(slots=True)
+class ImportedTrace:
+    """One trace, converted: the rollout's input and output, its spans (rollout and attempt ids unset)."""
+
+    trace_id: str
+    input: Any
+    output: Any
+    spans: list[Span]
+    conventions: list[str]
+    error: str | None = None
+    skipped: int = 0  # spans of the trace that are neither LLM calls nor tool calls
+    service: str | None = None
+    start: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def convert(otlp_spans: Sequence[OtlpSpan]) -> list[ImportedTrace]:
+    """The traces among ``otlp_spans`` that hold at least one LLM or tool call, in order of first start."""
+    by_trace: dict[str, list[OtlpSpan]] = defaultdict(list)
+    for s in otlp_spans:
+        by_trace[s.trace_id].append(s)
+    out = [t for t in (_trace(tid, items) for tid, items in by_trace.items()) if t.spans]
+    return sorted(out, key=lambda t: t.start)
+
+
+async def import_traces(store: Store, traces: Sequence[ImportedTrace], *, mode: Mode = Mode.TRAIN) -> list[str]:
+    """Write ``traces`` into ``store`` as finished rollouts; returns their rollout ids.
+
+    Uses the store's own contract (enqueue, claim, add spans, finish), so it works on every backend. A store
+    with other rollouts waiting would hand those to the importer: that is refused (``StoreError``).
+    """
+    if not traces:
+        return []
+    if await store.list_rollouts(status=RolloutStatus.QUEUED, limit=1):
+        raise StoreError(
+            "the store has queued rollouts waiting for runners: import traces while no run is enqueuing, "
+            "or into another store"
+        )
+    specs = [
+        RolloutSpec(
+            input=t.input,
+            mode=mode,
+            metadata={
+                spans.IMPORTED: {
+                    "source": "otlp",
+                    "trace_id": t.trace_id,
+                    "conventions": t.conventions,
+                    "service": t.service,
+                    "skipped_spans": t.skipped,
+                },
+                **t.metadata,
+            },
+        )
+        for t in traces
+    ]
+    rollouts = await store.enqueue(specs)
+    claimed = await store.dequeue(WORKER, limit=len(rollouts))
+    attempts = {rollout.rollout_id: attempt for rollout, attempt in claimed}
+    ids = [r.rollout_id for r in rollouts]
+    if set(attempts) != set(ids):
+        raise StoreError("another worker claimed imported rollouts: stop remote runners while importing")
+    for rollout_id, trace in zip(ids, traces, strict=True):
+        attempt = attempts[rollout_id]
+        for span in trace.spans:
+            span.rollout_id, span.attempt_id = rollout_id, attempt.attempt_id
+        await store.add_spans(trace.spans)
+        status = AttemptStatus.FAILED if trace.error else AttemptStatus.SUCCEEDED
+        await store.finish_attempt(attempt.attempt_id, status, output=trace.output, error=trace.error)
+    return ids
+
+
+# -- one trace --------------------------------------------------------------------------------------------
+
+
+def _trace(trace_id: str, items: list[OtlpSpan]) -> ImportedTrace:
+    items = sorted(items, key=lambda s: s.start)
+    by_id = {s.span_id: s for s in items}
+    converted: list[Span] = []
+    tether_ids: dict[str, str] = {}
+    conventions: set[str] = set()
+    skipped = 0
+    for s in items:
+        kind, convention = _classify(s)
+        if kind is None:
+            skipped += 1
+            continue
+        conventions.add(convention)
+        agent = _agent(s, by_id)
+        if kind == SpanKind.LLM:
+            span = Span("", "", SpanKind.LLM, spans.LLM_CALL, agent, _llm_attributes(s, convention))
+        else:
+            name, attributes = _tool_attributes(s, convention)
+            span = Span("", "", SpanKind.TOOL, name, agent, attributes)
+        span.attributes[spans.IMPORTED] = True
+        span.start_time, span.end_time = s.start, max(s.end, s.start)
+        parent = _converted_ancestor(s, by_id, tether_ids)
+        span.parent_id = parent
+        tether_ids[s.span_id] = span.span_id
+        converted.append(span)
+    roots = [s for s in items if not s.parent_id or s.parent_id not in by_id]
+    root = roots[0] if roots else items[0]
+    llm = [c for c in converted if c.kind == SpanKind.LLM]
+    return ImportedTrace(
+        trace_id=trace_id,
+        input=_input(root, llm),
+        output=_output(root, llm),
+        spans=converted,
+        conventions=sorted(conventions),
+        error=next((s.error for s in roots if s.error), None),
+        skipped=skipped,
+        service=root.resource.get("service.name"),
+        start=items[0].start if items else 0.0,
+    )
+
+
+def _classify(s: OtlpSpan) -> tuple[SpanKind | None, str]:
+    a = s.attributes
+    op = a.get("gen_ai.operation.name")
+    if op in _LLM_OPERATIONS:
+        return SpanKind.LLM, "gen_ai"
+    if op == "execute_tool":
+        return SpanKind.TOOL, "gen_ai"
+    oi = str(a.get("openinference.span.kind") or "").upper()
+    if oi == "LLM":
+        return SpanKind.LLM, "openinference"
+    if oi == "TOOL":
+        return SpanKind.TOOL, "openinference"
+    if op is None and "gen_ai.prompt.0.role" in a:  # OpenLLMetry's indexed prompt attributes
+        return SpanKind.LLM, "gen_ai"
+    return None, ""
+
+
+def _agent(s: OtlpSpan, by_id: dict[str, OtlpSpan]) -> str | None:
+    seen: set[str] = set()
+    node: OtlpSpan | None = s
+    while node is not None and node.span_id not in seen:
+        seen.add(node.span_id)
+        a = node.attributes
+        name = a.get("gen_ai.agent.name") or a.get("agent.name")
+        if not name and str(a.get("openinference.span.kind") or "").upper() == "AGENT":
+            name = node.name
+        if name:
+            return str(name)
+        node = by_id.get(node.parent_id or "")
+    return None
+
+
+def _converted_ancestor(s: OtlpSpan, by_id: dict[str, OtlpSpan], tether_ids: dict[str, str]) -> str | None:
+    node = by_id.get(s.parent_id or "")
+    seen: set[str] = set()
+    while node is not None and node.span_id not in seen:
+        seen.add(node.span_id)
+        if node.span_id in tether_ids:
+            return tether_ids[node.span_id]
+        node = by_id.get(node.parent_id or "")
+    return None
+
+
+# -- LLM calls --------------------------------------------------------------------------------------------
+
+
+def _llm_attributes(s: OtlpSpan, convention: str) -> dict[str, Any]:
+    a = s.attributes
+    tools: Any
+    if convention == "openinference":
+        messages = _oi_messages(a, "llm.input_messages")
+        outputs = _oi_messages(a, "llm.output_messages")
+        tools = [
+            _loads(v) for k, v in sorted(a.items()) if k.startswith("llm.tools.") and k.endswith(".json_schema")
+        ]
+        params = _loads(a.get("llm.invocation_parameters")) or {}
+        model = a.get("llm.model_name")
+        usage = {
+            "prompt_tokens": a.get("llm.token_count.prompt"),
+            "completion_tokens": a.get("llm.token_count.completion"),
+        }
+        finish: list[Any] = [None] * len(outputs)
+    else:
+        messages = _genai_messages(a.get("gen_ai.input.messages"))
+        system = _genai_parts_text(a.get("gen_ai.system_instructions"))
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+        raw_out = _loads(a.get("gen_ai.output.messages"))
+        outputs = _genai_messages(raw_out)
+        finish = [m.get("finish_reason") for m in raw_out] if isinstance(raw_out, list) else []
+        if not messages and "gen_ai.prompt.0.role" in a:
+            messages, outputs = _indexed_messages(a, "gen_ai.prompt"), _indexed_messages(a, "gen_ai.completion")
+            finish = [a.get(f"gen_ai.completion.{i}.finish_reason") for i in range(len(outputs))]
+        tools = _loads(a.get("gen_ai.tool.definitions")) or None
+        params = {
+            "temperature": a.get("gen_ai.request.temperature"),
+            "top_p": a.get("gen_ai.request.top_p"),
+            "max_tokens": a.get("gen_ai.request.max_tokens"),
+            "seed": a.get("gen_ai.request.seed"),
+        }
+        model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model")
+        usage = {
+            "prompt_tokens": a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens")),
+            "completion_tokens": a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens")),
+        }
+    finish = finish + [None] * (len(outputs) - len(finish))
+    choices = [
+        {
+            "message": m,
+            "finish_reason": f or ("tool_calls" if m.get("tool_calls") else "stop"),
+            "response_token_ids": None,
+            "logprobs": None,
+        }
+        for m, f in zip(outputs, finish, strict=False)
+    ]
+    request_model = a.get("gen_ai.request.model") or model
+    return {
+        "call_id": s.span_id,
+        "request": {
+            "messages": messages,
+            "tools": tools or None,
+            "params": {
+                "model": request_model,
+                "temperature": params.get("temperature"),
+                "top_p": params.get("top_p"),
+                "max_tokens": params.get("max_tokens"),
+                "n": None,
+                "stop": None,
+                "seed": params.get("seed"),
+                "stream": False,
+            },
+        },
+        "prompt_token_ids": None,
+        "choices": choices,
+        "usage": {k: int(v) for k, v in usage.items() if isinstance(v, int | float)},
+        "model": model,
+        "latency_ms": max(s.end - s.start, 0.0) * 1000,
+        "token_ids_available": False,
+        spans.WEIGHTS_VERSION: None,
+    }
+
+
+def _genai_messages(value: Any) -> list[dict[str, Any]]:
+    data = _loads(value)
+    if not isinstance(data, list):
+        return []
+    return [m for item in data if isinstance(item, dict) for m in from_genai(item)]
+
+
+def _genai_parts_text(value: Any) -> str:
+    data = _loads(value)
+    if isinstance(data, list):
+        return "".join(str(p.get("content", "")) for p in data if isinstance(p, dict) and p.get("type") == "text")
+    return data if isinstance(data, str) else ""
+
+
+def _indexed(a: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """``prefix.0.x``, ``prefix.1.x`` … as a list of ``{x: value}`` dicts (nested keys kept dotted)."""
+    found: dict[int, dict[str, Any]] = defaultdict(dict)
+    start = prefix + "."
+    for key, value in a.items():
+        if key.startswith(start):
+            index, _, rest = key[len(start) :].partition(".")
+            if index.isdigit() and rest:
+                found[int(index)][rest] = value
+    return [found[i] for i in sorted(found)]
+
+
+def _indexed_messages(a: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """OpenLLMetry's ``gen_ai.prompt.N.role`` / ``.content`` / ``.tool_calls.M.name`` messages."""
+    out = []
+    for item in _indexed(a, prefix):
+        message: dict[str, Any] = {"role": item.get("role") or "assistant", "content": item.get("content")}
+        calls = _indexed(item, "tool_calls")
+        if calls:
+            message["tool_calls"] = [_call(c.get("id"), c.get("name"), c.get("arguments")) for c in calls]
+        if item.get("tool_call_id"):
+            message["tool_call_id"] = item["tool_call_id"]
+        out.append(message)
+    return out
+
+
+def _oi_messages(a: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """OpenInference's flattened ``llm.input_messages.N.message.*`` as chat messages."""
+    out = []
+    for item in _indexed(a, prefix):
+        message: dict[str, Any] = {"role": item.get("message.role") or "user"}
+        content = item.get("message.content")
+        if content is None:
+            contents = _indexed(item, "message.contents")
+            texts = [c.get("message_content.text") for c in contents if c.get("message_content.text") is not None]
+            content = "".join(str(t) for t in texts) if texts else None
+        message["content"] = content
+        calls = _indexed(item, "message.tool_calls")
+        if calls:
+            message["tool_calls"] = [
+                _call(
+                    c.get("tool_call.id"), c.get("tool_call.function.name"), c.get("tool_call.function.arguments")
+                )
+                for c in calls
+            ]
+        if item.get("message.tool_call_id"):
+            message["tool_call_id"] = item["message.tool_call_id"]
+        if item.get("message.name"):
+            message["name"] = item["message.name"]
+        out.append(message)
+    return out
+
+
+def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else _json.dumps(arguments or {}).decode()
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+# -- tool calls -------------------------------------------------------------------------------------------
+
+
+def _tool_attributes(s: OtlpSpan, convention: str) -> tuple[str, dict[str, Any]]:
+    a = s.attributes
+    if convention == "openinference":
+        name = str(a.get("tool.name") or s.name)
+        arguments, result, call_id = a.get("input.value"), a.get("output.value"), a.get("tool_call.id")
+    else:
+        name = str(a.get("gen_ai.tool.name") or s.name.removeprefix("execute_tool ").strip())
+        arguments = a.get("gen_ai.tool.call.arguments")
+        result, call_id = a.get("gen_ai.tool.call.result"), a.get("gen_ai.tool.call.id")
+    parsed = _loads(arguments)
+    return name, spans.tool_attributes(
+        name,
+        parsed if parsed is not None else arguments,
+        result=result if s.error is None else None,
+        error=s.error,
+        call_id=None if call_id is None else str(call_id),
+    )
+
+
+# -- the rollout's input and output -----------------------------------------------------------------------
+
+
+def _input(root: OtlpSpan, llm: list[Span]) -> Any:
+    for span in llm:
+        for message in span.attributes["request"]["messages"]:
+            if message.get("role") == "user":
+                return message.get("content")
+    return _value(root, "input")
+
+
+def _output(root: OtlpSpan, llm: list[Span]) -> Any:
+    if root.attributes.get("output.value") is not None:
+        return _value(root, "output")
+    for span in reversed(llm):
+        for choice in span.attributes["choices"]:
+            content = choice["message"].get("content")
+            if content:
+                return content
+    return None
+
+
+def _value(s: OtlpSpan, which: str) -> Any:
+    """OpenInference's ``input.value`` / ``output.value``: parsed when its mime type says JSON."""
+    value = s.attributes.get(f"{which}.value")
+    return _loads(value) if s.attributes.get(f"{which}.mime_type") == "application/json" else value
+
+
+def _loads(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return _json.loads(value)
+        except ValueError:
+            return value
+    return value

@@ -1,0 +1,212 @@
+"""The PostgreSQL store's connections (``tether.store.postgres``): pools, transactions, errors, notifications.
+
+asyncpg connections belong to the event loop that opened them, so the store keeps one pool per loop that uses
+it (normally one), created on first use; the first pool of a store also brings the schema up to date
+(``tether.store._pg_schema``). ``Connections.transaction`` runs a unit of work in one transaction, retries it
+when PostgreSQL aborted it for a deadlock or a serialization failure (it changed nothing), and turns
+everything else the driver raises into the contract's errors: a lost or refused connection is a
+``StoreError`` that names the server and says the call may not have been applied; the pool replaces broken
+connections, so the next call works again once the server is back.
+
+``Listener`` holds one extra connection per loop that ``LISTEN``s on the channel a trigger announces finished
+rollouts on; ``wait_for_rollouts`` is woken by those notifications, not by polling. When the listening
+connection is lost every waiter is woken to look again, and the next waiter opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from tether.store._pg_schema import FINISHED_CHANNEL, migrate
+from tether.store.base import InvalidInput, StoreError
+
+_T = TypeVar("_T")
+_RETRIES = 5  # deadlocks and serialization failures: PostgreSQL rolled the transaction back, so run it again
+_CONNECT_TIMEOUT_S = 10.0
+
+
+def import_asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError:
+        raise ImportError('the PostgreSQL store needs asyncpg: pip install "tether[postgres]"') from None
+    return asyncpg
+
+
+def describe(url: str) -> str:
+    """``host:port/database`` of a PostgreSQL URL, without the user or password (for messages)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    return f"{host}:{parts.port or 5432}{parts.path or '/'}"
+
+
+class Connections:
+    """Pools (one per event loop), the schema check on first use, and transactions with error mapping."""
+
+    def __init__(self, url: str, *, max_size: int) -> None:
+        self.asyncpg = import_asyncpg()
+        self.url = url
+        self.where = describe(url)
+        self.max_size = max_size
+        self._pools: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._listeners: dict[asyncio.AbstractEventLoop, Listener] = {}
+        self._making: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = {}
+        self._lock = threading.Lock()
+        self._migrated = False
+        self.closed = False
+
+    async def pool(self) -> Any:
+        """This loop's pool, made on first use; concurrent first calls share one making (and one migration)."""
+        if self.closed:
+            raise StoreError("this PostgresStore is closed; open a new one")
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is not None:
+            return pool
+        with self._lock:  # (never held across an await: the loop's other tasks would block on it)
+            making = self._making.get(loop)
+            if making is None:
+                making = self._making[loop] = loop.create_task(self._make_pool(loop))
+        return await asyncio.shield(making)
+
+    async def _make_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
+        try:
+            pool = await self.asyncpg.create_pool(
+                self.url, min_size=1, max_size=self.max_size, timeout=_CONNECT_TIMEOUT_S
+            )
+            try:
+                if not self._migrated:
+                    async with pool.acquire() as conn:
+                        await migrate(conn, self.where)
+                    self._migrated = True
+            except BaseException:
+                pool.terminate()
+                raise
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self.error(exc) from None
+        finally:
+            with self._lock:
+                self._making.pop(loop, None)
+        with self._lock:
+            self._pools[loop] = pool
+        return pool
+
+    async def transaction(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
+        """Run ``work(conn)`` in one transaction; commit on success, roll back on any error."""
+        pool = await self.pool()
+        exceptions = self.asyncpg.exceptions
+        for attempt in range(_RETRIES):
+            try:
+                async with pool.acquire() as conn, conn.transaction():
+                    return await work(conn)
+            except (exceptions.DeadlockDetectedError, exceptions.SerializationError) as exc:
+                if attempt == _RETRIES - 1:
+                    raise self.error(exc) from None
+                await asyncio.sleep(0.01 * (attempt + 1))
+            except StoreError:
+                raise
+            except Exception as exc:
+                raise self.error(exc) from None
+        raise AssertionError("unreachable")
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        """One read statement on its own (no explicit transaction: a single statement sees one snapshot)."""
+        pool = await self.pool()
+        try:
+            return list(await pool.fetch(sql, *args))
+        except Exception as exc:
+            raise self.error(exc) from None
+
+    def error(self, exc: BaseException) -> StoreError:
+        """What the driver raised, as the contract's error."""
+        asyncpg = self.asyncpg
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, asyncpg.exceptions.DataError | asyncpg.exceptions.IntegrityConstraintViolationError):
+            return InvalidInput(f"PostgreSQL refused the values: {exc}")
+        lost = (OSError, asyncio.TimeoutError, asyncpg.exceptions.InterfaceError)
+        if isinstance(exc, lost) or isinstance(
+            exc,
+            asyncpg.exceptions.PostgresConnectionError
+            | asyncpg.exceptions.OperatorInterventionError
+            | asyncpg.exceptions.InsufficientResourcesError,
+        ):
+            return StoreError(
+                f"the PostgreSQL store at {self.where} is unreachable ({type(exc).__name__}: {exc}); the call may "
+                "not have been applied. Check that the server is running; the store reconnects on the next call"
+            )
+        return StoreError(f"the PostgreSQL store at {self.where} failed: {type(exc).__name__}: {exc}")
+
+    async def listener(self) -> Listener:
+        loop = asyncio.get_running_loop()
+        listener = self._listeners.get(loop)
+        if listener is None or listener.lost:
+            listener = Listener()
+            try:
+                await self.pool()  # the schema (and its trigger) exists before anyone waits on it
+                await listener.connect(self.asyncpg, self.url)
+            except StoreError:
+                raise
+            except Exception as exc:
+                raise self.error(exc) from None
+            self._listeners[loop] = listener
+        return listener
+
+    async def close(self) -> None:
+        """Close what this loop holds; pools of other loops are closed if their loop is gone, else terminated."""
+        self.closed = True
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            pools, self._pools = self._pools, {}
+            listeners, self._listeners = self._listeners, {}
+        for owner, listener in listeners.items():
+            await listener.close(owner is loop)
+        for owner, pool in pools.items():
+            if owner is loop:
+                await pool.close()
+            else:
+                pool.terminate()
+
+
+class Listener:
+    """One connection that LISTENs for finished rollouts and wakes the waiters watching them."""
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        self._watchers: dict[asyncio.Event, frozenset[str]] = {}
+        self.lost = False
+
+    async def connect(self, asyncpg: Any, url: str) -> None:
+        self._conn = await asyncpg.connect(url, timeout=_CONNECT_TIMEOUT_S)
+        self._conn.add_termination_listener(self._on_lost)
+        await self._conn.add_listener(FINISHED_CHANNEL, self._on_notify)
+
+    def watch(self, event: asyncio.Event, rollout_ids: frozenset[str]) -> None:
+        self._watchers[event] = rollout_ids
+
+    def unwatch(self, event: asyncio.Event) -> None:
+        self._watchers.pop(event, None)
+
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        for event, ids in self._watchers.items():
+            if payload in ids:
+                event.set()
+
+    def _on_lost(self, conn: Any) -> None:
+        self.lost = True
+        for event in self._watchers:  # look again; the next wait reconnects (or reports the server gone)
+            event.set()
+
+    async def close(self, same_loop: bool) -> None:
+        self._on_lost(self._conn)
+        if self._conn is not None and not self._conn.is_closed():
+            if same_loop:
+                await self._conn.close()
+            else:
+                self._conn.terminate()

@@ -1,0 +1,151 @@
+"""The PostgreSQL store's schema, its migrations, and its rows as tether records (``tether.store.postgres``).
+
+The schema is versioned: ``tether_schema_migrations`` holds one row per migration applied. Opening a store
+takes a transaction-scoped advisory lock (so that many processes opening the same database at once apply each
+migration once), applies the migrations the database lacks, in order, and refuses a database written by a
+newer tether. A new schema version is a new entry in ``MIGRATIONS``, never a change to an old one.
+
+Tables are prefixed ``tether_`` so that the store can live in a database that holds other things. JSON values
+(inputs, outputs, metadata, span attributes, resources) are orjson bytes in ``bytea`` columns, as in the
+SQLite store: written and read back byte for byte, with no server-side parse. Times are seconds since the
+epoch (``double precision``), taken by the client, as in the other backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether import _json
+from tether.store.base import StoreError
+from tether.types import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
+
+#: the channel a committed change of a rollout to a finished status is announced on (payload: its id)
+FINISHED_CHANNEL = "tether_rollout_finished"
+
+_V1 = f"""
+CREATE SEQUENCE tether_queue_pos;
+CREATE TABLE tether_rollouts (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    rollout_id text NOT NULL UNIQUE,
+    input bytea NOT NULL,
+    task_id text NOT NULL,
+    mode text NOT NULL,
+    status text NOT NULL,
+    metadata bytea NOT NULL,
+    max_attempts bigint NOT NULL,
+    timeout_s double precision,
+    heartbeat_timeout_s double precision,
+    resources_version bigint,
+    attempt_count bigint NOT NULL DEFAULT 0,
+    created_at double precision NOT NULL,
+    finished_at double precision,
+    output bytea,
+    reward double precision,
+    error text,
+    queue_pos bigint DEFAULT nextval('tether_queue_pos')
+);
+CREATE INDEX tether_rollouts_queue ON tether_rollouts (queue_pos) WHERE queue_pos IS NOT NULL;
+CREATE INDEX tether_rollouts_status ON tether_rollouts (status, seq);
+CREATE TABLE tether_attempts (
+    attempt_id text PRIMARY KEY,
+    rollout_id text NOT NULL,
+    idx bigint NOT NULL,
+    worker_id text NOT NULL,
+    status text NOT NULL,
+    started_at double precision NOT NULL,
+    last_heartbeat_at double precision NOT NULL,
+    finished_at double precision,
+    error text,
+    next_seq bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX tether_attempts_rollout ON tether_attempts (rollout_id, idx);
+CREATE INDEX tether_attempts_running ON tether_attempts (started_at) WHERE status = 'running';
+CREATE TABLE tether_spans (
+    attempt_id text NOT NULL,
+    sequence bigint NOT NULL,
+    rollout_id text NOT NULL,
+    span_id text NOT NULL,
+    kind text NOT NULL,
+    name text NOT NULL,
+    agent_name text,
+    parent_id text,
+    start_time double precision NOT NULL,
+    end_time double precision,
+    attributes bytea NOT NULL,
+    PRIMARY KEY (attempt_id, sequence)
+);
+CREATE TABLE tether_resources (version bigint PRIMARY KEY, data bytea NOT NULL);
+CREATE FUNCTION tether_notify_finished() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('{FINISHED_CHANNEL}', NEW.rollout_id);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tether_rollout_finished AFTER UPDATE OF status ON tether_rollouts FOR EACH ROW
+    WHEN (NEW.status IN ('succeeded', 'failed', 'cancelled') AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION tether_notify_finished();
+"""
+
+#: schema version -> the SQL that brings the previous version to it; applied in order, each once
+MIGRATIONS: dict[int, str] = {1: _V1}
+SCHEMA_VERSION = max(MIGRATIONS)
+_MIGRATION_LOCK = 0x7E7E_E12  # pg_advisory_xact_lock key: one process migrates at a time
+
+
+async def migrate(conn: Any, where: str) -> int:
+    """Bring the database on ``conn`` (an asyncpg connection) to ``SCHEMA_VERSION``; return the version it had."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS tether_schema_migrations "
+            "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        current = await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM tether_schema_migrations")
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"the PostgreSQL store at {where} was written by a newer tether (store schema {current}, this one "
+                f"knows {SCHEMA_VERSION}); upgrade tether or use another database"
+            )
+        for version in sorted(v for v in MIGRATIONS if v > current):
+            await conn.execute(MIGRATIONS[version])
+            await conn.execute("INSERT INTO tether_schema_migrations (version) VALUES ($1)", version)
+    return int(current)
+
+
+ROLLOUT_COLS = (
+    "rollout_id, input, task_id, mode, status, metadata, max_attempts, timeout_s, heartbeat_timeout_s, "
+    "resources_version, attempt_count, created_at, finished_at, output, reward, error"
+)
+ATTEMPT_COLS = "attempt_id, rollout_id, idx, worker_id, status, started_at, last_heartbeat_at, finished_at, error"
+SPAN_COLS = (
+    "rollout_id, attempt_id, kind, name, agent_name, attributes, span_id, parent_id, start_time, end_time, "
+    "sequence"
+)
+_SPAN_KINDS = {kind.value: kind for kind in SpanKind}
+
+
+def qualified(alias: str, cols: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
+
+
+def rollout_from_row(row: Sequence[Any]) -> Rollout:
+    return Rollout(
+        rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
+        status=RolloutStatus(row[4]), metadata=_json.loads(row[5]), max_attempts=row[6], timeout_s=row[7],
+        heartbeat_timeout_s=row[8], resources_version=row[9], attempt_count=row[10], created_at=row[11],
+        finished_at=row[12], output=None if row[13] is None else _json.loads(row[13]), reward=row[14],
+        error=row[15],
+    )  # fmt: skip
+
+
+def attempt_from_row(row: Sequence[Any]) -> Attempt:
+    return Attempt(
+        attempt_id=row[0], rollout_id=row[1], index=row[2], worker_id=row[3], status=AttemptStatus(row[4]),
+        started_at=row[5], last_heartbeat_at=row[6], finished_at=row[7], error=row[8],
+    )  # fmt: skip
+
+
+def span_from_row(row: Sequence[Any]) -> Span:
+    return Span(row[0], row[1], _SPAN_KINDS[row[2]], row[3], row[4], _json.loads(row[5]), row[6], row[7], row[8],
+                row[9], row[10])  # fmt: skip

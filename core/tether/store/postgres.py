@@ -1,0 +1,502 @@
+"""PostgreSQL store (``postgresql://user@host:port/db``): one database shared by runners on many machines.
+
+Install with ``pip install "tether[postgres]"`` (asyncpg). asyncpg rather than psycopg 3: it is asyncio-native
+(the store's methods are coroutines on the runner's or server's loop), speaks the binary protocol with
+prepared statements cached per connection, and delivers LISTEN notifications as callbacks on the loop.
+
+Semantics are the SQLite store's (``tether.store.sqlite``), with PostgreSQL doing the concurrency:
+
+- ``dequeue`` claims rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` in queue order, so any number of
+  workers, in any number of processes, take different rollouts without waiting on each other; a requeued
+  rollout takes a fresh position from the ``tether_queue_pos`` sequence (the back of the queue).
+- Every change is one transaction (``tether.store._pg_conn``); changes to a rollout lock its row first, then
+  its attempts', so finishing, cancelling and the stale sweep never interleave on one rollout.
+- ``add_spans`` takes each attempt's sequence numbers by bumping ``tether_attempts.next_seq`` (which also
+  locks the attempt: concurrent batches of one attempt get consecutive numbers) and inserts the batch with
+  one statement; an invalid span rolls the whole batch back.
+- ``wait_for_rollouts`` is woken by ``LISTEN``/``NOTIFY``: a trigger announces each rollout that reaches a
+  finished status when its transaction commits.
+- The schema is created and migrated on first use (``tether.store._pg_schema``), never dropped.
+
+A server that goes away (restart, failover) makes calls raise ``StoreError`` naming it; once it is back the
+pool reconnects and the next call works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tether import _json
+from tether.store._pg_conn import Connections
+from tether.store._pg_ops import (
+    attempts_of,
+    end_attempt,
+    finite,
+    int64,
+    lock_running_attempt,
+    opt_float,
+    rollout_of,
+    status_of,
+)
+from tether.store._pg_schema import (
+    ATTEMPT_COLS,
+    ROLLOUT_COLS,
+    SCHEMA_VERSION,
+    SPAN_COLS,
+    attempt_from_row,
+    qualified,
+    rollout_from_row,
+    span_from_row,
+)
+from tether.store.base import (
+    Harvested,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    Store,
+    validate_finish_status,
+    validate_reward,
+    validate_span,
+    validate_spec,
+)
+from tether.store.memory import stale_reason
+from tether.types import (
+    Attempt,
+    AttemptStatus,
+    LLMEndpoint,
+    Mode,
+    PromptTemplate,
+    Resources,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
+    Span,
+    SpanKind,
+    new_id,
+)
+
+_FINISHED = ("succeeded", "failed", "cancelled")
+_RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources version at a time
+
+
+class PostgresStore(Store):
+    """A store in a PostgreSQL database. Creates (or migrates) its ``tether_*`` tables on first use."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self._db = Connections(url, max_size=pool_size)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    # -- rollouts -----------------------------------------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
+        for spec in specs:
+            validate_spec(spec)
+            int64(spec.max_attempts, "max_attempts")
+            if spec.resources_version is not None:
+                int64(spec.resources_version, "resources_version")
+            for name in ("timeout_s", "heartbeat_timeout_s"):
+                if getattr(spec, name) is not None:
+                    finite(getattr(spec, name), name)
+        try:
+            blobs = [(_json.dumps(s.input), _json.dumps(s.metadata)) for s in specs]
+        except TypeError as exc:
+            raise InvalidInput(f"rollout input/metadata: {exc}") from None
+        if not specs:
+            return []
+        now = time.time()
+        rollouts, rows = [], []
+        for spec, (input_blob, meta_blob) in zip(specs, blobs, strict=True):
+            rid = new_id("ro")
+            r = Rollout(
+                rollout_id=rid, input=_json.loads(input_blob), task_id=spec.task_id or rid, mode=Mode(spec.mode),
+                metadata=_json.loads(meta_blob), max_attempts=spec.max_attempts,
+                timeout_s=opt_float(spec.timeout_s), heartbeat_timeout_s=opt_float(spec.heartbeat_timeout_s),
+                resources_version=spec.resources_version, created_at=now,
+            )  # fmt: skip
+            rollouts.append(r)
+            rows.append((rid, input_blob, r.task_id, r.mode.value, meta_blob, r.max_attempts, r.timeout_s,
+                         r.heartbeat_timeout_s, r.resources_version, now))  # fmt: skip
+
+        async def insert(conn: Any) -> None:
+            # executemany runs the rows in order, so the queue positions (a column default) follow them
+            await conn.executemany(
+                "INSERT INTO tether_rollouts (rollout_id, input, task_id, mode, status, metadata, max_attempts, "
+                "timeout_s, heartbeat_timeout_s, resources_version, created_at) "
+                "VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $10)",
+                rows,
+            )
+
+        await self._db.transaction(insert)
+        return rollouts
+
+    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
+        if not isinstance(worker_id, str) or not worker_id:
+            raise InvalidInput("worker_id must be a non-empty string")
+        int64(limit, "limit")
+        if limit < 1:
+            return []
+        now = time.time()
+
+        async def claim(conn: Any) -> list[tuple[Rollout, Attempt]]:
+            rows = await conn.fetch(
+                "WITH picked AS (SELECT rollout_id, queue_pos FROM tether_rollouts WHERE queue_pos IS NOT NULL "
+                "ORDER BY queue_pos LIMIT $1 FOR UPDATE SKIP LOCKED) "
+                "UPDATE tether_rollouts r SET status = 'running', queue_pos = NULL, "
+                "attempt_count = r.attempt_count + 1 FROM picked WHERE r.rollout_id = picked.rollout_id "
+                f"RETURNING {qualified('r', ROLLOUT_COLS)}, picked.queue_pos",
+                limit,
+            )
+            if not rows:
+                return []
+            rollouts = [rollout_from_row(row) for row in sorted(rows, key=lambda row: row[16])]
+            attempts = [
+                Attempt(
+                    attempt_id=new_id("at"), rollout_id=r.rollout_id, index=r.attempt_count, worker_id=worker_id,
+                    started_at=now, last_heartbeat_at=now,
+                )
+                for r in rollouts
+            ]  # fmt: skip
+            await conn.execute(
+                "INSERT INTO tether_attempts (attempt_id, rollout_id, idx, worker_id, status, started_at, "
+                "last_heartbeat_at) SELECT a, r, i, $4, 'running', $5, $5 "
+                "FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(a, r, i)",
+                [a.attempt_id for a in attempts],
+                [a.rollout_id for a in attempts],
+                [a.index for a in attempts],
+                worker_id,
+                now,
+            )
+            return list(zip(rollouts, attempts, strict=True))
+
+        return await self._db.transaction(claim)
+
+    async def finish_attempt(
+        self,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        output: Any = None,
+        reward: float | None = None,
+        error: str | None = None,
+    ) -> Rollout:
+        final = validate_finish_status(status)
+        if reward is not None and not isinstance(reward, bool) and isinstance(reward, int | float):
+            finite(reward, "reward")
+        reward = validate_reward(reward)
+        try:
+            output_blob = _json.dumps(output)
+        except TypeError as exc:
+            raise InvalidInput(f"rollout output: {exc}") from None
+
+        async def finish(conn: Any) -> Rollout:
+            rollout_id = await lock_running_attempt(conn, attempt_id)
+            await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
+            return await rollout_of(conn, rollout_id)
+
+        return await self._db.transaction(finish)
+
+    async def heartbeat(self, attempt_id: str) -> None:
+        async def beat(conn: Any) -> None:
+            row = await conn.fetchrow(
+                "UPDATE tether_attempts SET last_heartbeat_at = $2 WHERE attempt_id = $1 AND status = 'running' "
+                "RETURNING 1",
+                attempt_id,
+                time.time(),
+            )
+            if row is None:
+                await lock_running_attempt(conn, attempt_id)  # raises the right error
+
+        await self._db.transaction(beat)
+
+    async def requeue_stale(self, now: float | None = None) -> list[str]:
+        when = time.time() if now is None else finite(now, "now")
+
+        async def sweep(conn: Any) -> list[str]:
+            rows = await conn.fetch(
+                f"SELECT {qualified('r', ROLLOUT_COLS)}, {qualified('a', ATTEMPT_COLS)} "
+                "FROM tether_attempts a JOIN tether_rollouts r ON r.rollout_id = a.rollout_id "
+                "WHERE a.status = 'running' AND "
+                "((r.timeout_s IS NOT NULL AND $1 - a.started_at > r.timeout_s) OR "
+                "(r.heartbeat_timeout_s IS NOT NULL AND $1 - a.last_heartbeat_at > r.heartbeat_timeout_s)) "
+                "ORDER BY a.started_at FOR UPDATE OF r",
+                when,
+            )
+            affected = []
+            for row in rows:
+                rollout, attempt = rollout_from_row(row[:16]), attempt_from_row(row[16:])
+                current = await conn.fetchrow(  # the rollout is locked: its attempt's status is now stable
+                    "SELECT status, last_heartbeat_at FROM tether_attempts WHERE attempt_id = $1",
+                    attempt.attempt_id,
+                )
+                if current is None or current[0] != AttemptStatus.RUNNING.value:
+                    continue
+                attempt.last_heartbeat_at = current[1]
+                reason = stale_reason(rollout, attempt, when)
+                if reason:
+                    await end_attempt(
+                        conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None
+                    )
+                    affected.append(rollout.rollout_id)
+            return affected
+
+        return await self._db.transaction(sweep)
+
+    async def cancel_rollout(self, rollout_id: str) -> Rollout:
+        async def cancel(conn: Any) -> Rollout:
+            status = await status_of(conn, rollout_id, lock=True)
+            if status.finished:
+                raise InvalidTransition(f"rollout {rollout_id} is already {status.value}")
+            now = time.time()
+            await conn.execute(
+                "UPDATE tether_attempts SET status = 'cancelled', finished_at = $2 "
+                "WHERE rollout_id = $1 AND status = 'running'",
+                rollout_id,
+                now,
+            )
+            await conn.execute(
+                "UPDATE tether_rollouts SET status = 'cancelled', finished_at = $2, queue_pos = NULL "
+                "WHERE rollout_id = $1",
+                rollout_id,
+                now,
+            )
+            return await rollout_of(conn, rollout_id)
+
+        return await self._db.transaction(cancel)
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        rows = await self._db.fetch(
+            f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1", rollout_id
+        )
+        if not rows:
+            raise NotFound(f"unknown rollout {rollout_id!r}")
+        return rollout_from_row(rows[0])
+
+    async def list_rollouts(
+        self,
+        *,
+        status: RolloutStatus | None = None,
+        mode: Mode | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Rollout]:
+        if limit is not None:
+            int64(limit, "limit (None or an integer >= 0)", 0)
+            if limit == 0:
+                return []
+        where: list[str] = []
+        args: list[Any] = []
+        if status is not None:
+            args.append(RolloutStatus(status).value)
+            where.append(f"status = ${len(args)}")
+        if mode is not None:
+            args.append(Mode(mode).value)
+            where.append(f"mode = ${len(args)}")
+        if rollout_ids is not None:
+            args.append(list(rollout_ids))
+            where.append(f"rollout_id = ANY(${len(args)}::text[])")
+        sql = f"SELECT {ROLLOUT_COLS} FROM tether_rollouts"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            args.append(limit)
+            sql += f" LIMIT ${len(args)}"
+        return [rollout_from_row(row) for row in await self._db.fetch(sql, *args)]
+
+    async def get_attempts(self, rollout_id: str) -> list[Attempt]:
+        async def read(conn: Any) -> list[Attempt]:
+            await status_of(conn, rollout_id)
+            return await attempts_of(conn, [rollout_id])
+
+        return await self._db.transaction(read)
+
+    async def wait_for_rollouts(
+        self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05
+    ) -> list[Rollout]:
+        """Woken by NOTIFY when a watched rollout finishes (``poll_s`` is not used: nothing polls)."""
+        wanted = list(rollout_ids)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        woken = asyncio.Event()
+        listener = await self._db.listener()  # listening before the first look: no finish slips between
+        listener.watch(woken, frozenset(wanted))
+        try:
+            while True:
+                woken.clear()
+                if listener.lost:  # the listening connection died: listen again (or report the server gone)
+                    listener.unwatch(woken)
+                    listener = await self._db.listener()
+                    listener.watch(woken, frozenset(wanted))
+                done = [r for r in await self.list_rollouts(rollout_ids=wanted) if r.status.finished]
+                left = None if deadline is None else deadline - loop.time()
+                if len(done) == len(wanted) or (left is not None and left <= 0):
+                    return done
+                try:
+                    await asyncio.wait_for(woken.wait(), left)
+                except TimeoutError:
+                    pass
+        finally:
+            listener.unwatch(woken)
+
+    # -- spans --------------------------------------------------------------------------------------------
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
+        columns: list[list[Any]] = [[] for _ in range(10)]
+        for span in spans:
+            validate_span(span)
+            start = finite(span.start_time, f"span {span.name!r} start_time")
+            end = None if span.end_time is None else finite(span.end_time, f"span {span.name!r} end_time")
+            try:
+                attributes = _json.dumps(span.attributes)
+            except TypeError as exc:
+                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+            values = (span.attempt_id, span.rollout_id, span.span_id, SpanKind(span.kind).value, span.name,
+                      span.agent_name, span.parent_id, start, end, attributes)  # fmt: skip
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+        if not spans:
+            return []
+        counts: dict[str, int] = {}
+        for aid in columns[0]:
+            counts[aid] = counts.get(aid, 0) + 1
+        wanted = sorted(counts)  # a fixed lock order for batches that share attempts
+
+        async def insert(conn: Any) -> list[int]:
+            rows = await conn.fetch(
+                "UPDATE tether_attempts a SET next_seq = a.next_seq + c.n, last_heartbeat_at = "
+                "CASE WHEN a.status = 'running' THEN $3 ELSE a.last_heartbeat_at END "
+                "FROM unnest($1::text[], $2::bigint[]) AS c(attempt_id, n) WHERE a.attempt_id = c.attempt_id "
+                "RETURNING a.attempt_id, a.rollout_id, a.next_seq - c.n, a.status, a.error",
+                wanted,
+                [counts[aid] for aid in wanted],
+                time.time(),
+            )
+            found = {row[0]: [row[1], row[2], row[3], row[4]] for row in rows}
+            sequences = []
+            for aid, rid, name in zip(columns[0], columns[1], columns[4], strict=True):
+                info = found.get(aid)
+                if info is None:
+                    raise InvalidInput(f"span {name!r}: unknown attempt {aid!r}")
+                if info[0] != rid:
+                    raise InvalidInput(f"span {name!r}: attempt {aid} belongs to rollout {info[0]}, not {rid}")
+                if info[2] == AttemptStatus.TIMEOUT.value:
+                    raise InvalidTransition(
+                        f"span {name!r}: attempt {aid} timed out ({info[3] or 'no reason recorded'}): its worker "
+                        "was presumed dead and its rollout moved on, so spans of it are refused"
+                    )
+                sequences.append(info[1])
+                info[1] += 1
+            await conn.execute(
+                "INSERT INTO tether_spans (attempt_id, sequence, rollout_id, span_id, kind, name, agent_name, "
+                "parent_id, start_time, end_time, attributes) SELECT * FROM unnest($1::text[], $2::bigint[], "
+                "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::float8[], "
+                "$10::float8[], $11::bytea[])",
+                columns[0], sequences, *columns[1:],
+            )  # fmt: skip
+            return sequences
+
+        return await self._db.transaction(insert)
+
+    async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
+        int64(since, "since")
+
+        async def read(conn: Any) -> list[Span]:
+            rows = await conn.fetch(
+                f"SELECT {SPAN_COLS} FROM tether_spans WHERE attempt_id = $1 AND sequence >= $2 ORDER BY sequence",
+                attempt_id,
+                since,
+            )
+            if (
+                not rows
+                and await conn.fetchval("SELECT 1 FROM tether_attempts WHERE attempt_id = $1", attempt_id) is None
+            ):
+                raise NotFound(f"unknown attempt {attempt_id!r}")
+            return [span_from_row(row) for row in rows]
+
+        return await self._db.transaction(read)
+
+    # -- resources ----------------------------------------------------------------------------------------
+
+    async def add_resources(
+        self, *, llm: LLMEndpoint | None = None, prompts: dict[str, PromptTemplate] | None = None
+    ) -> Resources:
+        async def publish(conn: Any) -> Resources:
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _RESOURCES_LOCK)
+            row = await conn.fetchrow("SELECT data FROM tether_resources ORDER BY version DESC LIMIT 1")
+            latest = Resources.from_dict(_json.loads(row[0])) if row else None
+            resources = Resources(
+                version=(latest.version + 1) if latest else 1,
+                llm=llm if llm is not None else (latest.llm if latest else None),
+                prompts=dict(prompts) if prompts is not None else (dict(latest.prompts) if latest else {}),
+            )
+            data = _json.dumps(resources.to_dict())
+            await conn.execute(
+                "INSERT INTO tether_resources (version, data) VALUES ($1, $2)", resources.version, data
+            )
+            return Resources.from_dict(_json.loads(data))
+
+        return await self._db.transaction(publish)
+
+    async def get_resources(self, version: int | None = None) -> Resources | None:
+        if version is None:
+            rows = await self._db.fetch("SELECT data FROM tether_resources ORDER BY version DESC LIMIT 1")
+            return Resources.from_dict(_json.loads(rows[0][0])) if rows else None
+        int64(version, "version")
+        rows = await self._db.fetch("SELECT data FROM tether_resources WHERE version = $1", version)
+        if not rows:
+            raise NotFound(f"unknown resources version {version}")
+        return Resources.from_dict(_json.loads(rows[0][0]))
+
+    # -- memory -------------------------------------------------------------------------------------------
+
+    async def harvest(self, rollout_ids: Sequence[str] | None = None) -> list[Harvested]:
+        async def take(conn: Any) -> list[Harvested]:
+            if rollout_ids is None:
+                ids = [
+                    row[0]
+                    for row in await conn.fetch(
+                        "SELECT rollout_id FROM tether_rollouts WHERE status = ANY($1::text[]) ORDER BY seq "
+                        "FOR UPDATE",
+                        list(_FINISHED),
+                    )
+                ]
+            else:
+                ids = list(dict.fromkeys(rollout_ids))
+                for rid in ids:
+                    status = await status_of(conn, rid, lock=True)
+                    if not status.finished:
+                        raise InvalidTransition(
+                            f"rollout {rid} is {status.value}; only finished rollouts can be harvested"
+                        )
+            if not ids:
+                return []
+            rows = await conn.fetch(
+                f"DELETE FROM tether_rollouts WHERE rollout_id = ANY($1::text[]) RETURNING {ROLLOUT_COLS}", ids
+            )
+            by_id = {r.rollout_id: r for r in map(rollout_from_row, rows)}
+            attempts = await attempts_of(conn, ids)
+            span_rows = await conn.fetch(
+                f"DELETE FROM tether_spans WHERE attempt_id = ANY($1::text[]) RETURNING {SPAN_COLS}",
+                [a.attempt_id for a in attempts],
+            )
+            await conn.execute("DELETE FROM tether_attempts WHERE rollout_id = ANY($1::text[])", ids)
+            spans_of: dict[str, list[Span]] = {a.attempt_id: [] for a in attempts}
+            for span in sorted(map(span_from_row, span_rows), key=lambda s: s.sequence or 0):
+                spans_of[span.attempt_id].append(span)
+            out = []
+            for rid in ids:
+                mine = [a for a in attempts if a.rollout_id == rid]
+                spans = [s for a in mine for s in spans_of[a.attempt_id]]
+                out.append(Harvested(rollout=by_id[rid], attempts=mine, spans=spans))
+            return out
+
+        return await self._db.transaction(take)
+
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]

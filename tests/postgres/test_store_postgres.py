@@ -1,0 +1,129 @@
+"""The PostgreSQL store on a real server: the shared conformance suite (directly and behind ``tether store
+serve``'s HTTP API), and what only PostgreSQL does (the versioned schema, waits woken by NOTIFY, URLs)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tether.store import Store, StoreError, open_store
+from tether.store._pg_schema import MIGRATIONS, SCHEMA_VERSION
+from tether.store.http_client import HttpStore
+from tether.store.http_server import StoreServer, start_server
+from tether.store.postgres import PostgresStore
+from tether.testing.pg_server import TempPostgres
+from tether.testing.store_conformance import StoreConformance, span, spec
+from tether.types import AttemptStatus, RolloutStatus
+
+
+class TestPostgresStore(StoreConformance):
+    @pytest.fixture(autouse=True)
+    def _server(self, pg_server: TempPostgres) -> None:
+        self.pg = pg_server
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        store = open_store(self.pg.new_schema())
+        assert isinstance(store, PostgresStore)
+        return store
+
+
+class TestHttpOverPostgres(StoreConformance):
+    """``tether store serve`` in front of PostgreSQL (the server in-process here; as a command below)."""
+
+    server: StoreServer
+    backend: Store
+
+    @pytest.fixture(autouse=True)
+    def _server(self, pg_server: TempPostgres) -> None:
+        self.pg = pg_server
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        self.backend = open_store(self.pg.new_schema())
+        self.server = await start_server(self.backend)
+        return HttpStore(self.server.url)
+
+    async def close_store(self, store: Store) -> None:
+        await store.close()
+        await self.server.stop()
+        await self.backend.close()
+
+
+async def test_schema_is_versioned_and_data_survives_reopening(pg_server: TempPostgres, pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    (rollout,) = await store.enqueue([spec(1)])
+    ((_, attempt),) = await store.dequeue("w")
+    assert await store.add_spans([span(rollout.rollout_id, attempt.attempt_id, f"s{i}") for i in range(3)]) == [
+        0,
+        1,
+        2,
+    ]
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.list_rollouts()
+    database = pg_url.rsplit("/", 1)[1]
+    applied = pg_server.psql("SELECT version FROM tether_schema_migrations ORDER BY version", database)
+    assert applied.split() == [str(v) for v in sorted(MIGRATIONS)] and SCHEMA_VERSION == max(MIGRATIONS)
+
+    again = PostgresStore(pg_url)  # opening again migrates nothing and keeps everything
+    assert [r.rollout_id for r in await again.list_rollouts(status=RolloutStatus.RUNNING)] == [rollout.rollout_id]
+    assert await again.add_spans([span(rollout.rollout_id, attempt.attempt_id, "s3")]) == [3]
+    await again.close()
+    assert pg_server.psql("SELECT count(*) FROM tether_schema_migrations", database).strip() == str(
+        len(MIGRATIONS)
+    )
+
+    pg_server.psql(f"INSERT INTO tether_schema_migrations (version) VALUES ({SCHEMA_VERSION + 1})", database)
+    newer = PostgresStore(pg_url)
+    with pytest.raises(StoreError, match="newer tether"):
+        await newer.list_rollouts()
+    await newer.close()
+
+
+async def test_many_stores_opening_one_new_database_at_once(pg_url: str) -> None:
+    stores = [PostgresStore(pg_url) for _ in range(8)]
+    results = await asyncio.gather(*(s.enqueue([spec(i)]) for i, s in enumerate(stores)))
+    assert len({r[0].rollout_id for r in results}) == 8
+    assert len(await stores[0].list_rollouts()) == 8
+    for s in stores:
+        await s.close()
+
+
+async def test_wait_for_rollouts_is_woken_by_notify_not_polling(pg_url: str) -> None:
+    store, other = PostgresStore(pg_url), PostgresStore(pg_url)  # the finisher is another client
+    await store.enqueue([spec(1), spec(2)])
+    (r1, a1), (r2, _) = await other.dequeue("w", limit=2)
+
+    async def finish_later() -> float:
+        await asyncio.sleep(0.2)
+        await other.finish_attempt(a1.attempt_id, AttemptStatus.SUCCEEDED)
+        await other.cancel_rollout(r2.rollout_id)
+        return time.monotonic()
+
+    task = asyncio.create_task(finish_later())
+    done = await store.wait_for_rollouts([r1.rollout_id, r2.rollout_id], timeout=60, poll_s=3600)
+    woken = time.monotonic()
+    finished = await task
+    assert {r.status for r in done} == {RolloutStatus.SUCCEEDED, RolloutStatus.CANCELLED}
+    assert woken - finished < 2.0  # a poll every poll_s (an hour) would not have seen it yet
+    await store.close()
+    await other.close()
+
+
+async def test_unreachable_server_is_a_clear_store_error() -> None:
+    store = open_store("postgresql://nobody@127.0.0.1:1/nothing")
+    with pytest.raises(StoreError, match=r"127\.0\.0\.1:1/nothing is unreachable"):
+        await store.list_rollouts()
+    await store.close()
+
+
+async def test_many_concurrent_first_calls_on_one_store(pg_url: str) -> None:
+    """16 tasks that all make the store's first call at once share one pool (a benchmark once hung here)."""
+    store = PostgresStore(pg_url)
+    results = await asyncio.wait_for(asyncio.gather(*(store.enqueue([spec(i)]) for i in range(16))), 60)
+    assert len({r[0].rollout_id for r in results}) == 16
+    claimed = await asyncio.wait_for(asyncio.gather(*(store.dequeue(f"w{i}") for i in range(16))), 60)
+    assert sorted(r.rollout_id for got in claimed for r, _ in got) == sorted(r[0].rollout_id for r in results)
+    await store.close()

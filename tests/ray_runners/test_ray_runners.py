@@ -1,0 +1,161 @@
+"""tether.RayRunners: rollouts in Ray actors on a local Ray head, against the fake LLM.
+
+A plain openai-function agent runs ``Trainer.dev`` through 4 actors (each with its own proxy and adapter
+instrumentation) with the store served over HTTP and on PostgreSQL, and records what an in-process run
+records; work spreads over the actors; an actor killed mid-run loses no rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import ray_calc_agent
+
+import tether
+from tether import spans
+from tether.models.remote import RemoteBackend
+from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
+from tether.types import AttemptStatus, RolloutStatus
+
+pytestmark = pytest.mark.usefixtures("ray_head")
+
+TASKS = [f"What is {i} + {i + 3}?" for i in range(12)]
+#: what differs between two runs of the same calls: clocks (and call ids, replaced by the call's position)
+_VOLATILE = {"latency_ms", "start_time", "end_time"}
+
+
+def _reply(request: dict[str, Any]) -> Reply:
+    messages = request["messages"]
+    if messages[-1]["role"] == "tool":
+        return text(f"The answer is {messages[-1]['content']}")
+    question = next(m["content"] for m in messages if m["role"] == "user")
+    expression = question.removeprefix("What is ").rstrip("?")
+    return tool_call("calculator", {"expression": expression}, id=f"call-{expression.replace(' ', '')}")
+
+
+def _slow_reply(request: dict[str, Any]) -> Reply:
+    reply = _reply(request)
+    reply.delay_s = 0.4
+    return reply
+
+
+def _agent() -> tether.WrappedAgent:
+    def reward(task: str, output: str) -> float:
+        left, _, right = task.removeprefix("What is ").rstrip("?").split()
+        return 1.0 if output.endswith(str(int(left) + int(right))) else 0.0
+
+    return tether.wrap(ray_calc_agent.solve, reward=reward)
+
+
+def _backend(llm: FakeLLM) -> RemoteBackend:
+    return RemoteBackend(llm.base_url, return_token_ids=True, logprobs=True)
+
+
+def _scrub(value: Any, calls: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _scrub(v, calls) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_scrub(v, calls) for v in value]
+    return calls.get(value, value) if isinstance(value, str) else value
+
+
+def _recorded(report: Any) -> dict[Any, Any]:
+    """Per task: status, output, reward, attempts, and every span (order, kind, name, agent, attributes, which
+    LLM call a tool span answers), and the transitions built."""
+    out = {}
+    for r in report:
+        calls = {s.attributes["call_id"]: f"call#{i}" for i, s in enumerate(r.spans) if s.name == spans.LLM_CALL}
+        out[r.rollout.input] = (
+            r.status,
+            r.output,
+            r.reward,
+            r.attempts,
+            [(s.sequence, s.kind, s.name, s.agent_name, _scrub(s.attributes, calls)) for s in r.spans],
+            [(t.prompt_token_ids, t.response_token_ids, t.reward) for t in r.transitions],
+        )
+    return out
+
+
+async def _in_process(llm: FakeLLM) -> dict[Any, Any]:
+    backend = _backend(llm)
+    try:
+        return _recorded(await tether.Trainer(model=backend, n_runners=4).adev(_agent(), TASKS))
+    finally:
+        await backend.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "postgresql"])
+async def test_dev_through_four_actors_records_what_an_in_process_run_records(
+    store: str, request: pytest.FixtureRequest
+) -> None:
+    url = "memory:"  # served to the actors over HTTP by the session
+    if store == "postgresql":
+        url = request.getfixturevalue("pg_server").new_database()
+    async with FakeLLM(handler=_reply) as llm:
+        expected = await _in_process(llm)
+        backend = _backend(llm)
+        try:
+            trainer = tether.Trainer(model=backend, store=url, runners=tether.RayRunners(n=4))
+            report = await trainer.adev(_agent(), TASKS)
+        finally:
+            await backend.close()
+    got = _recorded(report)
+    assert all(status == RolloutStatus.SUCCEEDED for status, *_ in got.values())
+    assert all(reward == 1.0 for _, _, reward, *_ in got.values())
+    # token ids from the trainer's backend reach the actors' proxies and their spans
+    llm_spans = [s for r in report for s in r.spans if s.name == spans.LLM_CALL]
+    assert llm_spans and all(s.attributes["token_ids_available"] for s in llm_spans)
+    assert got == expected
+
+
+async def test_rollouts_spread_over_the_actors() -> None:
+    async with FakeLLM(handler=_slow_reply) as llm:
+        backend = _backend(llm)
+        trainer = tether.Trainer(model=backend, runners=tether.RayRunners(n=4))
+        try:
+            async with trainer.session(_agent()) as session:
+                batch = await session.run_batch(TASKS[:8], harvest=False)
+                workers = [(await session.store.get_attempts(r.rollout_id))[-1].worker_id for r in batch.rollouts]
+                pool_workers = set(session.runner.worker_ids)  # type: ignore[union-attr]
+        finally:
+            await backend.close()
+    assert batch.failed == 0
+    counts = {w: workers.count(w) for w in set(workers)}
+    assert set(counts) == pool_workers, counts  # every actor ran some
+    assert max(counts.values()) <= 3, counts  # one at a time each: none hogs the queue
+
+
+async def test_an_actor_killed_mid_run_loses_no_rollout(ray_head: Any) -> None:
+    async with FakeLLM(handler=_slow_reply) as llm:
+        backend = _backend(llm)
+        trainer = tether.Trainer(
+            model=backend, runners=tether.RayRunners(n=2), heartbeat_timeout_s=2.0, max_attempts=2
+        )
+        try:
+            async with trainer.session(_agent()) as session:
+                pool: Any = session.runner
+                running = asyncio.create_task(session.run_batch(TASKS[:6], harvest=False))
+                victim = None
+                for _ in range(200):  # until an actor holds a rollout
+                    await asyncio.sleep(0.05)
+                    held = await session.store.list_rollouts(status=RolloutStatus.RUNNING)
+                    if held:
+                        (attempt,) = await session.store.get_attempts(held[0].rollout_id)
+                        victim = next(a for a in pool.actors if a.worker_id == attempt.worker_id)
+                        break
+                assert victim is not None, "no actor took a rollout"
+                ray_head.kill(victim.handle)
+                batch = await asyncio.wait_for(running, 60)
+                attempts = {r.rollout_id: await session.store.get_attempts(r.rollout_id) for r in batch.rollouts}
+                restarts = pool.restarts
+        finally:
+            await backend.close()
+    assert batch.failed == 0 and batch.mean_reward == 1.0
+    retried = [a for a in attempts.values() if len(a) == 2]
+    assert retried, "the killed actor's rollout was not retried"
+    for first, second in retried:
+        assert first.worker_id == victim.worker_id and first.status == AttemptStatus.TIMEOUT
+        assert second.status == AttemptStatus.SUCCEEDED and second.worker_id != victim.worker_id
+    assert restarts == 1  # the pool replaced the dead actor
