@@ -121,7 +121,8 @@ class HFBackend(LocalBackend):
         self.base_dir = str(where.resolve())
         self.device = pick_device(device)
         self.dtype = pick_dtype(self.device, dtype)
-        self.tokenizer = AutoTokenizer.from_pretrained(adapter or where, local_files_only=True)
+        has_tokenizer = adapter is not None and (adapter / "tokenizer_config.json").is_file()
+        self.tokenizer = AutoTokenizer.from_pretrained(adapter if has_tokenizer else where, local_files_only=True)
         with quiet():
             loaded: Any = AutoModelForCausalLM.from_pretrained(where, dtype=self.dtype, local_files_only=True)
         self.model = loaded.to(self.device)
