@@ -162,7 +162,13 @@ def test_ctrl_c_returns_the_real_run_folder_and_prints_nothing(
 ) -> None:
     algorithm = PressesCtrlC()
     trainer = tether.Trainer(model="http://127.0.0.1:9/v1", algorithm=algorithm, run_root=str(tmp_path))
-    result = trainer.fit(tether.wrap(pick_letter, reward=reward), train=["x"])
+    # a terminal's Ctrl-C raises KeyboardInterrupt; a shell's background job (CI under nohup/&) ignores SIGINT
+    # and Python then keeps ignoring it, so put the terminal's handler in place for this test
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        result = trainer.fit(tether.wrap(pick_letter, reward=reward), train=["x"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
     assert result.interrupted
     assert algorithm.run_dir is not None and result.run_dir == algorithm.run_dir
