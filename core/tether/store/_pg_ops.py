@@ -1,19 +1,18 @@
-"""The PostgreSQL store's steps inside a transaction (``tether.store.postgres``), and its checks of numbers.
+"""The PostgreSQL store's steps inside a transaction (``tether.store.postgres``).
 
 Every change to a rollout locks its row first (``status_of(lock=True)``, ``lock_running_attempt``), then its
 attempts', so that finishing, cancelling and the stale sweep never interleave on one rollout and never
-deadlock each other. ``int64``/``finite`` refuse what a ``bigint``/``double precision`` cannot hold with
-``InvalidInput``, before anything is sent.
+deadlock each other. Numbers are checked before anything is sent, by the stores' shared ``validate_int`` and
+``validate_number`` (``tether.store.base``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from tether.store._pg_schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, rollout_from_row
-from tether.store.base import InvalidInput, InvalidTransition, NotFound
+from tether.store.base import InvalidTransition, NotFound
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus
 
 
@@ -94,28 +93,6 @@ async def end_attempt(
         now,
         error,
     )
-
-
-def int64(value: Any, name: str, low: int = -(2**63)) -> int:
-    """``value`` if it is an int (not a bool) in ``[low, 2**63 - 1]`` (a ``bigint``); else ``InvalidInput``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{name} must be an integer, got {value!r}")
-    if not low <= value <= 2**63 - 1:
-        raise InvalidInput(f"{name} must be between {low} and {2**63 - 1}, got {str(value)[:30]}")
-    return value
-
-
-def finite(value: Any, name: str) -> float:
-    """``value`` as a float if it is a finite int or float (not a bool); else ``InvalidInput``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise InvalidInput(f"{name} must be a finite number, got {str(value)[:30]}")
-    return number
 
 
 def opt_float(value: float | None) -> float | None:

@@ -34,8 +34,6 @@ from tether.store._pg_conn import Connections
 from tether.store._pg_ops import (
     attempts_of,
     end_attempt,
-    finite,
-    int64,
     lock_running_attempt,
     opt_float,
     rollout_of,
@@ -58,6 +56,8 @@ from tether.store.base import (
     NotFound,
     Store,
     validate_finish_status,
+    validate_int,
+    validate_number,
     validate_reward,
     validate_span,
     validate_spec,
@@ -97,12 +97,12 @@ class PostgresStore(Store):
     async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
         for spec in specs:
             validate_spec(spec)
-            int64(spec.max_attempts, "max_attempts")
+            validate_int(spec.max_attempts, "max_attempts")
             if spec.resources_version is not None:
-                int64(spec.resources_version, "resources_version")
+                validate_int(spec.resources_version, "resources_version")
             for name in ("timeout_s", "heartbeat_timeout_s"):
                 if getattr(spec, name) is not None:
-                    finite(getattr(spec, name), name)
+                    validate_number(getattr(spec, name), name)
         try:
             blobs = [(_json.dumps(s.input), _json.dumps(s.metadata)) for s in specs]
         except TypeError as exc:
@@ -138,7 +138,7 @@ class PostgresStore(Store):
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
         if not isinstance(worker_id, str) or not worker_id:
             raise InvalidInput("worker_id must be a non-empty string")
-        int64(limit, "limit")
+        validate_int(limit, "limit")
         if limit < 1:
             return []
         now = time.time()
@@ -187,7 +187,7 @@ class PostgresStore(Store):
     ) -> Rollout:
         final = validate_finish_status(status)
         if reward is not None and not isinstance(reward, bool) and isinstance(reward, int | float):
-            finite(reward, "reward")
+            validate_number(reward, "reward")
         reward = validate_reward(reward)
         try:
             output_blob = _json.dumps(output)
@@ -215,7 +215,7 @@ class PostgresStore(Store):
         await self._db.transaction(beat)
 
     async def requeue_stale(self, now: float | None = None) -> list[str]:
-        when = time.time() if now is None else finite(now, "now")
+        when = time.time() if now is None else validate_number(now, "now")
 
         async def sweep(conn: Any) -> list[str]:
             rows = await conn.fetch(
@@ -286,7 +286,7 @@ class PostgresStore(Store):
         limit: int | None = None,
     ) -> list[Rollout]:
         if limit is not None:
-            int64(limit, "limit (None or an integer >= 0)", 0)
+            validate_int(limit, "limit (None or an integer >= 0)", 0)
             if limit == 0:
                 return []
         where: list[str] = []
@@ -350,8 +350,8 @@ class PostgresStore(Store):
         columns: list[list[Any]] = [[] for _ in range(10)]
         for span in spans:
             validate_span(span)
-            start = finite(span.start_time, f"span {span.name!r} start_time")
-            end = None if span.end_time is None else finite(span.end_time, f"span {span.name!r} end_time")
+            start = validate_number(span.start_time, f"span {span.name!r} start_time")
+            end = None if span.end_time is None else validate_number(span.end_time, f"span {span.name!r} end_time")
             try:
                 attributes = _json.dumps(span.attributes)
             except TypeError as exc:
@@ -404,7 +404,7 @@ class PostgresStore(Store):
         return await self._db.transaction(insert)
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
-        int64(since, "since")
+        validate_int(since, "since")
 
         async def read(conn: Any) -> list[Span]:
             rows = await conn.fetch(
@@ -447,7 +447,7 @@ class PostgresStore(Store):
         if version is None:
             rows = await self._db.fetch("SELECT data FROM tether_resources ORDER BY version DESC LIMIT 1")
             return Resources.from_dict(_json.loads(rows[0][0])) if rows else None
-        int64(version, "version")
+        validate_int(version, "version")
         rows = await self._db.fetch("SELECT data FROM tether_resources WHERE version = $1", version)
         if not rows:
             raise NotFound(f"unknown resources version {version}")
