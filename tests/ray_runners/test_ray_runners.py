@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import plain_calc_agent
 import pytest
-import ray_calc_agent
 
 import tether
 from tether import spans
@@ -46,7 +46,7 @@ def _agent() -> tether.WrappedAgent:
         left, _, right = task.removeprefix("What is ").rstrip("?").split()
         return 1.0 if output.endswith(str(int(left) + int(right))) else 0.0
 
-    return tether.wrap(ray_calc_agent.solve, reward=reward)
+    return tether.wrap(plain_calc_agent.solve, reward=reward)
 
 
 def _backend(llm: FakeLLM) -> RemoteBackend:
