@@ -385,6 +385,7 @@ class Session:
             item.rollout,
             last,
             optimize=self.agent.optimize,
+            policies=self.agent.policies,
             credit=self.settings.credit,
             tool_error_penalty=self.settings.tool_error_penalty,
         )

@@ -88,6 +88,8 @@ IMPORTED = "tether.imported"
 #: the key of the weights version in the proxy's LLM span (``ProxyLLMAttributes``): the backend's
 #: ``weights_version`` when it sampled the call, None for backends that do not know it (remote APIs)
 WEIGHTS_VERSION = "weights_version"
+#: on the proxy's ``llm`` span: the policy that served the call (``tether.policies``)
+POLICY = "tether.policy"
 
 
 # -- the proxy's LLM span, typed --------------------------------------------------------------------------

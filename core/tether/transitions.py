@@ -26,12 +26,14 @@ from tether.spans import (
     LLM_CALL,
     LLM_CALL_FAILED,
     PASSTHROUGH_CALL,
+    POLICY,
     REQUEST_MESSAGES,
     REWARD_VALUE,
     TOOL_ERROR,
     WEIGHTS_VERSION,
     ProxyLLMAttributes,
 )
+from tether.policies import PolicyMap
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
 CreditRule = Literal["episode", "per_call"]
@@ -57,8 +59,10 @@ def build_transitions(
     optimize: frozenset[str] | None = None,
     credit: CreditRule = "episode",
     tool_error_penalty: float = 0.0,
+    policies: PolicyMap | None = None,
 ) -> TransitionReport:
-    """Transitions of one attempt (its spans in sequence order), with rewards and ``trainable`` flags."""
+    """Transitions of one attempt (its spans in sequence order), with rewards, ``trainable`` flags and
+    policies. ``policies`` (the wrapped agent's) decides both; without it ``optimize`` decides what trains."""
     if credit not in ("episode", "per_call"):
         raise ValueError(f"credit must be 'episode' or 'per_call', got {credit!r}")
     report = TransitionReport()
@@ -69,7 +73,12 @@ def build_transitions(
     for span in ordered:
         if is_proxy_llm_span(span):
             current = _transition_from(rollout, span, len(report.transitions), base_reward, names_by_request)
-            current.trainable = optimize is None or (current.agent_name in optimize)
+            if policies is not None:
+                current.trainable = policies.trains(current.agent_name)
+                if current.policy is None:  # (the proxy records it; older spans may lack it)
+                    current.policy = policies.policy_of(current.agent_name)
+            else:
+                current.trainable = optimize is None or (current.agent_name in optimize)
             report.transitions.append(current)
             if current.agent_name:
                 report.agent_names.add(current.agent_name)
@@ -119,7 +128,12 @@ def _transition_from(
         reward=reward,
         trainable=False,
         weights_version=_version(span.attributes.get(WEIGHTS_VERSION)),
+        policy=_policy(span.attributes.get(POLICY)),
     )
+
+
+def _policy(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _version(value: Any) -> int | None:

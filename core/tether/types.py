@@ -277,6 +277,9 @@ class Transition(_Record):
     advantage: float | None = None
     #: the version of the weights that sampled the call (the backend's ``weights_version``); None if unknown
     weights_version: int | None = None
+    #: the policy that served the call (``tether.policies``: a trained policy's name or ``"frozen"``); None if
+    #: unknown (spans stored before policies were recorded)
+    policy: str | None = None
 
 
 def check_reward(value: Any) -> float:

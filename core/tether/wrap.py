@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether.adapters import Adapter, CannotCopy
 from tether.passthrough_calls import client_ids, clients_held, passthrough
 from tether.plugins import get_plugins
+from tether.policies import PolicyMap
 from tether.types import Resources, check_reward
 
 RewardFn = Callable[[Any, Any], float | Awaitable[float]]
@@ -25,13 +26,15 @@ RunFn = Callable[..., Any]  # run(agent, task) or run(agent, task, resources)
 
 @dataclass(slots=True)
 class WrappedAgent:
-    """An agent ready to train: the user's object, the adapter that runs it, how to score it, and which
-    sub-agents may be optimized (None: all of them)."""
+    """An agent ready to train: the user's object, the adapter that runs it, how to score it, which
+    sub-agents may be optimized (``optimize``, None: all of them) and the policy that serves each
+    (``policies``, see ``tether.policies``)."""
 
     agent: Any
     adapter: Adapter
     reward: RewardFn | None = None
     optimize: frozenset[str] | None = None
+    policies: PolicyMap = field(default_factory=lambda: PolicyMap.from_optimize(None))
     run: RunFn | None = None
     #: the ``passthrough=`` clients (kept alive here: they are matched by id) and their openai clients' ids
     passthrough: tuple[Any, ...] = ()
@@ -78,14 +81,14 @@ class WrappedAgent:
         return check_reward(value)
 
     def is_trainable(self, agent_name: str | None) -> bool:
-        return self.optimize is None or (agent_name is not None and agent_name in self.optimize)
+        return self.policies.trains(agent_name)
 
 
 def wrap(
     agent: Any,
     *,
     reward: RewardFn | None = None,
-    optimize: Iterable[str] | str | None = None,
+    optimize: Mapping[str, Iterable[str] | str] | Iterable[str] | str | None = None,
     adapter: str | Adapter | None = None,
     run: RunFn | None = None,
     passthrough: Iterable[Any] = (),
@@ -93,7 +96,9 @@ def wrap(
     """Make ``agent`` trainable without changing it.
 
     ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
-    the sub-agents whose calls are trained (default: all); ``adapter`` picks the adapter by name when the
+    the sub-agents whose calls are trained (default: all), as a list (one shared policy serves every
+    sub-agent) or as ``{policy: [sub-agent, ...]}`` (a policy with its own weights per key; the sub-agents
+    not named are served by the frozen starting model, see ``tether.policies``); ``adapter`` picks the adapter by name when the
     automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent: it gets
     the rollout's own copy of the agent where the framework's objects hold run state (AutoGen teams and
     agents, CrewAI crews), so concurrent rollouts never share one (``run(agent, task, resources)`` also gets
@@ -115,8 +120,15 @@ def wrap(
     else:
         raise TypeError(f'adapter must be an adapter name such as "langgraph" or an Adapter, got {adapter!r}')
     exempt = tuple(passthrough)
+    policies = PolicyMap.from_optimize(optimize)
     return WrappedAgent(
-        agent=agent, adapter=chosen, reward=reward, optimize=_agent_names(optimize), run=run, passthrough=exempt
+        agent=agent,
+        adapter=chosen,
+        reward=reward,
+        optimize=policies.agents,
+        policies=policies,
+        run=run,
+        passthrough=exempt,
     )
 
 
@@ -130,13 +142,3 @@ def _takes_resources(run: RunFn) -> bool:
         return True
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 3
-
-
-def _agent_names(optimize: Iterable[str] | str | None) -> frozenset[str] | None:
-    if optimize is None:
-        return None
-    names = [optimize] if isinstance(optimize, str) else list(optimize)
-    bad = [n for n in names if not isinstance(n, str) or not n]
-    if bad or not names:
-        raise ValueError(f"optimize= takes sub-agent names (non-empty strings), got {optimize!r}")
-    return frozenset(names)
