@@ -184,12 +184,7 @@ class LocalBackend(ModelBackend):
                         f"also take {wanted}: open a fresh backend"
                     )
                 return
-            if self.weights_version:
-                raise ValueError(
-                    f"declare the policies before this {self.name} backend trains: its one policy is already at "
-                    f"version {self.weights_version}"
-                )
-            self.policies = PolicyWeights(wanted)
+            self.policies = PolicyWeights(wanted, start=self.weights_version)  # (versions only grow)
             if self.lora is not None:
                 self.policies.add_adapters(self.model, self.lora)
 

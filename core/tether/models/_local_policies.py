@@ -54,10 +54,11 @@ def check_names(names: Sequence[str]) -> list[str]:
 class PolicyWeights:
     """The trained policies of one backend (in declared order; the first is the default) and their weights."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], *, start: int = 0) -> None:
         self.names = check_names(names)
         #: each trained policy's version, bumped when its ``policy(name)`` block ends
-        self.versions = dict.fromkeys(self.names, 0)
+        self.versions = dict.fromkeys(self.names, start)
+        self._start = start
         #: full weights: each trained policy's copy of the starting model (made on first use)
         self.copies: dict[str, Any] = {}
         #: LoRA: each trained policy's adapter name in the PEFT model (PEFT calls its first one "default")
@@ -118,7 +119,7 @@ class PolicyWeights:
 
     def drop_copies(self) -> None:
         """Forget the full copies before LoRA replaces them (refused once a policy has trained)."""
-        if any(self.versions.values()):
+        if any(version != self._start for version in self.versions.values()):
             raise ValueError(
                 "LoRA must be attached before any policy trains: these policies already hold full-weight updates"
             )
