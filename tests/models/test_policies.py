@@ -101,6 +101,11 @@ def test_two_policies_train_while_the_unnamed_sub_agent_stays_frozen(warm_start:
             h["trained_transitions"] == h["trained_transitions/w"] + h["trained_transitions/c"] for h in train
         )
         assert not any(key.endswith(f"/{FROZEN_POLICY}") for h in train for key in h)
+        # each policy's calls were sampled by that policy's current weights: nothing stale, and the trainer's
+        # logprobs match the sampler's (weights of another policy would differ by far more after an update)
+        assert all(h["stale_dropped"] == 0 for h in train)
+        drift = [h[f"drift_max/{p}"] for h in train for p in ("w", "c") if f"drift_max/{p}" in h]
+        assert len(drift) >= 4 and max(drift) < 1e-3, drift
         # each policy's version counts its updates (read first: a policy() block bumps it)
         for policy in ("w", "c"):
             updates = sum(1 for h in train if h[f"trained_transitions/{policy}"] > 0)
