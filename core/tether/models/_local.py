@@ -36,7 +36,7 @@ from tether.models._local_policies import (
     BASE_SUBDIR,
     PolicyWeights,
     check_names,
-    policy_dir,
+    load_policies,
     read_manifest,
     save_base,
 )
@@ -239,7 +239,7 @@ class LocalBackend(ModelBackend):
         from tether.lora import is_adapter_dir
 
         if self.policies is not None:
-            self._load_policies(directory)
+            load_policies(self, self.policies, directory)
             return
         if read_manifest(directory) is not None:
             raise ValueError(
@@ -266,25 +266,6 @@ class LocalBackend(ModelBackend):
             loaded = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
         with self.policy() as model:
             model.load_state_dict(loaded.state_dict())
-
-    def _load_policies(self, directory: str) -> None:
-        """Every policy's weights from a per-policy checkpoint (``save``), in place."""
-        policies = self.policies
-        assert policies is not None
-        policies.check_checkpoint(directory)
-        if self.lora is not None:
-            from tether.lora import load_adapter_weights
-
-            for name, adapter in policies.adapters.items():
-                with self.policy(name) as model:
-                    load_adapter_weights(model, policy_dir(directory, name), adapter_name=adapter)
-            return
-        places = [(FROZEN_POLICY, directory)] + [(n, str(policy_dir(directory, n))) for n in policies.names]
-        for name, where in places:
-            with quiet():
-                loaded = AutoModelForCausalLM.from_pretrained(where, local_files_only=True)
-            with self.policy(name) as model:
-                model.load_state_dict(loaded.state_dict())
 
     @property
     def pad_token_id(self) -> int:

@@ -179,6 +179,29 @@ class PolicyWeights:
             )
 
 
+def load_policies(backend: Any, policies: PolicyWeights, directory: str) -> None:
+    """Every policy's weights from a per-policy checkpoint (``save``) into ``backend`` (a ``LocalBackend``
+    holding ``policies``), in place: the adapters with LoRA, else the full weights and the frozen start's."""
+    policies.check_checkpoint(directory)
+    if policies.adapters:
+        from tether.lora import load_adapter_weights
+
+        for name, adapter in policies.adapters.items():
+            with backend.policy(name) as model:
+                load_adapter_weights(model, policy_dir(directory, name), adapter_name=adapter)
+        return
+    from transformers import AutoModelForCausalLM
+
+    from tether.models._quiet import quiet
+
+    places = [(FROZEN_POLICY, directory)] + [(n, str(policy_dir(directory, n))) for n in policies.names]
+    for name, where in places:
+        with quiet():
+            loaded = AutoModelForCausalLM.from_pretrained(where, local_files_only=True)
+        with backend.policy(name) as model:
+            model.load_state_dict(loaded.state_dict())
+
+
 def read_manifest(directory: str) -> dict[str, Any] | None:
     """The ``policies.json`` of a per-policy checkpoint; None for a single-policy one."""
     path = Path(directory) / MANIFEST
