@@ -1,9 +1,10 @@
 """The Trainer: the user's façade. Settings once, then ``dev``, ``evaluate`` and ``fit``.
 
 ``dev`` runs tasks once (or ``repeats`` times) with no training and returns every rollout's status, output,
-reward, spans and transitions with their advantages — for checking an agent's wiring. ``evaluate`` returns the metrics of such a run. ``fit`` opens
-the run folder and a ``tether.session.Session`` (store, model backend, proxy, runner) and hands it to the
-algorithm (``tether.algorithms.base.Algorithm``): the Trainer knows nothing of how an algorithm trains.
+reward, spans and transitions with their advantages — for checking an agent's wiring. ``evaluate`` returns the
+metrics of such a run. ``fit`` opens the run folder and a ``tether.session.Session`` (store, model backend,
+proxy, runner) and hands it to the algorithm (``tether.algorithms.base.Algorithm``): the Trainer knows nothing
+of how an algorithm trains.
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ async def test_dev_repeats_tasks_into_groups_and_notes_a_rule_that_cannot_apply(
 
 
 def test_emit_reward_for_a_bad_agent_name_is_refused() -> None:
-    with pytest.raises(ValueError, match="emit_reward\\(agent=...\\) takes a sub-agent or policy name"):
+    with pytest.raises(ValueError, match=r"emit_reward\(agent=\.\.\.\) takes a sub-agent or policy name"):
         tether.emit_reward(1.0, agent="")
 
 

@@ -49,9 +49,9 @@ def _logp(model: LlamaForCausalLM, token: int) -> float:
 
 
 def _call(model: LlamaForCausalLM, token: int) -> Span:
-    choice = {"message": {"role": "assistant", "content": str(token)}}
+    choice: dict[str, Any] = {"message": {"role": "assistant", "content": str(token)}}
     choice |= {"response_token_ids": [token], "logprobs": [_logp(model, token)]}
-    attributes = {"call_id": "c", "request": {"messages": [], "tools": None, "params": {}}}
+    attributes: dict[str, Any] = {"call_id": "c", "request": {"messages": [], "tools": None, "params": {}}}
     attributes |= {"prompt_token_ids": list(PROMPT), "choices": [choice]}
     return Span(
         rollout_id="", attempt_id="", kind=SpanKind.LLM, name=spans.LLM_CALL, agent_name="a", attributes=attributes
@@ -88,8 +88,8 @@ def test_per_call_credit_moves_the_rewarded_and_the_penalised_call_apart(credit:
     ]
     # both rollouts end with the same final reward: only the emitted reward and the failed tool tell them apart
     results = [
-        _result("r1", rewarded + [_call(model, NEUTRAL)], credit),
-        _result("r2", penalised + [_call(model, NEUTRAL)], credit),
+        _result("r1", [*rewarded, _call(model, NEUTRAL)], credit),
+        _result("r2", [*penalised, _call(model, NEUTRAL)], credit),
     ]
     before = {t: _logp(model, t) for t in (REWARDED, PENALISED)}
     trainable, stats = credit_advantages(results, credit=credit, tool_error_penalty=0.5)
@@ -135,7 +135,7 @@ def per_agent(task: str, output: dict[str, str]) -> dict[str, float]:
 def _trainer(checkpoint: Path, run_root: Path, **kwargs: Any) -> tether.Trainer:
     return tether.Trainer(
         model=f"embedded:{checkpoint}",
-        algorithm=tether.GRPO(group_size=4, tasks_per_step=2, lr=2e-3),
+        algorithm=GRPO(group_size=4, tasks_per_step=2, lr=2e-3),
         n_runners=8,
         steps=2,
         eval_every=2,
