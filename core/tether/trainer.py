@@ -105,6 +105,7 @@ class Trainer:
             credit=self.credit,
             scale_by_std=bool(getattr(self.algorithm, "scale_by_std", True)),
             tool_error_penalty=self.tool_error_penalty,
+            gamma=self.gamma,
         )
         out = report(batch, agent.optimize)
         out.notes.extend(stats.notes)

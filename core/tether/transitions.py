@@ -9,13 +9,14 @@ Rewards and credit (``credit=``; ``tether.algorithms.credit`` turns them into ad
 
 - A call's *target reward* ``R`` is the final reward of its sub-agent when the ``reward=`` function returned a
   mapping holding it (``REWARD_FINAL`` spans), else its policy's, else the rollout's reward.
-- ``"episode"`` (default): a call's ``reward`` is ``R``.
+- ``"episode"`` (default): a call's ``reward`` (its value, ``call_value``) is ``R``.
 - ``"per_call"``: a call's ``reward`` is its return ``G_t = r_t + gamma**(T-1-t) * R`` (``T`` calls in the
-  attempt), where ``r_t`` sums the rewards emitted for it: ``tether.emit_reward(v)`` spans after it and before
-  the next call, and ``tether.emit_reward(v, agent=X)`` spans whose latest call of ``X`` (a sub-agent or a
-  policy) before them is this one.
-- ``tool_error_penalty``: subtracted from a call's ``r_t`` once for each tool it requested that failed (a
-  ``tool`` span with ``TOOL_ERROR``, attributed to the last call before it). Works with either rule.
+  attempt), where ``r_t`` (``Transition.step_reward``) sums the rewards emitted for it:
+  ``tether.emit_reward(v)`` spans after it and before the next call, and ``tether.emit_reward(v, agent=X)``
+  spans whose latest call of ``X`` (a sub-agent or a policy) before them is this one.
+- ``tool_error_penalty``: subtracted from a call's value once for each tool it requested that failed (a
+  ``tool`` span with ``TOOL_ERROR``, attributed to the last call before it: ``Transition.failed_tools``).
+  Works with either rule.
 """
 
 from __future__ import annotations
@@ -101,13 +102,15 @@ def build_transitions(
         elif span.kind == SpanKind.REWARD and not span.attributes.get(REWARD_FINAL):
             report.emitted_rewards += 1
             owner = _reward_owner(report.transitions, span.attributes.get(REWARD_TARGET), current)
-            if credit == "per_call" and owner is not None:
+            if owner is not None:
                 owner.step_reward += float(span.attributes.get(REWARD_VALUE, 0.0))
         elif span.kind == SpanKind.TOOL:
             report.tool_spans += 1
-            if tool_error_penalty and current is not None and span.attributes.get(TOOL_ERROR) is not None:
-                current.step_reward -= tool_error_penalty
-    _set_rewards(report, rollout, credit, gamma)
+            if current is not None and span.attributes.get(TOOL_ERROR) is not None:
+                current.failed_tools += 1
+    _set_rewards(report, rollout)
+    for t in report.transitions:
+        t.reward = call_value(t, len(report.transitions), credit, gamma, tool_error_penalty)
     failed = [s for s in ordered if s.kind == SpanKind.LLM and s.name == LLM_CALL_FAILED]
     if failed:
         calls = len(failed) + len(report.transitions)
@@ -161,19 +164,26 @@ def _reward_owner(calls: list[Transition], target: Any, current: Transition | No
     return next((t for t in reversed(calls) if target in (t.agent_name, t.policy)), None)
 
 
-def _set_rewards(report: TransitionReport, rollout: Rollout, credit: CreditRule, gamma: float) -> None:
-    """Each call's target and target reward, and its ``reward`` under the credit rule."""
-    base = rollout.reward
-    last = len(report.transitions) - 1
+def _set_rewards(report: TransitionReport, rollout: Rollout) -> None:
+    """Each call's target (its sub-agent, else its policy, when the ``reward=`` mapping names it) and target
+    reward (that target's final reward, else the rollout's)."""
     for t in report.transitions:
         if t.agent_name is not None and t.agent_name in report.target_rewards:
             t.target = t.agent_name
         elif t.policy is not None and t.policy in report.target_rewards:
             t.target = t.policy
-        t.target_reward = report.target_rewards[t.target] if t.target is not None else base
-        final = t.target_reward if t.target_reward is not None else 0.0
-        discount = gamma ** (last - t.step) if credit == "per_call" else 1.0
-        t.reward = t.step_reward + discount * final
+        t.target_reward = report.target_rewards[t.target] if t.target is not None else rollout.reward
+
+
+def call_value(t: Transition, calls: int, credit: CreditRule, gamma: float, tool_error_penalty: float) -> float:
+    """A call's value under ``credit``: ``R - p * failed`` (``"episode"``) or its return ``G_t = r_t - p * failed
+    + gamma**(T-1-t) * R`` (``"per_call"``), with ``R`` its target reward (0 when none), ``r_t`` the rewards
+    emitted for it, ``T`` the calls of its attempt and ``p`` the ``tool_error_penalty``."""
+    final = t.target_reward if t.target_reward is not None else 0.0
+    own = -tool_error_penalty * t.failed_tools
+    if credit == "per_call":
+        return t.step_reward + own + gamma ** (calls - 1 - t.step) * final
+    return own + final
 
 
 def _transition_from(rollout: Rollout, span: Span, step: int, names_by_request: dict[bytes, str]) -> Transition:

@@ -286,9 +286,10 @@ class Transition(_Record):
     target: str | None = None
     #: that final reward (None when the rollout has no reward)
     target_reward: float | None = None
-    #: the call's own reward: rewards emitted for it (``credit="per_call"`` only) minus ``tool_error_penalty``
-    #: for each tool it requested that failed
+    #: the rewards emitted for the call (``tether.emit_reward``; ``credit="per_call"`` credits them)
     step_reward: float = 0.0
+    #: the tools it requested that failed (each costs it ``tool_error_penalty``)
+    failed_tools: int = 0
 
 
 def check_rewards(value: Any) -> float | dict[str, float]:

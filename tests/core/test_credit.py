@@ -153,6 +153,21 @@ def test_per_call_emitted_reward_decides_which_calls_gain() -> None:
     assert (stats.step_groups, stats.flat_groups, stats.fallbacks, stats.notes) == (2, 1, 0, [])
 
 
+def test_the_rule_is_applied_from_what_the_spans_recorded_not_from_how_the_transitions_were_built() -> None:
+    def batch(credit: CreditRule) -> list[RolloutResult]:
+        events = [[_call("a"), _reward(1.0), _tool("E"), _call("a")], [_call("a"), _call("a"), _reward(0.5)]]
+        return [
+            _result(f"r{i}", "t", float(i), e, credit=credit, gamma=0.5 if credit == "per_call" else 1.0)
+            for i, e in enumerate(events)
+        ]
+
+    built_episode, built_per_call = batch("episode"), batch("per_call")
+    for results in (built_episode, built_per_call):
+        credit_advantages(results, credit="per_call", gamma=0.5, tool_error_penalty=0.25)
+    assert [_advantages(r) for r in built_episode] == [_advantages(r) for r in built_per_call]
+    assert [t.reward for t in built_episode[0].transitions] == [1.0 - 0.25 + 0.0, 0.0]
+
+
 def test_a_reward_for_a_sub_agent_goes_to_its_latest_call_before_it() -> None:
     events = [_call("writer"), _call("checker"), _call("writer"), _reward(1.0, "checker"), _reward(0.5)]
     result = _result("r1", "t", 0.0, events, credit="per_call")
@@ -191,7 +206,7 @@ def test_gamma_discounts_the_final_reward_of_earlier_calls() -> None:
     full, discounted = pair(1.0), pair(0.5)
     assert [t.reward for t in discounted[0].transitions] == [0.25, 0.5, 1.0]
     credit_advantages(full, credit="per_call", scale_by_std=False)
-    credit_advantages(discounted, credit="per_call", scale_by_std=False)
+    credit_advantages(discounted, credit="per_call", scale_by_std=False, gamma=0.5)
     assert _advantages(full[0]) == [0.5, 0.5, 0.5]
     assert _advantages(discounted[0]) == [0.125, 0.25, 0.5]
     assert _advantages(discounted[1]) == [-0.125, -0.25, -0.5]
@@ -210,7 +225,7 @@ def test_tool_error_penalty_lowers_exactly_the_call_that_requested_the_failed_to
     clean = _result(
         "r2", "t", 0.0, [_call("a"), _tool(), _call("a"), _tool()], credit=credit, tool_error_penalty=0.5
     )
-    assert [t.step_reward for t in failed.transitions] == [-0.5, 0.0]
+    assert [t.failed_tools for t in failed.transitions] == [1, 0]
     credit_advantages([failed, clean], credit=credit, scale_by_std=False, tool_error_penalty=0.5)
     without = [
         _result(r.rollout.rollout_id, "t", r.rollout.reward, r.spans, credit=credit) for r in (failed, clean)

@@ -21,7 +21,7 @@ from tether import spans  # noqa: E402
 from tether.algorithms import credit_advantages  # noqa: E402
 from tether.algorithms.grpo import GRPO  # noqa: E402
 from tether.context import agent_scope  # noqa: E402
-from tether.session import RolloutResult  # noqa: E402
+from tether.session import RolloutResult, as_task  # noqa: E402
 from tether.transitions import CreditRule, build_transitions  # noqa: E402
 from tether.types import Rollout, RolloutStatus, Span, SpanKind  # noqa: E402
 
@@ -156,14 +156,64 @@ def test_fit_with_per_agent_rewards_and_per_call_credit(warm_start: Path, tmp_pa
     assert not [w for w in caught if "found no emitted rewards" in str(w.message)]
     train = [h for h in result.history if h["kind"] == "train"]
     assert len(train) == 2 and all(h["failed"] == 0 and h["transitions"] == 16 for h in train)
-    # every call has a step group: (task, sub-agent, first call) across the task's 4 rollouts
-    assert all(h["step_groups"] + h["flat_groups"] >= 4 and h["step_fallbacks"] == 0 for h in train)
+    # 2 tasks x 2 sub-agents, one call each: 4 step groups of 4 calls (the rollouts of a task)
+    assert all(h["step_groups"] == 4 and h["step_fallbacks"] == 0 for h in train)
     assert all(set(h) >= {"reward/picker", "reward/checker"} for h in train)
     evals = [h for h in result.history if h["kind"] == "eval"]
     assert all({"greedy_accuracy/picker", "greedy_accuracy/checker"} <= set(h) for h in evals)
     for h in evals:  # the rollout's reward is the mean of its sub-agents' rewards
         mean = (h["greedy_accuracy/picker"] + h["greedy_accuracy/checker"]) / 2
         assert h["greedy_accuracy"] == pytest.approx(mean)
+
+
+def pick_then_check(task: str) -> str:
+    """The picker answers and is rewarded on the spot for a good letter; then the checker answers, unscored."""
+    with agent_scope("picker"):
+        answer = pick_letter(task).strip()
+    tether.emit_reward(float(answer in GOOD))  # for the latest call: the picker's
+    with agent_scope("checker"):
+        pick_letter(task)
+    return answer
+
+
+async def test_a_per_call_reward_on_the_embedded_model_trains_exactly_the_calls_it_rewards(
+    warm_start: Path,
+) -> None:
+    agent = tether.wrap(pick_then_check, reward=lambda t, o: 0.0)  # no final signal: only the emitted reward
+    trainer = tether.Trainer(model=f"embedded:{warm_start}", n_runners=8, sampling={"max_tokens": 4})
+    async with trainer.session(agent) as session:
+        tasks = [as_task(f"Pick a letter, round {i}.") for i in range(4)]  # (a task's rollouts share its id)
+        batch = await session.run_batch(tasks, 8, {"temperature": 1.0}, tether.Mode.TRAIN)
+        assert credit_advantages(batch.results, credit="episode")[0] == []  # every final reward is 0: flat
+        trainable, stats = credit_advantages(batch.results, credit="per_call")
+        assert stats.step_groups == 8 and stats.notes == []
+        for r in batch.results:
+            picker, checker = r.transitions
+            good = r.rollout.output in GOOD
+            assert checker.advantage == 0.0 and (picker.advantage or 0.0) * (1 if good else -1) >= 0
+        assert {t.agent_name for t in trainable} == {"picker"}
+        backend = session.backend
+        assert isinstance(backend, tether.TrainableBackend)
+        with backend.policy() as model:
+            before = [_response_logp(model, t) for t in trainable]
+            GRPO(group_size=8, lr=1e-3).update(model, trainable, pad_token_id=backend.pad_token_id)
+            after = [_response_logp(model, t) for t in trainable]
+    gain: dict[bool, list[float]] = {
+        True: [],
+        False: [],
+    }  # how far each response's log-probability moved, by the sign of its advantage
+    for t, a, b in zip(trainable, after, before, strict=True):
+        gain[(t.advantage or 0.0) > 0].append(a - b)
+    assert gain[True] and gain[False], gain
+    assert sum(gain[True]) / len(gain[True]) > 0 > sum(gain[False]) / len(gain[False]), gain
+
+
+def _response_logp(model: Any, t: Any) -> float:
+    ids = torch.tensor([t.prompt_token_ids + t.response_token_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+    n = len(t.prompt_token_ids)
+    return float(sum(logp[n - 1 + i, tok] for i, tok in enumerate(t.response_token_ids)))
 
 
 def test_per_call_without_emitted_rewards_warns_once_per_run(warm_start: Path, tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Per-transition advantages under the trainer's credit rule (``Trainer(credit=...)``), for GRPO's loss.
 
-Each call has a value (``Transition.reward``, set by ``tether.transitions``): under ``"episode"`` its target
-reward ``R`` (its sub-agent's final reward, else its policy's, else the rollout's) minus its tool penalties;
-under ``"per_call"`` its return ``G_t = r_t + gamma**(T-1-t) * R``. Values are made group-relative:
+Each call has a value (``tether.transitions.call_value``, from what its spans recorded): under ``"episode"``
+its target reward ``R`` (its sub-agent's final reward, else its policy's, else the rollout's) minus its tool
+penalties; under ``"per_call"`` its return ``G_t = r_t + gamma**(T-1-t) * R`` (``r_t``: the rewards emitted
+for it, minus its tool penalties). Values are made group-relative:
 
 - ``"episode"``: against the rollouts of the same task, each counted once by its target reward for the call's
   target (a rollout whose mapping lacks it counts its own reward). With no reward mapping and no penalty
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tether.transitions import CreditRule
+from tether.transitions import CreditRule, call_value, check_credit
 from tether.types import Rollout, Transition
 
 
@@ -73,18 +74,19 @@ def credit_advantages(
     credit: CreditRule = "episode",
     scale_by_std: bool = True,
     tool_error_penalty: float = 0.0,
+    gamma: float = 1.0,
     eps: float = 1e-6,
 ) -> tuple[list[Transition], CreditStats]:
-    """Set every transition's ``advantage`` under ``credit``; returns the trainable transitions with a
-    non-zero advantage (what the policy update trains on) and the stats."""
-    if credit not in ("episode", "per_call"):
-        raise ValueError(f"credit must be 'episode' or 'per_call', got {credit!r}")
+    """Set every transition's ``advantage`` and ``reward`` (its value) under ``credit``; returns the trainable
+    transitions with a non-zero advantage (what the policy update trains on) and the stats."""
+    check_credit(credit, tool_error_penalty, gamma)
     items = list(results)
     stats = CreditStats(notes=_notes(items, credit, tool_error_penalty))
     tasks: dict[str, list[Scored]] = defaultdict(list)
     for item in items:
         for t in item.transitions:
             t.advantage = None
+            t.reward = call_value(t, len(item.transitions), credit, gamma, tool_error_penalty)
         if item.rollout.reward is not None:
             tasks[item.rollout.task_id].append(item)
     norm = _Normaliser(stats, scale_by_std, eps)

@@ -134,6 +134,7 @@ class _Loop:
             credit=settings.credit,
             scale_by_std=algo.scale_by_std,
             tool_error_penalty=settings.tool_error_penalty,
+            gamma=settings.gamma,
         )
         self._note(stats.notes)
         pad = self.backend.pad_token_id
