@@ -280,3 +280,15 @@ def test_bad_credit_settings_are_refused(kwargs: dict[str, Any], why: str) -> No
     settings = {"credit": "episode", "tool_error_penalty": 0.0, "gamma": 1.0, **kwargs}
     with pytest.raises(ValueError, match=why):
         check_credit(settings["credit"], settings["tool_error_penalty"], settings["gamma"])
+
+
+def test_a_rewards_target_goes_out_with_the_otel_export() -> None:
+    from tether.otel.genai import REWARD_FINAL, REWARD_TARGET, attempt_spans
+    from tether.types import Attempt
+
+    result = _result("r1", "t", 0.5, [_call("a"), _reward(0.5, "checker"), _reward(1.0, "writer", final=True)])
+    attempt = Attempt(attempt_id="r1-a", rollout_id="r1", index=1, worker_id="w")
+    rewards = [
+        s.attributes for s in attempt_spans(result.rollout, attempt, result.spans) if REWARD_TARGET in s.attributes
+    ]
+    assert [(a[REWARD_TARGET], a.get(REWARD_FINAL)) for a in rewards] == [("checker", None), ("writer", True)]
