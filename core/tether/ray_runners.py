@@ -10,9 +10,12 @@ as it does with in-process runners. What the actors share with the trainer:
 - the model: the trainer's backend, served whole over HTTP (``tether.models.http_backend``): each actor's
   proxy records the backend's own results (token ids, logprobs, weights version), so the spans are the ones
   an in-process run records, and an actor's proxy and adapters share one span queue, keeping their order.
-- the agent: the ``tether.wrap`` result is pickled by Ray (cloudpickle). Functions and classes are pickled
-  by reference to their module, which the actors must be able to import (installed, or shipped with
-  ``runtime_env={"working_dir": ...}`` or ``{"py_modules": [...]}``); closures and lambdas travel by value.
+- the agent: the ``tether.wrap`` result is pickled by Ray (cloudpickle). The user's agent object goes by
+  reference to the module global that holds it, when one does (``tether._shipping``; a compiled LangGraph
+  graph must go so: it does not survive being rebuilt by value), and functions and classes by reference to
+  their module: the actors import those modules (installed,
+  or shipped with ``runtime_env={"working_dir": ...}`` or ``{"py_modules": [...]}``). An agent built inside a
+  function or in the ``__main__`` script, closures and lambdas travel by value.
 
 Each actor takes ``concurrency`` rollouts at a time (1 by default, so work spreads evenly over actors). An
 actor that dies loses no rollout: its attempts stop heartbeating and the store's sweep (run by the other

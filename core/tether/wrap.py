@@ -14,13 +14,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether._shipping import ship, unship
 from tether.adapters import Adapter, CannotCopy
 from tether.passthrough_calls import client_ids, clients_held, passthrough
 from tether.plugins import get_plugins
 from tether.policies import PolicyMap
-from tether.types import Resources, check_reward
+from tether.types import Resources, check_rewards
 
-RewardFn = Callable[[Any, Any], float | Awaitable[float]]
+#: ``reward(task, output)``: the rollout's reward, or ``{sub-agent or policy name: reward, ...}`` (sync or async)
+RewardFn = Callable[[Any, Any], float | Mapping[str, float] | Awaitable[float | Mapping[str, float]]]
 RunFn = Callable[..., Any]  # run(agent, task) or run(agent, task, resources)
 
 
@@ -42,6 +44,12 @@ class WrappedAgent:
 
     def __post_init__(self) -> None:
         self._passthrough_ids = client_ids(self.passthrough)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (for ``tether.RayRunners``' actors) with the user's agent by reference to the module global
+        that holds it, where one does (``tether._shipping``); the rest as pickle sends it."""
+        parts = (self.adapter, self.reward, self.optimize, self.policies, self.run, self.passthrough)
+        return (_unpickle, (ship(self.agent), *parts))
 
     async def run_task(self, task: Any, resources: Resources) -> Any:
         """Run one task: the user's ``run=`` if given (sync ones in a worker thread), else the adapter's.
@@ -69,16 +77,17 @@ class WrappedAgent:
                 result = await result
             return result
 
-    async def score(self, task: Any, output: Any) -> float | None:
-        """The ``reward`` function's value for this output (None when there is no reward function). It runs as
-        ``tether.passthrough()``: a judge it calls keeps its own endpoint and is never trained."""
+    async def score(self, task: Any, output: Any) -> float | dict[str, float] | None:
+        """The ``reward`` function's value for this output: a number, or a mapping from sub-agent or policy
+        names to numbers (None when there is no reward function). It runs as ``tether.passthrough()``: a judge
+        it calls keeps its own endpoint and is never trained."""
         if self.reward is None:
             return None
         with passthrough(), clients_held(self._passthrough_ids):
             value = self.reward(task, output)
             if inspect.isawaitable(value):
                 value = await value
-        return check_reward(value)
+        return check_rewards(value)
 
     def is_trainable(self, agent_name: str | None) -> bool:
         return self.policies.trains(agent_name)
@@ -95,16 +104,18 @@ def wrap(
 ) -> WrappedAgent:
     """Make ``agent`` trainable without changing it.
 
-    ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
-    the sub-agents whose calls are trained (default: all), as a list (one shared policy serves every
-    sub-agent) or as ``{policy: [sub-agent, ...]}`` (a policy with its own weights per key; the sub-agents
-    not named are served by the frozen starting model, see ``tether.policies``); ``adapter`` picks the adapter by name when the
-    automatic choice is ambiguous; ``run(agent, task)`` overrides how a task is fed to the agent: it gets
-    the rollout's own copy of the agent where the framework's objects hold run state (AutoGen teams and
-    agents, CrewAI crews), so concurrent rollouts never share one (``run(agent, task, resources)`` also gets
-    the rollout's resources, e.g. the prompt templates APO tunes); ``passthrough`` lists model clients that
-    are not the policy (a judge's): inside a rollout their calls keep their own endpoint and are recorded,
-    never trained (``tether.passthrough``).
+    ``reward(task, output)`` scores a rollout, with a number or with ``{sub-agent or policy: number}`` (each
+    sub-agent's calls are then credited with their own value; the rollout's reward is the mean of the values),
+    or the agent calls ``tether.emit_reward``; ``optimize`` names the sub-agents whose calls are trained
+    (default: all), as a list (one shared policy serves every sub-agent) or as ``{policy: [sub-agent, ...]}``
+    (a policy with its own weights per key; the sub-agents not named are served by the frozen starting model,
+    see ``tether.policies``); ``adapter`` picks the adapter by name when the automatic choice is ambiguous;
+    ``run(agent, task)`` overrides how a task is fed to the agent: it gets the rollout's own copy of the agent
+    where the framework's objects hold run state (AutoGen teams and agents, CrewAI crews), so concurrent
+    rollouts never share one (``run(agent, task, resources)`` also gets the rollout's resources, e.g. the
+    prompt templates APO tunes); ``passthrough`` lists model clients that are not the policy (a judge's):
+    inside a rollout their calls keep their own endpoint and are recorded, never trained
+    (``tether.passthrough``).
     """
     if reward is not None and not callable(reward):
         raise TypeError(f"reward must be a function (task, output) -> float, got {type(reward).__name__}")
@@ -130,6 +141,10 @@ def wrap(
         run=run,
         passthrough=exempt,
     )
+
+
+def _unpickle(agent: Any, adapter: Adapter, *parts: Any) -> WrappedAgent:
+    return WrappedAgent(unship(agent), adapter, *parts)
 
 
 def _takes_resources(run: RunFn) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 import plain_calc_agent
 import pytest
+from recorded import recorded
 
 import tether
 from tether import spans
@@ -22,8 +23,6 @@ from tether.types import AttemptStatus, RolloutStatus
 pytestmark = pytest.mark.usefixtures("ray_head")
 
 TASKS = [f"What is {i} + {i + 3}?" for i in range(12)]
-#: what differs between two runs of the same calls: clocks (and call ids, replaced by the call's position)
-_VOLATILE = {"latency_ms", "start_time", "end_time"}
 
 
 def _reply(request: dict[str, Any]) -> Reply:
@@ -53,35 +52,10 @@ def _backend(llm: FakeLLM) -> RemoteBackend:
     return RemoteBackend(llm.base_url, return_token_ids=True, logprobs=True)
 
 
-def _scrub(value: Any, calls: dict[str, str]) -> Any:
-    if isinstance(value, dict):
-        return {k: _scrub(v, calls) for k, v in value.items() if k not in _VOLATILE}
-    if isinstance(value, list):
-        return [_scrub(v, calls) for v in value]
-    return calls.get(value, value) if isinstance(value, str) else value
-
-
-def _recorded(report: Any) -> dict[Any, Any]:
-    """Per task: status, output, reward, attempts, and every span (order, kind, name, agent, attributes, which
-    LLM call a tool span answers), and the transitions built."""
-    out = {}
-    for r in report:
-        calls = {s.attributes["call_id"]: f"call#{i}" for i, s in enumerate(r.spans) if s.name == spans.LLM_CALL}
-        out[r.rollout.input] = (
-            r.status,
-            r.output,
-            r.reward,
-            r.attempts,
-            [(s.sequence, s.kind, s.name, s.agent_name, _scrub(s.attributes, calls)) for s in r.spans],
-            [(t.prompt_token_ids, t.response_token_ids, t.reward) for t in r.transitions],
-        )
-    return out
-
-
 async def _in_process(llm: FakeLLM) -> dict[Any, Any]:
     backend = _backend(llm)
     try:
-        return _recorded(await tether.Trainer(model=backend, n_runners=4).adev(_agent(), TASKS))
+        return recorded(await tether.Trainer(model=backend, n_runners=4).adev(_agent(), TASKS))
     finally:
         await backend.close()
 
@@ -101,7 +75,7 @@ async def test_dev_through_four_actors_records_what_an_in_process_run_records(
             report = await trainer.adev(_agent(), TASKS)
         finally:
             await backend.close()
-    got = _recorded(report)
+    got = recorded(report)
     assert all(status == RolloutStatus.SUCCEEDED for status, *_ in got.values())
     assert all(reward == 1.0 for _, _, reward, *_ in got.values())
     # token ids from the trainer's backend reach the actors' proxies and their spans

@@ -68,6 +68,8 @@ SPAN_ID = "tether.span.id"
 SPAN_KIND = "tether.span.kind"
 WEIGHTS_VERSION = "tether.weights_version"
 REWARD_VALUE = "tether.reward.value"
+REWARD_TARGET = "tether.reward.target"  # the sub-agent or policy a reward is for
+REWARD_FINAL = "tether.reward.final"  # a reward= mapping's value (recorded after the run)
 ATTRIBUTES = "tether.attributes"  # the JSON of a span tether has no convention for
 
 
@@ -172,6 +174,11 @@ def _child(item: Span, trace: int, parent: int, content: bool) -> OTelSpan:
         value = item.attributes.get(spans.REWARD_VALUE)
         if isinstance(value, int | float):
             attrs[REWARD_VALUE] = float(value)
+        target = item.attributes.get(spans.REWARD_TARGET)
+        if isinstance(target, str):
+            attrs[REWARD_TARGET] = target
+        if item.attributes.get(spans.REWARD_FINAL):
+            attrs[REWARD_FINAL] = True
     else:
         name, kind = item.name, "internal"
         if content:

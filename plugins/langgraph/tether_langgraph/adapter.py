@@ -63,6 +63,13 @@ class LangGraphAdapter(Adapter):
         self._hook_entry: tuple[Any, ...] | None = None
         self._registered = False  # our hook entry is in LangChain's hook list
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (for ``tether.RayRunners``) without this process's hook, even after a run here: the copy
+        makes and registers its own handler and hook when it is instrumented where it runs."""
+        state = super().__getstate__()
+        state.update(_handler=None, _hook_var=None, _hook_entry=None, _registered=False)
+        return state
+
     def accepts(self, agent: Any) -> bool:
         for module_name, class_name in _GRAPH_TYPES:
             cls = getattr(sys.modules.get(module_name), class_name, None)

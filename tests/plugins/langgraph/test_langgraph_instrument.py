@@ -1,9 +1,11 @@
 """Instrumentation details of the langgraph adapter: the configure hook is unlinked exactly, or made inert
 when LangChain's hook list cannot be reached; events outside a rollout are ignored; the node-name resolver
-reads LangGraph's config context."""
+reads LangGraph's config context; an adapter pickled (for Ray actors) after instrumenting leaves its hook
+behind."""
 
 from __future__ import annotations
 
+import pickle
 import uuid
 from typing import Any
 
@@ -42,6 +44,22 @@ def test_hook_registered_once_and_unlinked_exactly() -> None:
     assert len(_ours(adapter)) == 1
     adapter.uninstrument()
     assert _ours(adapter) == []
+
+
+def test_an_adapter_pickled_after_instrumenting_leaves_its_hook_behind() -> None:
+    adapter, sink = LangGraphAdapter(), _Sink()
+    adapter.instrument(sink)
+    try:
+        copy = pickle.loads(pickle.dumps(adapter))  # a context variable cannot be pickled at all
+    finally:
+        adapter.uninstrument()
+    assert not copy.instrumented and copy._hook_var is None and not copy._registered
+    copy.instrument(sink)  # where it runs: its own handler and hook
+    try:
+        assert len(_ours(copy)) == 1 and copy._hook_var is not adapter._hook_var
+    finally:
+        copy.uninstrument()
+    assert _ours(copy) == []
 
 
 def test_hook_made_inert_when_langchain_hook_list_is_out_of_reach(monkeypatch: pytest.MonkeyPatch) -> None:
