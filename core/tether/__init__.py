@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tether.adapters import Adapter, SpanSink, Tracer
 from tether.algorithms.base import Algorithm
+from tether.algorithms.joint import Joint
 from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
 from tether.lora import LoRA
@@ -73,6 +74,7 @@ __all__ = [
     "AttemptStatus",
     "Batch",
     "FitResult",
+    "Joint",
     "LLMEndpoint",
     "LoRA",
     "Mode",

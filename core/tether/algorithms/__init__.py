@@ -14,10 +14,11 @@ from tether.algorithms.advantages import AdvantageStats, assign, group_advantage
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
     from tether.algorithms.grpo import GRPO
+    from tether.algorithms.joint import Joint
     from tether.algorithms.sft import SFT
     from tether.algorithms.verl import VERL
 
-__all__ = ["APO", "GRPO", "SFT", "VERL", "AdvantageStats", "assign", "group_advantages"]
+__all__ = ["APO", "GRPO", "SFT", "VERL", "AdvantageStats", "Joint", "assign", "group_advantages"]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,6 +32,10 @@ def __getattr__(name: str) -> Any:
         except ImportError as exc:
             raise ImportError(f'GRPO needs torch: pip install "tether[embedded]" ({exc})') from None
         return GRPO
+    if name == "Joint":
+        from tether.algorithms.joint import Joint
+
+        return Joint
     if name == "SFT":
         try:
             from tether.algorithms.sft import SFT
