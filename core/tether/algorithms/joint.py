@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from tether.algorithms import grpo_loop
 from tether.algorithms.apo import APO
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
+from tether.algorithms.grpo_policies import trained_policies
 from tether.fit_progress import FitProgress
 from tether.result import FitResult
 
@@ -97,6 +98,12 @@ class Joint:
                         "trains per backend model in a joint run; give one policy GRPO(...) and the other "
                         "APO(...), or train both policies' weights with one tether.GRPO() (policies=None)"
                     )
+                current = getattr(part, "policies", None)
+                if current is not None and list(current) != [name]:
+                    raise ValueError(
+                        f"algorithm[{name!r}] = GRPO(policies={list(current)!r}): in a joint run a GRPO trains "
+                        f"the policy it is given to; drop policies= or make it [{name!r}]"
+                    )
                 self._weights = (name, part)
             else:
                 raise TypeError(
@@ -107,8 +114,8 @@ class Joint:
     # -- checks ---------------------------------------------------------------------------------------------
 
     def check(self, agent: WrappedAgent) -> None:
-        """``ValueError`` naming the agent's policies when a key is not one of them (or the agent has none), or
-        naming a policy's sub-agents when APO's ``system_message_of`` is not one of them."""
+        """``ValueError`` naming the agent's policies when a key is not one of them (or the agent has none),
+        or naming a policy's sub-agents when APO's ``system_message_of`` is not one of them."""
         policies = agent.policies
         known = ", ".join(repr(n) for n in policies.names)
         if policies.shared:
@@ -134,17 +141,9 @@ class Joint:
                 )
 
     def _assign_policy(self) -> None:
-        """GRPO trains its own policy only: ``policies=[name]`` (an explicit other value is an error)."""
-        if self._weights is None:
-            return
-        name, grpo = self._weights
-        current = getattr(grpo, "policies", None)
-        if current is not None and list(current) != [name]:
-            raise ValueError(
-                f"algorithm[{name!r}] = GRPO(policies={list(current)!r}): in a joint run a GRPO trains the policy "
-                f"it is given to; drop policies= or make it [{name!r}]"
-            )
-        grpo.policies = [name]
+        """GRPO trains its own policy only: ``policies=[name]`` (``check`` refused any other value)."""
+        if self._weights is not None:
+            self._weights[1].policies = [self._weights[0]]
 
     # -- the algorithm contract -----------------------------------------------------------------------------
 
@@ -185,6 +184,7 @@ class _JointRun:
         backend = grpo_loop.trainable_backend(self.grpo, session)
         await session.cancel_unfinished()
         loop = grpo_loop.Loop(self.grpo, session, backend, self.run)
+        loop.policies = trained_policies(self.grpo.policies, session.agent.policies)
         if session.resume:
             await loop.restore()
         start = await apo.start_prompts(session, train)
