@@ -201,3 +201,24 @@ def test_replace_is_exact_and_templates_round_trip() -> None:
 def _who(request: dict[str, Any]) -> str:
     """The sub-agent of a request the model got (the backend forwards no tether header: tell by the text)."""
     return "check" if "draft:" in request["messages"][1]["content"] else "draft"
+
+
+def test_a_joint_mapping_names_the_agents_policies(tmp_path: Path) -> None:
+    apo = tether.APO(optimizer_model="http://127.0.0.1:9/v1", system_message_of="check")
+    wrapped = tether.wrap(agent, reward=reward, optimize={"drafter": ["draft"], "checker": ["check"]})
+
+    def fit(algorithm: Any, agent_: Any = wrapped) -> Any:
+        trainer = tether.Trainer(model="http://127.0.0.1:9/v1", algorithm=algorithm, run_root=str(tmp_path))
+        return trainer.fit(agent_, train=TASKS)
+
+    with pytest.raises(ValueError, match=r"names 'checkers', not a policy.* are: 'drafter', 'checker'"):
+        fit({"checkers": apo})
+    with pytest.raises(ValueError, match=r"policy 'drafter' serves the sub-agents 'draft': name one of them"):
+        fit({"drafter": apo})
+    with pytest.raises(ValueError, match=r"two APO searches \('drafter' and 'checker'\)"):
+        fit({"drafter": tether.APO(optimizer_model="http://127.0.0.1:9/v1"), "checker": apo})
+    with pytest.raises(ValueError, match="one shared policy"):
+        fit({"checker": apo}, tether.wrap(agent, reward=reward, optimize=["check"]))
+    with pytest.raises(ValueError, match="takes policy names to algorithms"):
+        tether.Joint({})
+    assert not any(tmp_path.iterdir())  # refused before a run folder exists
