@@ -177,6 +177,46 @@ def test_a_joint_run_trains_one_policy_and_rewrites_the_others_system_message(
     assert (run / "apo_history.jsonl").read_text().count('"status": "scored"') >= 2
 
 
+def test_a_joint_run_resumes_from_its_checkpoint_and_incumbent(start_model: Path, tmp_path: Path) -> None:
+    wrapped = tether.wrap(agent, reward=reward, optimize=POLICIES)
+
+    def fit(steps: int, optimizer: Optimizer, resume: bool) -> Any:
+        with FakeLLM(handler=optimizer) as optimizer_llm:
+            apo = tether.APO(
+                optimizer_model=optimizer_llm.base_url,
+                system_message_of="check",
+                beam_width=1,
+                branch_factor=2,
+                train_batch_size=4,
+                val_batch_size=4,
+                success_reward=2.0,
+            )
+            trainer = tether.Trainer(
+                model=f"embedded:{start_model}",
+                algorithm={"writer": tether.GRPO(group_size=4, tasks_per_step=2, lr=2e-3), "checker": apo},
+                n_runners=8,
+                steps=steps,
+                eval_every=1,
+                name="joint",
+                run_root=str(tmp_path),
+                progress=False,
+                sampling={"max_tokens": 4},
+            )
+            return trainer.fit(wrapped, train=_tasks(8), resume=resume)
+
+    first = fit(1, Optimizer([WORSE, BETTER]), resume=False)
+    name = system_messages.prompt_name("check")
+    assert first.best_prompts[name].format() == BETTER
+    later = Optimizer([WORSE])
+    resumed = fit(2, later, resume=True)
+    assert [h["step"] for h in resumed.history if h["kind"] == "train"] == [1, 2]  # step 1 read back, 2 run
+    assert resumed.best_prompts[name].format() == BETTER  # the saved incumbent, never lost to WORSE
+    assert later.critiques and f"Template {name!r} (f-string):\n{BETTER}" in later.critiques[0]
+    history = [json.loads(line) for line in (tmp_path / "joint" / "apo_history.jsonl").read_text().splitlines()]
+    ids = [h["candidate"] for h in history]
+    assert len(ids) == len(set(ids)) and len(history) > 3  # both runs' candidates, none renamed
+
+
 def test_a_bad_mapping_names_the_policies(start_model: Path, tmp_path: Path) -> None:
     wrapped = tether.wrap(agent, reward=lambda t, o: 0.0, optimize=POLICIES)
     apo = tether.APO(optimizer_model="http://127.0.0.1:9/v1", system_message_of="check")

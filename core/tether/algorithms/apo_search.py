@@ -80,7 +80,17 @@ def select(candidates: Sequence[Candidate], width: int) -> list[Candidate]:
 class BeamSearch:
     """The state of one search: the store record, the run folder files, the optimizer calls."""
 
-    def __init__(self, apo: SearchSettings, session: Session, optimizer: ModelBackend, targets: list[str]) -> None:
+    def __init__(
+        self,
+        apo: SearchSettings,
+        session: Session,
+        optimizer: ModelBackend,
+        targets: list[str],
+        *,
+        keep_history: bool = False,
+    ) -> None:
+        """``keep_history``: append to the run folder's ``apo_history.jsonl`` (a resumed run) instead of
+        starting it empty."""
         self.apo, self.session = apo, session
         self.store = session.store
         self.run = session.require_run("APO")
@@ -92,7 +102,10 @@ class BeamSearch:
         self._ids = 0
         self._record: tuple[str, str] | None = None  # (rollout id, attempt id) holding the history spans
         self.history_path = self.run.path / "apo_history.jsonl"
-        self.history_path.write_text("")
+        if keep_history and self.history_path.exists():
+            self._ids = len(self.history_path.read_text().splitlines())  # new candidates get new ids
+        else:
+            self.history_path.write_text("")
 
     # -- rollouts -------------------------------------------------------------------------------------------
 
@@ -186,6 +199,10 @@ class BeamSearch:
         result = await self.optimizer.chat(request)
         content = result.choices[0].message.get("content") if result.choices else None
         return str(content or "")
+
+    def root(self, prompts: dict[str, PromptTemplate]) -> Candidate:
+        """The search's first candidate: ``c0``, or the next free id when the history is kept."""
+        return Candidate("c0" if not self._ids else self._next_id(), dict(prompts), round=0)
 
     def _next_id(self) -> str:
         self._ids += 1

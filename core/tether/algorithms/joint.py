@@ -26,16 +26,19 @@ from the prompt the rest of the agent really runs with.
 
 The run folder holds both parts: ``metrics.jsonl`` (GRPO's ``train``/``eval`` records and APO's ``apo``
 records), the checkpoint, ``apo_history.jsonl``, ``best_prompts.json`` and ``best_prompt_<name>.txt``.
-``resume=True`` continues the weights from the checkpoint and the prompt search from the incumbent stored
-as the latest resources version (the beam's other members and the history before it are not restored).
+``resume=True`` continues the weights from the checkpoint and the prompt search from the incumbent saved with
+it (``best_prompts.json``), appending to ``apo_history.jsonl``; the beam's other members are not restored, and
+the APO round count starts again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.algorithms import grpo_loop
@@ -44,6 +47,7 @@ from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, selec
 from tether.algorithms.grpo_policies import trained_policies
 from tether.fit_progress import FitProgress
 from tether.result import FitResult
+from tether.types import PromptTemplate
 
 if TYPE_CHECKING:
     from tether.models.base import ModelBackend
@@ -187,9 +191,10 @@ class _JointRun:
         loop.policies = trained_policies(self.grpo.policies, session.agent.policies)
         if session.resume:
             await loop.restore()
-        start = await apo.start_prompts(session, train)
+        start = _saved_best(self.run.path) if session.resume else None
+        start = start or await apo.start_prompts(session, train)
         optimizer, owned = apo._optimizer()
-        search = BeamSearch(apo, session, optimizer, apo.targets(start))
+        search = BeamSearch(apo, session, optimizer, apo.targets(start), keep_history=session.resume)
         apo_rng = random.Random(f"apo:{apo.seed}")
         apo_val = apo_rng.sample(list(val or train), min(apo.val_batch_size, len(val or train)))
         rng = random.Random(f"{settings.seed}:{loop.step}")
@@ -197,7 +202,7 @@ class _JointRun:
         try:
             await optimizer.start()
             await search.open_record()
-            beam = [Candidate("c0", dict(start), round=0)]
+            beam = [search.root(start)]
             await search.score(beam, apo_val)
             if beam[0].score is None:
                 raise RuntimeError(
@@ -258,6 +263,15 @@ class _JointRun:
         kept = select([*beam, *children], self.apo.beam_width) or beam[:1]
         await search.log_round(round_, kept, children, kind="apo", step=loop.step)
         return kept
+
+
+def _saved_best(run_dir: Path) -> dict[str, PromptTemplate] | None:
+    """The incumbent prompts saved with the run's last checkpoint (``best_prompts.json``), if any."""
+    path = run_dir / "best_prompts.json"
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())["prompts"]
+    return {name: PromptTemplate.from_dict(value) for name, value in saved.items()}
 
 
 def _trains_weights(part: Any) -> bool:
