@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from tether.adapters import Adapter, SpanSink, Tracer
 from tether.algorithms.base import Algorithm
-from tether.algorithms.joint import Joint
 from tether.emit import emit_reward, emit_span
 from tether.hookspecs import hookimpl, hookspec
 from tether.lora import LoRA
@@ -55,6 +54,10 @@ def __getattr__(name: str) -> object:
         from tether.algorithms.apo import APO
 
         return APO
+    if name == "Joint":
+        from tether.algorithms.joint import Joint
+
+        return Joint
     if name == "VERL":  # imports no verl: that waits for VERL.fit
         from tether.algorithms.verl import VERL
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, check_algorithm
-from tether.algorithms.joint import Joint
 from tether.dev_report import DevReport, report
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
@@ -155,6 +154,8 @@ class Trainer:
         """Check the arguments and decide the run folder, before anything runs."""
         if self.algorithm is None:
             raise ValueError("Trainer.fit needs an algorithm: Trainer(algorithm=tether.GRPO(...))")
+        from tether.algorithms.joint import Joint  # loads APO's modules: only when fit runs
+
         given = Joint(self.algorithm) if isinstance(self.algorithm, Mapping) else self.algorithm
         algorithm = check_algorithm(given)
         if not isinstance(agent, WrappedAgent):
