@@ -185,6 +185,27 @@ def test_lora_command_line_and_environment() -> None:
         VLLMBackend("m").attach_lora(tether.LoRA(), name="m")
 
 
+def test_declared_policies_get_one_adapter_each_and_frozen_routes_to_the_base() -> None:
+    backend = VLLMBackend("/ckpt", command=["x"])
+    backend.declare_policies(["writer", "checker"])
+    backend.declare_policies(["writer", "checker"])  # the same again: nothing happens
+    backend.attach_lora(tether.LoRA(r=8))  # (what GRPO(lora=...).prepare_backend does): one per policy
+    assert backend.policy_names == ["writer", "checker"]
+    argv = backend.build_command(1)
+    assert argv[argv.index("--max-loras") + 1] == "3"  # two policies and the frozen start
+    frozen = ChatRequest(messages=[{"role": "user", "content": "x"}], policy="frozen")
+    assert backend.route(frozen) == "/ckpt"  # not started: the base model itself (FROZEN_START once training)
+    assert backend.weights_version_of("frozen") == 0
+    with pytest.raises(ValueError, match="already holds the policies"):
+        backend.declare_policies(["writer"])
+    late = VLLMBackend("/ckpt", command=["x"])
+    late.attach_lora(tether.LoRA(r=8))
+    with pytest.raises(ValueError, match="declare the policies before attaching LoRA"):
+        late.declare_policies(["writer"])
+    with pytest.raises(ValueError, match="cannot be named 'frozen'"):
+        VLLMBackend("m").attach_lora(tether.LoRA(), name="frozen")
+
+
 async def test_training_without_lora_or_a_local_checkpoint_is_a_clear_error(standin: list[str]) -> None:
     backend = VLLMBackend("org/model", command=standin)
     with pytest.raises(RuntimeError, match=r"trains LoRA adapters only(.|\n)*lora=tether.LoRA"):

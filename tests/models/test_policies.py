@@ -217,3 +217,55 @@ def test_a_backend_routes_requests_by_policy(warm_start: Path) -> None:
     with pytest.raises(tether.models.BadRequest, match="unknown policy 'zz'"):
         _greedy(backend, task, "zz")
     asyncio.run(backend.close())
+
+
+def test_lora_holds_one_adapter_per_policy_on_one_base(warm_start: Path, tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    from tether.lora import ADAPTER_CONFIG, LoRA
+    from tether.models.hf import HFBackend
+
+    small = LoRA(r=4, alpha=8)
+    agent = tether.wrap(three_agents, reward=reward, optimize=POLICIES)
+    backend = HFBackend(str(warm_start))
+    start = {name: value.detach().clone() for name, value in backend.model.state_dict().items()}
+    task = "Pick a letter, round 5."
+    start_ids = _greedy(backend, task)
+    try:
+        result = _trainer(backend, tmp_path, steps=2, lora=small).fit(agent, train=_tasks(8))
+        train = [h for h in result.history if h["kind"] == "train"]
+        assert all(sum(h[f"trained_transitions/{p}"] for h in train) > 0 for p in ("w", "c"))
+        with backend.policy(FROZEN_POLICY) as model:
+            base = {
+                n.removeprefix("base_model.model.").replace(".base_layer.", "."): p.detach().clone()
+                for n, p in model.named_parameters()
+                if "lora_" not in n
+            }
+        assert base and set(base) <= set(start)  # (tied embeddings: lm_head is no parameter of its own)
+        assert all(torch.equal(value, start[name]) for name, value in base.items())  # the base: not one bit
+        assert _greedy(backend, task, FROZEN_POLICY) == start_ids  # adapters off: the starting model
+        adapters = {}
+        for policy in ("w", "c"):
+            with backend.policy(policy) as model:
+                trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+            assert trainable and all("lora_" in n for n in trainable)
+            assert any(bool(p.abs().sum()) for n, p in trainable.items() if "lora_B" in n), policy  # trained
+            adapters[policy] = trainable
+        assert adapters["w"].keys().isdisjoint(adapters["c"].keys())  # two adapters, not one
+        checkpoint = tmp_path / "policies" / "checkpoint"
+        for policy in ("w", "c"):
+            assert (checkpoint / "policies" / policy / ADAPTER_CONFIG).is_file()
+        # hf:<checkpoint>/policies/<name> serves the base with that policy's adapter
+        served = tether.models.open_backend(f"hf:{checkpoint / 'policies' / 'c'}")
+        assert isinstance(served, LocalBackend)
+        assert _greedy(served, task) == _greedy(backend, task, "c")
+        # a fresh backend with the same setting and policies resumes every adapter
+        fresh = HFBackend(str(warm_start))
+        fresh.declare_policies(["w", "c"])
+        fresh.attach_lora(small)
+        fresh.load_weights(str(checkpoint))
+        for policy in ("w", "c"):
+            assert _greedy(fresh, task, policy) == _greedy(backend, task, policy)
+        asyncio.run(fresh.close())
+        asyncio.run(served.close())
+    finally:
+        asyncio.run(backend.close())

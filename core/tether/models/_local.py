@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from tether.models._local_policies import PolicyWeights, check_names, policy_dir, read_manifest
+from tether.models._local_policies import (
+    BASE_SUBDIR,
+    PolicyWeights,
+    check_names,
+    policy_dir,
+    read_manifest,
+    save_base,
+)
 from tether.models._quiet import quiet
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
@@ -41,8 +48,6 @@ from tether.policies import DEFAULT_POLICY, FROZEN_POLICY
 if TYPE_CHECKING:
     from tether.lora import LoRA
 
-#: where a LoRA checkpoint of a model built in memory keeps its base weights (inside the checkpoint directory)
-BASE_SUBDIR = "base"
 
 #: torch threads for the process (``torch.set_num_threads`` is process-wide). ``bench/embedded.py`` on 2 shared
 #: cores, tiny preset (0.9M params), three runs under varying load: 1 thread sampled 1,500-5,500 tok/s at batch
@@ -179,12 +184,7 @@ class LocalBackend(ModelBackend):
                         f"also take {wanted}: open a fresh backend"
                     )
                 return
-            if self.weights_version:
-                raise ValueError(
-                    f"declare the policies before this {self.name} backend trains: its one policy is already at "
-                    f"version {self.weights_version}"
-                )
-            self.policies = PolicyWeights(wanted)
+            self.policies = PolicyWeights(wanted, start=self.weights_version)  # (versions only grow)
             if self.lora is not None:
                 self.policies.add_adapters(self.model, self.lora)
 
@@ -227,7 +227,7 @@ class LocalBackend(ModelBackend):
 
             base = self.base_dir
             if base is None:
-                _save_base(self.model, str(Path(directory) / BASE_SUBDIR))
+                save_base(self.model, str(Path(directory) / BASE_SUBDIR))
                 self.tokenizer.save_pretrained(str(Path(directory) / BASE_SUBDIR))
                 base = BASE_SUBDIR  # relative: resolved against the adapter directory
             save_adapter(self.model, directory, base=base)
@@ -463,16 +463,3 @@ class LocalBackend(ModelBackend):
         else:
             with self.policies.weights(self.model, policy) as model:
                 yield model
-
-
-def _save_base(peft_model: Any, directory: str) -> None:
-    """Write the frozen base weights under a PEFT model as a plain transformers checkpoint (the wrapped layers'
-    ``base_layer`` weights under their original names, no adapter weights)."""
-    inner = peft_model.get_base_model()
-    state = {
-        key.replace(".base_layer.", "."): value for key, value in inner.state_dict().items() if ".lora_" not in key
-    }
-    plain = type(inner)(inner.config).to(next(inner.parameters()).dtype)
-    plain.load_state_dict(state, strict=True)
-    plain.generation_config = inner.generation_config
-    plain.save_pretrained(directory)

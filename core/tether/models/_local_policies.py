@@ -12,7 +12,8 @@ Checkpoint layout (``save``): the frozen start where a single-policy checkpoint 
 weights: a transformers checkpoint in the directory itself; LoRA: the base is recorded, or written to
 ``base/`` when it has no directory of its own), each trained policy under ``policies/<name>/`` (a transformers
 checkpoint, or a PEFT adapter whose config records the base, so ``hf:<dir>/policies/<name>`` serves it), and
-``policies.json`` naming them. ``load`` reads every policy back (a run resuming).
+``policies.json`` naming them. ``LocalBackend.load_weights`` reads every policy back (a run resuming).
+This module imports no torch at import time (``check_names`` serves the vLLM backend too).
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.models._quiet import quiet
 from tether.models.base import BadRequest
 from tether.policies import DEFAULT_POLICY, FROZEN_POLICY
 
 if TYPE_CHECKING:
     from tether.lora import LoRA
 
+#: where a LoRA checkpoint of a model built in memory keeps its base weights (inside the checkpoint directory)
+BASE_SUBDIR = "base"
 #: the file naming a per-policy checkpoint's policies (in the checkpoint directory)
 MANIFEST = "policies.json"
 #: where a per-policy checkpoint keeps each trained policy: ``<directory>/policies/<name>``
@@ -52,10 +54,11 @@ def check_names(names: Sequence[str]) -> list[str]:
 class PolicyWeights:
     """The trained policies of one backend (in declared order; the first is the default) and their weights."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], *, start: int = 0) -> None:
         self.names = check_names(names)
         #: each trained policy's version, bumped when its ``policy(name)`` block ends
-        self.versions = dict.fromkeys(self.names, 0)
+        self.versions = dict.fromkeys(self.names, start)
+        self._start = start
         #: full weights: each trained policy's copy of the starting model (made on first use)
         self.copies: dict[str, Any] = {}
         #: LoRA: each trained policy's adapter name in the PEFT model (PEFT calls its first one "default")
@@ -116,7 +119,7 @@ class PolicyWeights:
 
     def drop_copies(self) -> None:
         """Forget the full copies before LoRA replaces them (refused once a policy has trained)."""
-        if any(self.versions.values()):
+        if any(version != self._start for version in self.versions.values()):
             raise ValueError(
                 "LoRA must be attached before any policy trains: these policies already hold full-weight updates"
             )
@@ -126,15 +129,16 @@ class PolicyWeights:
 
     def save(self, base: Any, tokenizer: Any, directory: str, *, base_dir: str | None) -> None:
         """Write every policy to ``directory`` (the layout in the module docstring)."""
+        from tether.models._quiet import quiet
+
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
         with quiet():
             if self.adapters:
                 from tether.lora import save_adapter
-                from tether.models._local import BASE_SUBDIR, _save_base
 
                 if base_dir is None:
-                    _save_base(base, str(root / BASE_SUBDIR))
+                    save_base(base, str(root / BASE_SUBDIR))
                     tokenizer.save_pretrained(str(root / BASE_SUBDIR))
                     recorded = str(Path("..") / ".." / BASE_SUBDIR)  # relative to policies/<name>
                 else:
@@ -187,3 +191,16 @@ def read_manifest(directory: str) -> dict[str, Any] | None:
 def policy_dir(directory: str, name: str) -> Path:
     """Where a per-policy checkpoint keeps policy ``name``."""
     return Path(directory) / POLICIES_SUBDIR / name
+
+
+def save_base(peft_model: Any, directory: str) -> None:
+    """Write the frozen base weights under a PEFT model as a plain transformers checkpoint (the wrapped layers'
+    ``base_layer`` weights under their original names, no adapter weights)."""
+    inner = peft_model.get_base_model()
+    state = {
+        key.replace(".base_layer.", "."): value for key, value in inner.state_dict().items() if ".lora_" not in key
+    }
+    plain = type(inner)(inner.config).to(next(inner.parameters()).dtype)
+    plain.load_state_dict(state, strict=True)
+    plain.generation_config = inner.generation_config
+    plain.save_pretrained(directory)

@@ -34,6 +34,7 @@ from tether.models._server_process import ServerProcess, free_port
 from tether.models._vllm_server import SERVER_MODULE, vllm_launcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.models.remote import RemoteBackend
+from tether.policies import FROZEN_POLICY
 
 if TYPE_CHECKING:
     from tether.lora import LoRA
@@ -141,6 +142,7 @@ class VLLMBackend(ModelBackend):
         self._remote: RemoteBackend | None = None
         self._server: ServerProcess | None = None
         self._loras: dict[str, LoRA] = {}  # trained policies, in the order declared; the first is the default
+        self._declared: list[str] | None = None  # ``declare_policies``: the policies ``attach_lora(lora)`` trains
         self._policies: AdapterPolicies | None = None
         self._served: dict[str, int] = {}  # adapter name -> version the server serves
         self._weights_lock = threading.RLock()
@@ -148,10 +150,32 @@ class VLLMBackend(ModelBackend):
 
     # -- LoRA: declaring, serving and training adapters ------------------------------------------------------
 
+    def declare_policies(self, names: Sequence[str]) -> None:
+        """The trained policies of ``optimize={policy: [sub-agents]}`` (the Session calls it before
+        ``GRPO.prepare_backend``): ``attach_lora(lora)`` without a name then trains one adapter per policy,
+        the first the default, and requests for ``"frozen"`` go to the frozen start. Idempotent for the same
+        names."""
+        from tether.models._local_policies import check_names
+
+        wanted = check_names(names)
+        if self._declared is not None and self._declared != wanted:
+            raise ValueError(f"this vLLM backend already holds the policies {self._declared}; not {wanted}")
+        held = list(self._loras)
+        if held and held != wanted[: len(held)]:
+            raise ValueError(
+                f"this vLLM backend already trains adapters {held}: declare the policies before attaching LoRA"
+            )
+        self._declared = wanted
+
     def attach_lora(self, lora: LoRA, *, name: str | None = None) -> None:
-        """Train a LoRA adapter on this model for the policy ``name`` (default ``"policy"``; the first one
-        attached is the default policy of chat requests). Call it before ``start``: the server starts with
-        LoRA enabled, and ``start`` loads the base in torch with the adapters for training."""
+        """Train a LoRA adapter on this model for the policy ``name`` (default ``"policy"``, or every declared
+        policy after ``declare_policies``; the first one attached is the default policy of chat requests).
+        Call it before ``start``: the server starts with LoRA enabled, and ``start`` loads the base in torch
+        with the adapters for training."""
+        if name is None and self._declared is not None:
+            for declared in self._declared:
+                self.attach_lora(lora, name=declared)
+            return
         name = name or DEFAULT_POLICY
         held = self._loras.get(name)
         if held == lora:
@@ -162,7 +186,7 @@ class VLLMBackend(ModelBackend):
             raise RuntimeError(
                 "attach LoRA adapters before the vLLM backend starts: the server must start with LoRA enabled"
             )
-        if name in (self.served_model_name, FROZEN_START):
+        if name in (self.served_model_name, FROZEN_START, FROZEN_POLICY):
             raise ValueError(f"a policy cannot be named {name!r} (the served base model, or its frozen start)")
         self._loras[name] = lora
 
@@ -175,6 +199,12 @@ class VLLMBackend(ModelBackend):
     def policy_names(self) -> list[str]:
         """The trained policies (``attach_lora``), the default first."""
         return list(self._loras)
+
+    def weights_version_of(self, name: str | None = None) -> int:
+        """The version of policy ``name`` (None: the default) that the server serves; the frozen start's is 0."""
+        if name is None or (name == DEFAULT_POLICY and name not in self._loras):
+            return self.weights_version
+        return 0 if name == FROZEN_POLICY else self._served.get(name, 0)
 
     @property
     def adapters(self) -> dict[str, int]:
@@ -430,13 +460,13 @@ class VLLMBackend(ModelBackend):
 
     def route(self, request: ChatRequest) -> str:
         """The served model that answers ``request``: its policy's adapter, else the default policy's; the base
-        model when the policy is the served model's name (through ``FROZEN_START`` while LoRA trains) or when
-        no policy is trained."""
+        model when the policy is the served model's name or ``"frozen"`` (through ``FROZEN_START`` while LoRA
+        trains) or when no policy is trained. None and ``"policy"`` mean the default policy."""
         policy = request.policy
-        if policy is None:
+        if policy is None or (policy == DEFAULT_POLICY and policy not in self._loras):
             policy = next(iter(self._loras), self.served_model_name)
-        if policy == self.served_model_name:
-            return FROZEN_START if FROZEN_START in self._served else policy
+        if policy in (self.served_model_name, FROZEN_POLICY):
+            return FROZEN_START if FROZEN_START in self._served else self.served_model_name
         if policy not in self._served:
             served = sorted(self._served) or "none"
             raise BadRequest(f"unknown policy {policy!r}: this vLLM server serves adapters {served}")
