@@ -54,6 +54,10 @@ def __getattr__(name: str) -> object:
         from tether.algorithms.apo import APO
 
         return APO
+    if name == "Joint":
+        from tether.algorithms.joint import Joint
+
+        return Joint
     if name == "VERL":  # imports no verl: that waits for VERL.fit
         from tether.algorithms.verl import VERL
 
@@ -73,6 +77,7 @@ __all__ = [
     "AttemptStatus",
     "Batch",
     "FitResult",
+    "Joint",
     "LLMEndpoint",
     "LoRA",
     "Mode",

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tether import redirect
+from tether import redirect, system_messages
 from tether._json import jsonable
 from tether.adapters import Tracer
 from tether.context import RolloutScope, current_sink, rollout_scope
@@ -234,7 +234,11 @@ class Runner:
             resources = await self._resources_for(rollout)
             assert resources.llm is not None
             # the sampling travels once: the rollout's resources -> the proxy's attempt, applied to each call
-            async with self.proxy.attempt(rollout_id, attempt_id, resources.llm.sampling) as base_url:
+            # and the system messages its resources swap in (tether.system_messages: APO's in-flight candidates)
+            replacements = system_messages.rule_of(resources.prompts)
+            async with self.proxy.attempt(
+                rollout_id, attempt_id, resources.llm.sampling, replacements
+            ) as base_url:
                 resources.llm.base_url = base_url
                 with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url)):
                     async with contextlib.AsyncExitStack() as stack:

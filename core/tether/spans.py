@@ -97,6 +97,10 @@ IMPORTED = "tether.imported"
 WEIGHTS_VERSION = "weights_version"
 #: on the proxy's ``llm`` span: the policy that served the call (``tether.policies``)
 POLICY = "tether.policy"
+#: on the proxy's ``llm`` span of a call whose system message the proxy replaced (``tether.system_messages``):
+#: ``prompt`` (the candidate's resources name), ``messages`` (the indices replaced), ``original`` (the text the
+#: agent sent). The span's request messages are the ones the model saw.
+SYSTEM_MESSAGE_REPLACED = "tether.system_message_replaced"
 
 
 # -- the proxy's LLM span, typed --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ of how an algorithm trains.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,9 @@ class Trainer:
     ``model``: ``"embedded"``, ``"embedded:<dir>"``, ``"hf:<path>"``, ``"vllm:<model>"``, an
     OpenAI-compatible URL, or a ``ModelBackend`` object (which stays open: its owner closes it).
     ``algorithm``: what ``fit`` trains with — ``tether.GRPO(...)``, ``tether.APO(...)`` or any object with
-    ``async def fit(session, train, val) -> FitResult`` (``tether.Algorithm``).
+    ``async def fit(session, train, val) -> FitResult`` (``tether.Algorithm``); or a mapping from the agent's
+    policy names to algorithms, ``{"writer": tether.GRPO(...), "checker": tether.APO(...)}``: one run that
+    trains one policy's weights and searches another's prompt (``tether.Joint``).
     ``store``: a store URL (``memory:`` by default for ``dev``, ``runs/<name>/store.db`` for ``fit``).
     ``runners``: where rollouts run: None, ``n_runners`` at a time in this process; ``tether.RayRunners(n=...)``
     in Ray actors (``pip install "tether[ray]"``). ``heartbeat_timeout_s``: how long a rollout attempt may go
@@ -46,7 +48,7 @@ class Trainer:
     """
 
     model: str | ModelBackend = "embedded"
-    algorithm: Algorithm | None = None
+    algorithm: Algorithm | Mapping[str, Any] | None = None
     store: str | None = None
     n_runners: int = 4
     runners: RayRunners | None = None
@@ -185,9 +187,14 @@ class Trainer:
         """Check the arguments and decide the run folder, before anything runs."""
         if self.algorithm is None:
             raise ValueError("Trainer.fit needs an algorithm: Trainer(algorithm=tether.GRPO(...))")
-        algorithm = check_algorithm(self.algorithm)
+        from tether.algorithms.joint import Joint  # loads APO's modules: only when fit runs
+
+        given = Joint(self.algorithm) if isinstance(self.algorithm, Mapping) else self.algorithm
+        algorithm = check_algorithm(given)
         if not isinstance(agent, WrappedAgent):
             raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
+        if isinstance(algorithm, Joint):
+            algorithm.check(agent)  # before the run folder or anything else exists
         train_tasks = [as_task(t) for t in train]
         val_tasks = [as_task(t) for t in (val or [])]
         if not train_tasks and getattr(algorithm, "uses_train_tasks", True):

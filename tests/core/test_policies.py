@@ -35,7 +35,10 @@ def test_mapping_gives_each_policy_its_agents_and_freezes_the_rest() -> None:
 @pytest.mark.parametrize(
     ("optimize", "message"),
     [
-        ({"writer": ["write"], "checker": ["write"]}, "sub-agent 'write' is in two policies, 'writer' and 'checker'"),
+        (
+            {"writer": ["write"], "checker": ["write"]},
+            "sub-agent 'write' is in two policies, 'writer' and 'checker'",
+        ),
         ({"frozen": ["write"]}, "a policy cannot be named 'frozen'"),
         ({}, "empty mapping"),
         ({"writer": []}, "optimize['writer'] takes sub-agent names"),

@@ -15,7 +15,7 @@ import pytest
 from recorded import recorded
 
 import tether
-from tether import spans
+from tether import spans, system_messages
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
 from tether.types import AttemptStatus, RolloutStatus
@@ -133,3 +133,27 @@ async def test_an_actor_killed_mid_run_loses_no_rollout(ray_head: Any) -> None:
         assert first.worker_id == victim.worker_id and first.status == AttemptStatus.TIMEOUT
         assert second.status == AttemptStatus.SUCCEEDED and second.worker_id != victim.worker_id
     assert restarts == 1  # the pool replaced the dead actor
+
+
+async def test_actors_swap_a_system_message_candidate_in_as_the_trainers_proxy_does() -> None:
+    """APO's in-flight system message (tether.system_messages) is a rule in the rollout's resources: each actor's
+    runner reads it from the store and opens the attempt on its own proxy with it."""
+    original = "You are a calculator agent. Use the calculator tool."
+    candidate = "You are a careful calculator agent. Always call the calculator tool first."
+    prompts = system_messages.templates("solve", original)
+    prompts[system_messages.prompt_name("solve")] = tether.PromptTemplate(candidate)
+    async with FakeLLM(handler=_reply) as llm:
+        backend = _backend(llm)
+        try:
+            trainer = tether.Trainer(model=backend, runners=tether.RayRunners(n=2))
+            async with trainer.session(_agent()) as session:
+                batch = await session.run_batch(TASKS[:4], prompts=prompts, harvest=False)
+        finally:
+            await backend.close()
+    assert batch.failed == 0 and batch.mean_reward == 1.0
+    assert {r["messages"][0]["content"] for r in llm.chat_requests} == {candidate}
+    calls = [s for r in batch.results for s in r.spans if s.name == spans.LLM_CALL]
+    assert len(calls) == 8 and all(s.agent_name == "solve" for s in calls)
+    for span in calls:
+        assert span.attributes[spans.SYSTEM_MESSAGE_REPLACED]["original"] == original
+        assert span.attributes["request"]["messages"][0]["content"] == candidate

@@ -15,6 +15,7 @@ from tether.algorithms.credit import CreditStats, credit_advantages
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
     from tether.algorithms.grpo import GRPO
+    from tether.algorithms.joint import Joint
     from tether.algorithms.sft import SFT
     from tether.algorithms.verl import VERL
 
@@ -25,6 +26,7 @@ __all__ = [
     "VERL",
     "AdvantageStats",
     "CreditStats",
+    "Joint",
     "assign",
     "credit_advantages",
     "group_advantages",
@@ -42,6 +44,10 @@ def __getattr__(name: str) -> Any:
         except ImportError as exc:
             raise ImportError(f'GRPO needs torch: pip install "tether[embedded]" ({exc})') from None
         return GRPO
+    if name == "Joint":
+        from tether.algorithms.joint import Joint
+
+        return Joint
     if name == "SFT":
         try:
             from tether.algorithms.sft import SFT

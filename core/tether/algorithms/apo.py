@@ -13,21 +13,29 @@ scores) is a series of ``apo.candidate`` spans on one record rollout, and the ru
 best prompts are published as the latest resources version.
 
 ``Trainer(model=<agent model>, algorithm=APO(optimizer_model="http://…/v1", ...)).fit(agent, train, val)``.
+
+**A system message in flight.** ``APO(system_message_of="check_query")`` optimizes that sub-agent's system
+message for an agent that does not read prompts from resources: a first batch of rollouts (the training tasks,
+``train_batch_size`` of them) captures the exact system message its calls send, which becomes the starting
+template ``system_message[check_query]``; the proxy swaps each candidate into that sub-agent's calls of the
+candidate's rollouts (``tether.system_messages``). The agent's code does not change.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tether import system_messages as _system
 from tether.algorithms import apo_prompts as _text
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
 from tether.fit_progress import FitProgress
 from tether.models.base import ModelBackend
-from tether.types import PromptTemplate
+from tether.types import Mode, PromptTemplate
 
 if TYPE_CHECKING:
     from tether.session import Session
@@ -48,6 +56,8 @@ class APO:
     training tasks per beam candidate, up to ``max_traces`` low-scoring traces per critique,
     ``branch_factor`` rewrites per candidate, each scored on the same ``val_batch_size`` validation tasks
     (the training tasks when no ``val`` is given). Rollouts count as good at ``success_reward`` or above.
+    ``system_message_of``: the name of a sub-agent whose system message to optimize in flight instead of
+    templates the agent reads (see the module docstring); ``prompts`` and ``optimize`` are then not given.
     """
 
     optimizer_model: str | ModelBackend
@@ -66,6 +76,7 @@ class APO:
     optimizer_temperature: float = 1.0
     optimizer_max_tokens: int = 1024
     seed: int = 0
+    system_message_of: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("beam_width", "branch_factor", "rounds", "train_batch_size", "val_batch_size", "max_traces"):
@@ -79,17 +90,28 @@ class APO:
             )
         if self.prompts is not None:
             self.prompts = _as_templates(self.prompts)
+        if self.system_message_of is not None:
+            if not isinstance(self.system_message_of, str) or not self.system_message_of:
+                raise ValueError(
+                    f"APO(system_message_of=...) takes a sub-agent name, got {self.system_message_of!r}"
+                )
+            if self.prompts is not None or self.optimize is not None:
+                raise ValueError(
+                    "APO(system_message_of=...) optimizes that sub-agent's captured system message: drop "
+                    "prompts= and optimize= (they name templates the agent reads from resources)"
+                )
 
     # -- setup ----------------------------------------------------------------------------------------------
 
     def targets(self, prompts: Mapping[str, PromptTemplate]) -> list[str]:
         """The template names to rewrite; ``ValueError`` naming the known templates for an unknown name."""
         known = ", ".join(repr(n) for n in prompts) or "none"
-        names = (
-            list(prompts)
-            if self.optimize is None
-            else ([self.optimize] if isinstance(self.optimize, str) else list(self.optimize))
-        )
+        if self.system_message_of is not None:
+            names = [_system.prompt_name(self.system_message_of)]
+        elif self.optimize is None:
+            names = [n for n in prompts if not _system.is_captured(n)]
+        else:
+            names = [self.optimize] if isinstance(self.optimize, str) else list(self.optimize)
         unknown = [n for n in names if n not in prompts]
         if unknown:
             quoted = ", ".join(repr(n) for n in unknown)
@@ -116,13 +138,37 @@ class APO:
 
         return open_backend(spec), True
 
+    async def start_prompts(self, session: Session, train: Sequence[Task]) -> dict[str, PromptTemplate]:
+        """The search's starting templates: ``prompts``, else the store's latest; with ``system_message_of``,
+        those plus the sub-agent's system message (the store's, else captured from a first batch)."""
+        if self.system_message_of is None:
+            return (
+                _as_templates(self.prompts) if self.prompts is not None else await _stored_prompts(session.store)
+            )
+        agent = self.system_message_of
+        latest = await session.store.get_resources()
+        stored = dict(latest.prompts) if latest is not None else {}
+        if _system.captured_name(agent) in stored and _system.prompt_name(agent) in stored:
+            return stored  # published by an earlier run of this search (a resumed run)
+        rng = random.Random(f"apo-capture:{self.seed}")
+        tasks = rng.sample(list(train), min(self.train_batch_size, len(train)))
+        batch = await session.run_batch(tasks, 1, {"temperature": self.temperature}, Mode.VAL)
+        text, variants = _system.captured_system_message((r.spans for r in batch.results), agent)
+        if variants > 1:
+            warnings.warn(
+                f"sub-agent {agent!r} sent {variants} different system messages in the first rollouts: APO "
+                "optimizes the most frequent one; calls with another system message are left as they are",
+                stacklevel=2,
+            )
+        return {**stored, **_system.templates(agent, text)}
+
     # -- the search (the algorithm contract: called by Trainer.fit) ------------------------------------------
 
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> APOResult:
         """Search the prompt templates on ``session`` (the model stays as it is); the best become the latest
         resources version."""
         store = session.store
-        start = _as_templates(self.prompts) if self.prompts is not None else await _stored_prompts(store)
+        start = await self.start_prompts(session, train)
         targets = self.targets(start)
         optimizer, owned = self._optimizer()
         search = BeamSearch(self, session, optimizer, targets)

@@ -80,7 +80,17 @@ def select(candidates: Sequence[Candidate], width: int) -> list[Candidate]:
 class BeamSearch:
     """The state of one search: the store record, the run folder files, the optimizer calls."""
 
-    def __init__(self, apo: SearchSettings, session: Session, optimizer: ModelBackend, targets: list[str]) -> None:
+    def __init__(
+        self,
+        apo: SearchSettings,
+        session: Session,
+        optimizer: ModelBackend,
+        targets: list[str],
+        *,
+        keep_history: bool = False,
+    ) -> None:
+        """``keep_history``: append to the run folder's ``apo_history.jsonl`` (a resumed run) instead of
+        starting it empty."""
         self.apo, self.session = apo, session
         self.store = session.store
         self.run = session.require_run("APO")
@@ -92,7 +102,10 @@ class BeamSearch:
         self._ids = 0
         self._record: tuple[str, str] | None = None  # (rollout id, attempt id) holding the history spans
         self.history_path = self.run.path / "apo_history.jsonl"
-        self.history_path.write_text("")
+        if keep_history and self.history_path.exists():
+            self._ids = len(self.history_path.read_text().splitlines())  # new candidates get new ids
+        else:
+            self.history_path.write_text("")
 
     # -- rollouts -------------------------------------------------------------------------------------------
 
@@ -136,38 +149,45 @@ class BeamSearch:
         all_rollouts = [item.rollout for items in results.values() for item in items]
         children: list[Candidate] = []
         for parent in beam:
-            items = results.get(parent.id, [])
-            mean = sum(i.rollout.reward or 0.0 for i in items) / max(len(items), 1)
-            low = sorted(
-                (i for i in items if (i.rollout.reward or 0.0) < self.apo.success_reward),
-                key=lambda i: i.rollout.reward or 0.0,
-            )[: self.apo.max_traces]
-            if not low:
-                continue  # every rollout succeeded: nothing to learn from this batch
-            traces = [_text.render_trace(i.rollout, i.spans) for i in low]
-            for branch in range(self.apo.branch_factor):
-                name = self.targets[(branch + round_) % len(self.targets)]
-                critique = await self._ask(_text.critique_messages(parent.prompts, name, traces, mean))
-                reply = await self._ask(_text.rewrite_messages(parent.prompts[name], name, critique))
-                new_text = _text.parse_rewrite(reply)
-                child = Candidate(
-                    self._next_id(),
-                    {**parent.prompts, name: PromptTemplate(new_text, parent.prompts[name].engine)},
-                    round=round_,
-                    parent=parent.id,
-                    edited=name,
-                    critique=critique,
-                )
-                problem = _text.check_rewrite(parent.prompts[name], new_text)
-                duplicate = any(c.prompts == child.prompts for c in [*beam, *children])
-                if problem or duplicate:
-                    await self._keep(
-                        child.record(status="rejected", reason=problem or "same as a known candidate")
-                    )
-                    continue
-                children.append(child)
+            children += await self.rewrite(parent, results.get(parent.id, []), round_, [*beam, *children])
         mean_all = sum(r.reward or 0.0 for r in all_rollouts) / max(len(all_rollouts), 1)
         return children, mean_all, len(all_rollouts) / max(seconds, 1e-9)
+
+    async def rewrite(
+        self, parent: Candidate, items: Sequence[RolloutResult], round_: int, known: Sequence[Candidate]
+    ) -> list[Candidate]:
+        """Rewrites of ``parent`` from critiques of its low-scoring rollouts among ``items`` (rollouts run under
+        its prompts); none when every rollout succeeded. Rewrites that break the template or repeat one of
+        ``known`` (or of each other) are recorded as rejected."""
+        mean = sum(i.rollout.reward or 0.0 for i in items) / max(len(items), 1)
+        low = sorted(
+            (i for i in items if (i.rollout.reward or 0.0) < self.apo.success_reward),
+            key=lambda i: i.rollout.reward or 0.0,
+        )[: self.apo.max_traces]
+        if not low:
+            return []  # every rollout succeeded: nothing to learn from this batch
+        traces = [_text.render_trace(i.rollout, i.spans) for i in low]
+        children: list[Candidate] = []
+        for branch in range(self.apo.branch_factor):
+            name = self.targets[(branch + round_) % len(self.targets)]
+            critique = await self._ask(_text.critique_messages(parent.prompts, name, traces, mean))
+            reply = await self._ask(_text.rewrite_messages(parent.prompts[name], name, critique))
+            new_text = _text.parse_rewrite(reply)
+            child = Candidate(
+                self._next_id(),
+                {**parent.prompts, name: PromptTemplate(new_text, parent.prompts[name].engine)},
+                round=round_,
+                parent=parent.id,
+                edited=name,
+                critique=critique,
+            )
+            problem = _text.check_rewrite(parent.prompts[name], new_text)
+            duplicate = any(c.prompts == child.prompts for c in [*known, *children])
+            if problem or duplicate:
+                await self._keep(child.record(status="rejected", reason=problem or "same as a known candidate"))
+                continue
+            children.append(child)
+        return children
 
     async def _ask(self, messages: list[dict[str, str]]) -> str:
         request = ChatRequest(
@@ -180,6 +200,10 @@ class BeamSearch:
         content = result.choices[0].message.get("content") if result.choices else None
         return str(content or "")
 
+    def root(self, prompts: dict[str, PromptTemplate]) -> Candidate:
+        """The search's first candidate: ``c0``, or the next free id when the history is kept."""
+        return Candidate("c0" if not self._ids else self._next_id(), dict(prompts), round=0)
+
     def _next_id(self) -> str:
         self._ids += 1
         return f"c{self._ids}"
@@ -187,16 +211,25 @@ class BeamSearch:
     # -- records --------------------------------------------------------------------------------------------
 
     async def log_round(
-        self, round_: int, beam: Sequence[Candidate], children: Sequence[Candidate]
+        self,
+        round_: int,
+        beam: Sequence[Candidate],
+        children: Sequence[Candidate],
+        *,
+        kind: str = "eval",
+        step: int | None = None,
     ) -> dict[str, Any]:
+        """Keep the round's new candidates and log its metrics record (``kind``, ``step``: the round unless
+        given; a joint run logs ``kind="apo"`` at its training step)."""
         beam_ids = [c.id for c in beam]
         for candidate in [beam[0]] if round_ == 0 else children:
             status = "scored" if candidate.score is not None else "failed"
             await self._keep(candidate.record(status=status, in_beam=candidate.id in beam_ids))
         key = "greedy_accuracy" if self.apo.temperature == 0 else "sampled_accuracy"
         record = {
-            "kind": "eval",
-            "step": round_,
+            "kind": kind,
+            "step": round_ if step is None else step,
+            "round": round_,
             "score": beam[0].score,
             key: beam[0].score,
             "best": beam[0].id,

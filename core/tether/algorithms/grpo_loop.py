@@ -28,7 +28,7 @@ from tether.result import FitResult
 from tether.run_dir import RunDir
 from tether.session import Batch, Session
 from tether.transitions import unknown_optimize_names
-from tether.types import Mode, Task, Transition
+from tether.types import Mode, PromptTemplate, Task, Transition
 
 
 class PolicyUpdate(Protocol):
@@ -54,8 +54,8 @@ class PolicyUpdate(Protocol):
     def load_state_dict(self, model: Any, state: dict[str, Any], policy: str | None = None) -> None: ...
 
 
-async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
-    """Train ``session.backend`` for ``session.settings.steps`` steps (the rest of them when resuming)."""
+def trainable_backend(algorithm: object, session: Session) -> TrainableBackend:
+    """``session.backend`` when it can be trained, else a ``ValueError`` naming the models that can."""
     backend = session.backend
     if not isinstance(backend, TrainableBackend):
         raise ValueError(
@@ -63,10 +63,16 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
             "model='embedded', model='hf:<path>' or model='vllm:<path>' with lora=tether.LoRA(...) (a remote API "
             "cannot be trained)"
         )
+    return backend
+
+
+async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
+    """Train ``session.backend`` for ``session.settings.steps`` steps (the rest of them when resuming)."""
+    backend = trainable_backend(algorithm, session)
     run = session.require_run(type(algorithm).__name__)
     settings = session.settings
     await session.cancel_unfinished()  # left by an interrupted run
-    loop = _Loop(algorithm, session, backend, run)
+    loop = Loop(algorithm, session, backend, run)
     loop.policies = trained_policies(getattr(algorithm, "policies", None), session.agent.policies)
     if session.resume:
         await loop.restore()
@@ -86,13 +92,15 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
     return result
 
 
-async def evaluate(session: Session, tasks: Sequence[Task], *, step: int = 0) -> dict[str, Any]:
+async def evaluate(
+    session: Session, tasks: Sequence[Task], *, step: int = 0, prompts: dict[str, PromptTemplate] | None = None
+) -> dict[str, Any]:
     """One pass over ``tasks`` greedy (temperature 0) and one sampled (temperature 1): accuracy (mean
     reward), the accuracy of each target of a ``reward=`` mapping (``greedy_accuracy/<target>``), the share of
-    rollouts that called a tool, and failed rollouts of each."""
+    rollouts that called a tool, and failed rollouts of each (under ``prompts``, the latest ones when None)."""
     record: dict[str, Any] = {"kind": "eval", "step": step}
     for label, temperature in (("greedy", 0.0), ("sampled", 1.0)):
-        batch = await session.run_batch(tasks, 1, {"temperature": temperature}, Mode.VAL)
+        batch = await session.run_batch(tasks, 1, {"temperature": temperature}, Mode.VAL, prompts=prompts)
         record[f"{label}_accuracy"] = batch.mean_reward
         record[f"{label}_tool_rate"] = batch.tool_rate
         record[f"{label}_failed"] = batch.failed
@@ -101,8 +109,9 @@ async def evaluate(session: Session, tasks: Sequence[Task], *, step: int = 0) ->
     return record
 
 
-class _Loop:
-    """The state of one run: the step, the history, and how to save and restore them."""
+class Loop:
+    """The state of one run: the step, the history, and how to save and restore them. ``prompts`` are the
+    templates its rollouts run under (None: the latest); ``last_batch`` is the last training batch."""
 
     def __init__(self, algorithm: PolicyUpdate, session: Session, backend: TrainableBackend, run: RunDir) -> None:
         self.algorithm = algorithm
@@ -111,6 +120,8 @@ class _Loop:
         self.run = run
         self.history: list[dict[str, Any]] = []
         self.step = 0
+        self.prompts: dict[str, PromptTemplate] | None = None
+        self.last_batch: Batch | None = None
         #: the policies updated one by one (each its own weights); None: the one shared policy
         self.policies: list[str] | None = None
         self._noted: set[str] = set()
@@ -130,7 +141,10 @@ class _Loop:
     async def train_step(self, train: Sequence[Task], rng: random.Random) -> dict[str, Any]:
         algo = self.algorithm
         tasks = rng.sample(list(train), min(algo.tasks_per_step, len(train)))
-        batch = await self.session.run_batch(tasks, algo.group_size, {"temperature": algo.temperature}, Mode.TRAIN)
+        batch = await self.session.run_batch(
+            tasks, algo.group_size, {"temperature": algo.temperature}, Mode.TRAIN, prompts=self.prompts
+        )
+        self.last_batch = batch
         if self.step == 0:
             self._check_wiring(batch)
         settings = self.session.settings

@@ -25,12 +25,15 @@ from aiohttp import web
 
 from tether import spans
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
-from tether.models.base import BackendError, BadRequest, ModelBackend
+from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
 from tether.policies import PolicyMap
 from tether.proxy.capture import completion_json, failed_call_span, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
 from tether.span_batcher import SpanBatcher
+from tether.system_messages import Replacement, Rule
+from tether.system_messages import mark as mark_replaced
+from tether.system_messages import replace as replace_system_message
 from tether.types import new_id
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,8 @@ class ProxyServer:
         self._runner: web.BaseRunner | None = None
         #: the open attempts, (rollout id, attempt id) -> the sampling overrides of their calls
         self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
+        #: the open attempts' system-message replacements by sub-agent (``tether.system_messages``)
+        self._system_messages: dict[tuple[str, str], Rule] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -110,7 +115,11 @@ class ProxyServer:
 
     @contextlib.asynccontextmanager
     async def attempt(
-        self, rollout_id: str, attempt_id: str, sampling: Mapping[str, Any] | None = None
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        sampling: Mapping[str, Any] | None = None,
+        system_messages: Rule | None = None,
     ) -> AsyncIterator[str]:
         """Serve this rollout attempt while the block runs; yields its OpenAI base URL (ending in ``/v1``).
 
@@ -118,6 +127,8 @@ class ProxyServer:
         what the agent asks for in each call. A call still in flight when the block exits (one the agent
         abandoned, at a timeout say) is answered and its span submitted; a request arriving after the block
         is answered 404, so a stray caller never adds spans to an attempt that has ended.
+        ``system_messages`` (sub-agent -> ``Replacement``, see ``tether.system_messages``) replaces the exact
+        captured system message of that sub-agent's calls with a candidate before the model sees them.
         """
         for what, value in (("rollout_id", rollout_id), ("attempt_id", attempt_id)):
             if not value or "/" in value:
@@ -127,10 +138,13 @@ class ProxyServer:
             raise ValueError(f"attempt {attempt_id!r} of rollout {rollout_id!r} is already open on this proxy")
         url = f"{self.url}/r/{rollout_id}/{attempt_id}/v1"
         self._attempts[key] = {k: sampling[k] for k in _SAMPLING_KEYS if sampling and sampling.get(k) is not None}
+        if system_messages:
+            self._system_messages[key] = dict(system_messages)
         try:
             yield url
         finally:
             self._attempts.pop(key, None)
+            self._system_messages.pop(key, None)
 
     async def flush(self) -> None:
         """Return when every call answered so far is in the store."""
@@ -218,6 +232,7 @@ class ProxyServer:
             policy = self.policies.policy_of(agent_name)
             if not self.policies.shared:
                 chat.policy = policy
+        replaced = self._replace_system_message(chat, key, agent_name)
         try:
             result = await self.backend.chat(chat)
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
@@ -263,6 +278,8 @@ class ProxyServer:
             )
             if policy is not None:
                 span.attributes[spans.POLICY] = policy
+            if replaced is not None:
+                mark_replaced(span, *replaced)
             self.batcher.submit(span)
             self.calls += 1
         if stream:
@@ -270,6 +287,21 @@ class ProxyServer:
                 body=sse_body(completion), content_type="text/event-stream", headers={"Cache-Control": "no-cache"}
             )
         return web.Response(body=payload, content_type=_JSON)
+
+    def _replace_system_message(
+        self, chat: ChatRequest, key: tuple[str, str] | None, agent: str | None
+    ) -> tuple[Replacement, list[int]] | None:
+        """Swap the attempt's candidate system message into ``chat`` when the call is its sub-agent's and its
+        system message is the captured one; the replacement and the indices replaced, else None."""
+        rule = self._system_messages.get(key) if key is not None and agent else None
+        replacement = rule.get(agent) if rule and agent else None
+        if replacement is None:
+            return None
+        swapped = replace_system_message(chat.messages, replacement)
+        if swapped is None:
+            return None
+        chat.messages = swapped[0]
+        return replacement, swapped[1]
 
     def _error(
         self,
