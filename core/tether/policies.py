@@ -81,15 +81,15 @@ def _policies(optimize: Mapping[Any, Any]) -> dict[str, frozenset[str] | None]:
             raise ValueError(f"optimize= policy names must be non-empty strings without '/', got {policy!r}")
         if policy == FROZEN_POLICY:
             raise ValueError(
-                f"a policy cannot be named {FROZEN_POLICY!r}: that name is the frozen starting model, which serves "
-                "the sub-agents no policy names"
+                f"a policy cannot be named {FROZEN_POLICY!r}: that name is the frozen starting model, which "
+                "serves the sub-agents no policy names"
             )
         names = _names(agents, f"optimize[{policy!r}]")
         for agent in names:
             if agent in owner:
                 raise ValueError(
-                    f"sub-agent {agent!r} is in two policies, {owner[agent]!r} and {policy!r}: a sub-agent's calls "
-                    "are served by one policy"
+                    f"sub-agent {agent!r} is in two policies, {owner[agent]!r} and {policy!r}: a sub-agent's "
+                    "calls are served by one policy"
                 )
             owner[agent] = policy
         out[policy] = names
