@@ -163,7 +163,7 @@ class GRPO:
                 self._optimizer = held
             else:
                 self._policy_optimizers[policy] = held
-        return held  # type: ignore[no-any-return]
+        return held
 
     def state_dict(self) -> dict[str, Any]:
         shared = self._optimizer.state_dict() if self._optimizer is not None else None
