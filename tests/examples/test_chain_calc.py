@@ -133,3 +133,24 @@ def test_compare_finds_the_first_step_reaching_the_target(chain: dict[str, Modul
     assert "target (episode mean final accuracy after 10 steps): 55.0%" in text_
     assert "per_call seed 1: reaches it at step 5 (50% of 10)" in text_
     assert "per_call seed 2: reaches it at step 5 (50% of 10)" in text_  # greedy 60% at step 5
+
+
+def test_train_script_warm_starts_and_runs_a_per_call_step(
+    chain: dict[str, ModuleType], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``train.py`` end to end on a tiny budget: warm start, one GRPO step with ``credit="per_call"``, the
+    curve file ``compare.py`` reads. Needs torch: runs in the ``embedded`` tox env (``core`` has no torch)."""
+    pytest.importorskip("torch")
+    train = chain["train"]
+    argv = ["--run-root", str(tmp_path), "--preset", "nano", "--n-train", "16", "--n-test", "4", "--sft-epochs", "1"]
+    argv += ["--credit", "per_call", "--seed", "3", "--steps", "1", "--eval-every", "1", "--tasks-per-step", "2"]
+    argv += ["--group-size", "2", "--runners", "4"]
+    assert train.main(argv) == 0
+    info = json.loads((tmp_path / "warmstart" / "warmstart.json").read_text())
+    assert 0.0 < info["demo_step_accuracy"] < 1.0
+    curve = json.loads((tmp_path / "per_call-s3" / "curve.json").read_text())
+    assert curve["credit"] == "per_call" and [p["step"] for p in curve["curve"]] == [0, 1]
+    records = [json.loads(line) for line in (tmp_path / "per_call-s3" / "metrics.jsonl").read_text().splitlines()]
+    (step,) = [r for r in records if r["kind"] == "train"]
+    assert step["rollouts"] == 4 and step["failed"] == 0
+    assert "credit=per_call" in capsys.readouterr().out
