@@ -22,7 +22,7 @@ from tether.ray_runners import RayRunners
 from tether.result import FitResult
 from tether.run_dir import RunDir
 from tether.session import Session, Settings, as_task
-from tether.transitions import CreditRule
+from tether.transitions import CreditRule, check_credit
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 from tether.wrap import WrappedAgent
 
@@ -51,6 +51,7 @@ class Trainer:
     heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
     credit: CreditRule = "episode"
     tool_error_penalty: float = 0.0
+    gamma: float = 1.0
     sampling: dict[str, Any] = field(default_factory=dict)
     max_attempts: int = 1
     timeout_s: float | None = None
@@ -61,6 +62,9 @@ class Trainer:
     run_root: str = "runs"
     progress: bool = True
     export: OTLPExport | None = None
+
+    def __post_init__(self) -> None:
+        check_credit(self.credit, self.tool_error_penalty, self.gamma)
 
     def dev(
         self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
@@ -132,12 +136,14 @@ class Trainer:
 
     def settings(self) -> Settings:
         """The settings an algorithm reads, as an immutable copy."""
+        check_credit(self.credit, self.tool_error_penalty, self.gamma)
         return Settings(
             sampling=dict(self.sampling),
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
             credit=self.credit,
             tool_error_penalty=self.tool_error_penalty,
+            gamma=self.gamma,
             n_runners=self.n_runners,
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             seed=self.seed,
