@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.run_root)
     if not args.report_only:
-        for rule in args.rules:
-            for seed in args.seeds:
+        for seed in args.seeds:  # seed by seed, so that an interrupted comparison still has pairs
+            for rule in args.rules:
                 if (root / f"{rule}-s{seed}" / "curve.json").exists():
                     continue
                 command = [sys.executable, str(HERE / "train.py"), "--credit", rule, "--seed", str(seed)]

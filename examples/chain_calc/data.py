@@ -64,7 +64,12 @@ class Problem:
         return self.results[-1]
 
     def task(self) -> dict[str, Any]:
-        return {"question": self.question, "numbers": list(self.numbers), "ops": list(self.ops), "answer": self.answer}
+        return {
+            "question": self.question,
+            "numbers": list(self.numbers),
+            "ops": list(self.ops),
+            "answer": self.answer,
+        }
 
 
 def _problem(rng: random.Random) -> Problem:

@@ -108,7 +108,9 @@ def warm_start(agent_module: Any, root: Path, problems: list[data.Problem], args
         f"({step_accuracy:.0%} of steps right, {answer_accuracy:.0%} of answers right)"
     )
     started = time.perf_counter()
-    sft(model, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=args.sft_batch_size, seed=0, progress=True)
+    sft(
+        model, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=args.sft_batch_size, seed=0, progress=True
+    )
     model.save(checkpoint)
     info = {
         "demo_step_accuracy": round(step_accuracy, 3),
@@ -122,18 +124,18 @@ def warm_start(agent_module: Any, root: Path, problems: list[data.Problem], args
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--credit", choices=["episode", "per_call"], default="episode")
-    parser.add_argument("--gamma", type=float, default=None, help="per_call discount (the trainer's default if unset)")
+    parser.add_argument("--gamma", type=float, default=None, help="per_call discount (default: the trainer's)")
     parser.add_argument("--seed", type=int, default=0, help="GRPO seed (the problems and warm start are fixed)")
-    parser.add_argument("--run-root", default="runs/chain", help="holds the shared warm start and one folder per run")
-    parser.add_argument("--name", default=None, help="the run's folder under --run-root (default: <credit>-s<seed>)")
-    parser.add_argument("--steps", type=int, default=30, help="GRPO steps")
-    parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--tasks-per-step", type=int, default=8)
+    parser.add_argument("--run-root", default="runs/chain", help="the shared warm start and the runs")
+    parser.add_argument("--name", default=None, help="run folder (default <credit>-s<seed>)")
+    parser.add_argument("--steps", type=int, default=20, help="GRPO steps")
+    parser.add_argument("--eval-every", type=int, default=4)
+    parser.add_argument("--tasks-per-step", type=int, default=6)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--runners", type=int, default=32, help="rollouts run concurrently")
     parser.add_argument("--n-train", type=int, default=1600, help="training problems (demonstrations, GRPO)")
-    parser.add_argument("--n-test", type=int, default=100, help="held-out problems for the accuracy curve")
+    parser.add_argument("--n-test", type=int, default=50, help="held-out problems for the accuracy curve")
     parser.add_argument("--demo-accuracy", type=float, default=0.5, help="how often a demonstrated step is right")
     parser.add_argument("--sft-epochs", type=int, default=6)
     parser.add_argument("--sft-batch-size", type=int, default=16)

@@ -107,7 +107,9 @@ async def test_each_step_reward_is_captured_for_the_call_that_asked_for_it(
         steps = len(problem.ops)
         # step 2 is wrong; step 3 is right on the agent's own (wrong) result, so it earns its reward
         expected = [1.0, 0.0, 1.0][:steps]
-        emitted = [s.attributes[tether.spans.REWARD_VALUE] for s in rollout.spans if s.kind == tether.SpanKind.REWARD]
+        emitted = [
+            s.attributes[tether.spans.REWARD_VALUE] for s in rollout.spans if s.kind == tether.SpanKind.REWARD
+        ]
         assert emitted == expected
         assert rollout.reward == 0.0  # the second step was wrong, so the answer is
         assert len(rollout.transitions) == steps + 1  # one call per step, then the answer
@@ -142,7 +144,8 @@ def test_train_script_warm_starts_and_runs_a_per_call_step(
     curve file ``compare.py`` reads. Needs torch: runs in the ``embedded`` tox env (``core`` has no torch)."""
     pytest.importorskip("torch")
     train = chain["train"]
-    argv = ["--run-root", str(tmp_path), "--preset", "nano", "--n-train", "16", "--n-test", "4", "--sft-epochs", "1"]
+    argv = ["--run-root", str(tmp_path), "--preset", "nano", "--n-train", "16", "--n-test", "4"]
+    argv += ["--sft-epochs", "1"]
     argv += ["--credit", "per_call", "--seed", "3", "--steps", "1", "--eval-every", "1", "--tasks-per-step", "2"]
     argv += ["--group-size", "2", "--runners", "4"]
     assert train.main(argv) == 0
