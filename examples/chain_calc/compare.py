@@ -61,9 +61,36 @@ def _mean_curve(runs: list[dict[str, Any]], metric: str) -> list[tuple[int, floa
     return [(step, statistics.mean(v)) for step, v in sorted(by_step.items()) if len(v) == len(runs)]
 
 
+def training_reward(root: Path, rule: str, run: dict[str, Any], first: int, last: int) -> float | None:
+    """The run's mean training reward (final answer right, sampled rollouts) over steps ``first``..``last``,
+    from its ``metrics.jsonl`` (48 rollouts a step by default: a larger sample than the held-out set)."""
+    path = root / f"{rule}-s{run['seed']}" / "metrics.jsonl"
+    if not path.exists():
+        return None
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    values = [float(r["reward"]) for r in records if r.get("kind") == "train" and first <= r["step"] <= last]
+    return statistics.mean(values) if values else None
+
+
+def _training_lines(root: Path, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = ["", "## training reward (final answer right, T=1, mean over the steps' rollouts)", ""]
+    for rule in RULES:
+        for label, window in (("steps 1-4", (1, 4)), ("last 4 steps", None)):
+            values = []
+            for run in runs[rule]:
+                total = int(run["steps"])
+                first, last = window or (total - 3, total)
+                value = training_reward(root, rule, run, first, last)
+                if value is not None:
+                    values.append(value)
+            lines.append(f"- {rule}, {label}: {_mean_sd(values)}")
+    return lines
+
+
 def report(root: Path, seeds: list[int]) -> str:
     runs = {rule: load(root, rule, seeds) for rule in RULES}
     lines = [f"runs under {root}: " + ", ".join(f"{rule} × {len(runs[rule])}" for rule in RULES)]
+    lines += _training_lines(root, runs)
     for metric, label in METRICS.items():
         lines += ["", f"## {label}", ""]
         steps = sorted({s for rule in RULES for r in runs[rule] for s, _ in _points(r, metric)})

@@ -131,7 +131,10 @@ def test_compare_finds_the_first_step_reaching_the_target(chain: dict[str, Modul
             run = tmp_path / f"{rule}-s{seed}"
             run.mkdir()
             (run / "curve.json").write_text(json.dumps({"seed": seed, "steps": 10, "curve": curve}))
+    train = [{"kind": "train", "step": step, "reward": 0.1 * step} for step in range(1, 11)]
+    (tmp_path / "per_call-s1" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in train))
     text_ = compare.report(tmp_path, [1, 2])
+    assert "- per_call, steps 1-4: 25.0% ± 0.0%" in text_ and "- per_call, last 4 steps: 85.0% ± 0.0%" in text_
     assert "target (episode mean final accuracy after 10 steps): 55.0%" in text_
     assert "per_call seed 1: reaches it at step 5 (50% of 10)" in text_
     assert "per_call seed 2: reaches it at step 5 (50% of 10)" in text_  # greedy 60% at step 5
