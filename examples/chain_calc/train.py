@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--warm-start-only", action="store_true", help="build the warm start and stop")
+    parser.add_argument("--resume", action="store_true", help="continue the run (e.g. to a larger --steps)")
     args = parser.parse_args(argv)
 
     import agent  # the user's plain-OpenAI agent, unchanged
@@ -171,12 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     wrapped = tether.wrap(agent.solve, reward=data.reward, run=step_runner())
     started = time.perf_counter()
     result = trainer.fit(
-        wrapped, train=[p.task() for p in problems["train"]], val=[p.task() for p in problems["test"]]
+        wrapped,
+        train=[p.task() for p in problems["train"]],
+        val=[p.task() for p in problems["test"]],
+        resume=args.resume,
     )
     seconds = time.perf_counter() - started
-    curve = [
+    records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    curve = [  # (from the metrics file, so that a resumed run's curve starts at step 0)
         {"step": e["step"], "greedy": e.get("greedy_accuracy"), "sampled": e.get("sampled_accuracy")}
-        for e in result.evals
+        for e in records
+        if e.get("kind") == "eval"
     ]
     record = {"credit": args.credit, "seed": args.seed, "steps": args.steps, "seconds": round(seconds, 1)}
     (result.run_dir / "curve.json").write_text(json.dumps({**record, "curve": curve}, indent=1))
