@@ -53,7 +53,7 @@ class RunnerActor:
         backend = HttpBackend(self.backend_url)
         batcher = SpanBatcher(store)
         try:
-            async with ProxyServer(backend, batcher=batcher) as proxy:
+            async with ProxyServer(backend, batcher=batcher, policies=self.agent.policies) as proxy:
                 runner = Runner(
                     self.agent,
                     store,

@@ -128,12 +128,22 @@ def base_of(adapter_dir: str | Path) -> Path:
     )
 
 
-def save_adapter(model: Any, directory: str | Path, *, base: str | None = None) -> Path:
-    """Write the adapters of an attached model (a ``peft.PeftModel``) to ``directory`` in PEFT's format.
-    ``base`` (the base checkpoint's path) is recorded in the config so ``merge`` can find it."""
+def save_adapter(
+    model: Any, directory: str | Path, *, base: str | None = None, adapter_name: str = "default"
+) -> Path:
+    """Write the adapter ``adapter_name`` of an attached model (a ``peft.PeftModel``) to ``directory`` in PEFT's
+    format. ``base`` (the base checkpoint's path) is recorded in the config so ``merge`` can find it."""
     where = Path(directory)
     where.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(where), safe_serialization=True)
+    if adapter_name == "default" and len(model.peft_config) == 1:
+        model.save_pretrained(str(where), safe_serialization=True)
+    else:  # (PEFT's save_pretrained writes every adapter, a named one into a subfolder of its own)
+        from safetensors.torch import save_file
+
+        state = require_peft().get_peft_model_state_dict(model, adapter_name=adapter_name)
+        tensors = {key: value.detach().to("cpu").contiguous() for key, value in state.items()}
+        save_file(tensors, str(where / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        model.peft_config[adapter_name].save_pretrained(str(where))
     if base is not None:
         config_path = where / ADAPTER_CONFIG
         config = json.loads(config_path.read_text())
@@ -142,15 +152,16 @@ def save_adapter(model: Any, directory: str | Path, *, base: str | None = None) 
     return where
 
 
-def load_adapter_weights(model: Any, directory: str | Path) -> None:
-    """Replace the adapter weights of an attached model, in place, with those saved in ``directory``."""
+def load_adapter_weights(model: Any, directory: str | Path, *, adapter_name: str = "default") -> None:
+    """Replace the weights of the adapter ``adapter_name`` of an attached model, in place, with those saved in
+    ``directory``."""
     peft = require_peft()
     from safetensors.torch import load_file
 
     path = Path(directory) / ADAPTER_WEIGHTS
     if not path.is_file():
         raise FileNotFoundError(f"{directory} holds no LoRA adapter ({ADAPTER_WEIGHTS} is missing)")
-    result = peft.set_peft_model_state_dict(model, load_file(str(path)))
+    result = peft.set_peft_model_state_dict(model, load_file(str(path)), adapter_name=adapter_name)
     unexpected = getattr(result, "unexpected_keys", None)
     if unexpected:
         raise ValueError(

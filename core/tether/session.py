@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import _json, spans
 from tether.models.base import ModelBackend
+from tether.policies import PolicyMap
 from tether.run_dir import RunDir
 from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
@@ -217,12 +218,15 @@ class Session:
             else:
                 backend = open_backend(self.model)
                 stack.push_async_callback(backend.close)
+            declare_policies(backend, self.agent.policies)
             if self.before_start is not None:
                 self.before_start(backend)
             await backend.start()
             batcher = SpanBatcher(store)
             stack.push_async_callback(batcher.close)  # after the proxy stops: the session owns the batcher
-            proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher))
+            proxy = await stack.enter_async_context(
+                ProxyServer(backend, batcher=batcher, policies=self.agent.policies)
+            )
             runner: Runner | RayPool
             if self.runners is not None:
                 runner = await self._start_remote(self.runners, stack, store, backend)
@@ -423,6 +427,21 @@ class Session:
                 f"another worker took {algorithm}'s history record: stop remote runners while it starts"
             )
         return rollout.rollout_id, claimed[0][1].attempt_id
+
+
+def declare_policies(backend: ModelBackend, policies: PolicyMap) -> None:
+    """Tell ``backend`` the trained policies of a non-shared map (one set of weights each, plus the frozen
+    start), or say which backends can hold them. A shared map needs nothing: the backend's one policy serves."""
+    if policies.shared:
+        return
+    declare = getattr(backend, "declare_policies", None)
+    if declare is None:
+        raise ValueError(
+            f"optimize={{policy: [sub-agents]}} gives each policy its own weights, which the "
+            f"{type(backend).__name__} cannot hold: use model='embedded', 'hf:<path>' or 'vllm:<model>' with "
+            "GRPO(lora=tether.LoRA(...)), or pass optimize= as a list (one shared policy)"
+        )
+    declare(policies.names)
 
 
 def _has_tool_call(span: Span) -> bool:

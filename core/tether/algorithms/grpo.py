@@ -65,6 +65,13 @@ class GRPO:
     frozen base and LoRA adapters). Neither changes the gradient.
 
     ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
+
+    **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each policy has its own weights: a
+    step's transitions are grouped by policy and each trained policy with transitions gets its own update
+    (inside ``backend.policy(name)``, with its own optimizer); metrics are reported per policy as
+    ``<metric>/<policy>`` beside the step's totals. ``policies`` names the policies this GRPO trains (None:
+    every policy of the wrapped agent); transitions of other policies, and of the frozen sub-agents, never
+    update weights.
     """
 
     group_size: int = 8
@@ -84,7 +91,9 @@ class GRPO:
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
     gradient_checkpointing: bool = False
     lora: LoRA | None = None
+    policies: Sequence[str] | None = None  # the policies this GRPO trains (None: all the agent's)
     _optimizer: Any = field(default=None, init=False, repr=False)
+    _policy_optimizers: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _reference: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +113,12 @@ class GRPO:
             )
         if not self.drift_threshold > 0:
             raise ValueError(f"drift_threshold must be > 0 (nats), got {self.drift_threshold}")
+        if self.policies is not None:
+            if isinstance(self.policies, str):
+                self.policies = [self.policies]
+            self.policies = list(self.policies)
+            if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
+                raise ValueError(f"policies= takes policy names (non-empty strings), got {self.policies!r}")
 
     # -- the algorithm contract ----------------------------------------------------------------------------
 
@@ -138,18 +153,30 @@ class GRPO:
 
     # -- state ---------------------------------------------------------------------------------------------
 
-    def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        if self._optimizer is None:
+    def optimizer_for(self, model: torch.nn.Module, policy: str | None = None) -> torch.optim.Optimizer:
+        """The optimizer of ``model``'s trainable parameters: one per policy (None: the one shared policy)."""
+        held = self._optimizer if policy is None else self._policy_optimizers.get(policy)
+        if held is None:
             params = [p for p in model.parameters() if p.requires_grad]
-            self._optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        return self._optimizer  # type: ignore[no-any-return]
+            held = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+            if policy is None:
+                self._optimizer = held
+            else:
+                self._policy_optimizers[policy] = held
+        return held  # type: ignore[no-any-return]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self._optimizer.state_dict() if self._optimizer is not None else None}
+        shared = self._optimizer.state_dict() if self._optimizer is not None else None
+        state: dict[str, Any] = {"optimizer": shared}
+        if self._policy_optimizers:
+            state["policies"] = {name: opt.state_dict() for name, opt in self._policy_optimizers.items()}
+        return state
 
-    def load_state_dict(self, model: torch.nn.Module, state: dict[str, Any]) -> None:
-        if state.get("optimizer") is not None:
-            self.optimizer_for(model).load_state_dict(state["optimizer"])
+    def load_state_dict(self, model: torch.nn.Module, state: dict[str, Any], policy: str | None = None) -> None:
+        """Restore the optimizer of ``policy`` (None: the shared policy's) for ``model``, if ``state`` holds it."""
+        held = state.get("optimizer") if policy is None else (state.get("policies") or {}).get(policy)
+        if held is not None:
+            self.optimizer_for(model, policy).load_state_dict(held)
 
     # -- the update ----------------------------------------------------------------------------------------
 
@@ -160,8 +187,10 @@ class GRPO:
         *,
         pad_token_id: int = 0,
         weights_version: int | None = None,
+        policy: str | None = None,
     ) -> dict[str, float]:
-        """One policy update on trainable transitions with a non-zero advantage; returns metrics.
+        """One policy update on trainable transitions with a non-zero advantage; returns metrics. ``policy``
+        picks the optimizer (None: the one shared policy's); the caller passes only that policy's transitions.
 
         ``weights_version`` is the version of the weights being updated (the backend's): transitions sampled
         by a version older than ``weights_version - max_staleness`` are dropped; None keeps them all. Call it
@@ -184,7 +213,7 @@ class GRPO:
             self._reference = copy.deepcopy(model).eval().requires_grad_(False)
         if self.gradient_checkpointing:
             _enable_checkpointing(model)
-        optimizer = self.optimizer_for(model)
+        optimizer = self.optimizer_for(model, policy)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
         parts = _pack([_row_length(t, context_length) for t in batch], self.micro_batch, self.micro_batch_tokens)
         drift = _Drift(self.drift_threshold)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether.algorithms.advantages import assign, group_advantages
+from tether.algorithms.grpo_policies import trained_policies, update_policies
 from tether.fit_progress import FitProgress
 from tether.models.base import TrainableBackend
 from tether.result import FitResult
@@ -44,11 +45,12 @@ class PolicyUpdate(Protocol):
         *,
         pad_token_id: int = 0,
         weights_version: int | None = None,
+        policy: str | None = None,
     ) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, model: Any, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, model: Any, state: dict[str, Any], policy: str | None = None) -> None: ...
 
 
 async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
@@ -64,6 +66,7 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
     settings = session.settings
     await session.cancel_unfinished()  # left by an interrupted run
     loop = _Loop(algorithm, session, backend, run)
+    loop.policies = trained_policies(getattr(algorithm, "policies", None), session.agent.policies)
     if session.resume:
         await loop.restore()
     rng = random.Random(f"{settings.seed}:{loop.step}")
@@ -104,6 +107,8 @@ class _Loop:
         self.run = run
         self.history: list[dict[str, Any]] = []
         self.step = 0
+        #: the policies updated one by one (each its own weights); None: the one shared policy
+        self.policies: list[str] | None = None
 
     def record(self, record: dict[str, Any], bar: FitProgress) -> None:
         self.history.append(record)
@@ -121,6 +126,8 @@ class _Loop:
         pad = self.backend.pad_token_id
 
         def _update() -> dict[str, float]:
+            if self.policies is not None:  # one update per policy, each on its own weights
+                return update_policies(algo, self.backend, trainable, self.policies, pad)
             with self.backend.policy() as model:  # the version being updated: bumped when the block ends
                 return algo.update(
                     model, trainable, pad_token_id=pad, weights_version=self.backend.weights_version
@@ -176,7 +183,12 @@ class _Loop:
         self.step = int(state["step"])
         optimizer = self.run.checkpoint_path / "optimizer.pt"
         if optimizer.exists():
-            with self.backend.policy() as model:
-                self.algorithm.load_state_dict(model, torch.load(optimizer, weights_only=False))
+            saved = torch.load(optimizer, weights_only=False)
+            if self.policies is None:
+                with self.backend.policy() as model:
+                    self.algorithm.load_state_dict(model, saved)
+            for name in self.policies or []:
+                with self.backend.policy(name) as model:
+                    self.algorithm.load_state_dict(model, saved, name)
         self.history = [h for h in self.run.history() if h.get("step", 0) <= self.step]
         return True

@@ -10,6 +10,11 @@ uses them, no restart.
 ``attach_lora(tether.LoRA(...))`` wraps the served model in PEFT adapters: from then on ``policy()`` yields the
 PEFT model (only the adapters train), sampling uses base + adapter, and checkpoints hold the adapter (PEFT
 format) with the path of its base, or the base itself beside it when the model was built in memory.
+
+``declare_policies(names)`` gives each named policy its own weights (a full copy, or a LoRA adapter per policy
+on one base) beside the frozen starting model, see ``tether.models._local_policies``: each request is sampled
+on its ``ChatRequest.policy``'s weights, ``policy(name)`` yields one policy's model, and checkpoints hold them
+all.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from tether.models._local_policies import PolicyWeights, check_names, policy_dir, read_manifest
 from tether.models._quiet import quiet
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
+from tether.policies import DEFAULT_POLICY, FROZEN_POLICY
 
 if TYPE_CHECKING:
     from tether.lora import LoRA
@@ -52,6 +59,7 @@ class _Job:
     future: asyncio.Future[list[Sample]]
     samples: dict[int, Sample] = field(default_factory=dict)
     weights_version: int | None = None  # the version that sampled the job (set under the weights lock)
+    policy: str = DEFAULT_POLICY  # the policy whose weights sample it (resolved when queued)
 
 
 def _post(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
@@ -88,8 +96,10 @@ class LocalBackend(ModelBackend):
         self.max_batch_rows = max_batch_rows
         self.default_max_tokens = default_max_tokens
         self.weights_lock = threading.RLock()
-        #: bumped at the end of every ``policy()`` block
+        #: the default policy's version: bumped at the end of every ``policy()`` block on it
         self.weights_version = 0
+        #: the declared policies and their weights (``declare_policies``); None: one policy, ``self.model``
+        self.policies: PolicyWeights | None = None
         #: batches run and rows sampled (for tests and metrics)
         self.batches = 0
         self.rows = 0
@@ -124,19 +134,64 @@ class LocalBackend(ModelBackend):
 
     # -- weights -----------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def policy(self) -> Iterator[PreTrainedModel]:
-        """Hold the weights (no batch runs meanwhile) and yield the model to update in place (the PEFT model,
-        whose only trainable parameters are the adapters, after ``attach_lora``)."""
+    def policy(self, name: str | None = None) -> Iterator[PreTrainedModel]:
+        """Hold the weights (no batch runs meanwhile) and yield policy ``name``'s model to update in place (the
+        PEFT model with that policy's adapter active, whose only trainable parameters are that adapter, after
+        ``attach_lora``). None (or ``"policy"``): the default policy, the first declared. ``"frozen"`` yields
+        the frozen start to read; its version never changes."""
         with self.weights_lock:
-            try:
-                yield self.model
-            finally:
-                self.weights_version += 1
-                self.model.eval()
+            if self.policies is None:
+                if name not in (None, DEFAULT_POLICY):
+                    raise ValueError(f"this {self.name} backend holds one policy; {name!r} was never declared")
+                try:
+                    yield self.model
+                finally:
+                    self.weights_version += 1
+                    self.model.eval()
+                return
+            policies = self.policies
+            key = policies.resolve(name)
+            with policies.weights(self.model, key) as model:
+                try:
+                    yield model
+                finally:
+                    model.eval()
+                    if key != FROZEN_POLICY:
+                        policies.versions[key] += 1
+                        self.weights_version = policies.versions[policies.default]
+
+    def weights_version_of(self, name: str | None = None) -> int:
+        """The weights version of policy ``name`` (None: the default policy; the frozen start is always 0)."""
+        if self.policies is None:
+            return self.weights_version
+        return self.policies.version(self.policies.resolve(name))
+
+    def declare_policies(self, names: Sequence[str]) -> None:
+        """Hold one set of weights per trained policy in ``names`` (the first is the default) beside the frozen
+        starting model: full copies, or one LoRA adapter each once ``attach_lora`` is called (before or after).
+        Idempotent for the same names; other names are refused."""
+        wanted = check_names(names)
+        with self.weights_lock:
+            if self.policies is not None:
+                if self.policies.names != wanted:
+                    raise ValueError(
+                        f"this {self.name} backend already holds the policies {self.policies.names}; it cannot "
+                        f"also take {wanted}: open a fresh backend"
+                    )
+                return
+            if self.weights_version:
+                raise ValueError(
+                    f"declare the policies before this {self.name} backend trains: its one policy is already at "
+                    f"version {self.weights_version}"
+                )
+            self.policies = PolicyWeights(wanted)
+            if self.lora is not None:
+                self.policies.add_adapters(self.model, self.lora)
 
     def attach_lora(self, lora: LoRA) -> None:
-        """Wrap the served model in fresh LoRA adapters (outputs unchanged until they train). Idempotent for
-        the same setting; a different one is refused (the adapters already hold training)."""
+        """Wrap the served model in fresh LoRA adapters, one per declared policy (outputs unchanged until they
+        train). Idempotent for the same setting; a different one is refused (the adapters already hold
+        training)."""
         from tether.lora import attach
 
         with self.weights_lock:
@@ -147,14 +202,22 @@ class LocalBackend(ModelBackend):
                         "open a fresh backend for a different LoRA setting"
                     )
                 return
+            if self.policies is not None:
+                self.policies.drop_copies()
             self.model = attach(self.model, lora)
             self.model.eval()
             self.lora = lora
+            if self.policies is not None:
+                self.policies.add_adapters(self.model, lora)
 
     def save(self, directory: str) -> None:
         """Write a checkpoint directory (under the lock): the full weights and tokenizer as a transformers
         checkpoint or, with LoRA, the adapter in PEFT format and the tokenizer, recording the base's path (the
         base is written to ``<directory>/base`` when it has no directory of its own)."""
+        if self.policies is not None:
+            with self.weights_lock:
+                self.policies.save(self.model, self.tokenizer, directory, base_dir=self.base_dir)
+            return
         with self.weights_lock, quiet():
             if self.lora is None:
                 self.model.save_pretrained(directory)
@@ -175,6 +238,14 @@ class LocalBackend(ModelBackend):
         the adapter with LoRA, else the full weights."""
         from tether.lora import is_adapter_dir
 
+        if self.policies is not None:
+            self._load_policies(directory)
+            return
+        if read_manifest(directory) is not None:
+            raise ValueError(
+                f"{directory} holds one set of weights per policy (policies.json), but this backend holds one "
+                "policy: resume with the optimize= map the run was started with"
+            )
         if self.lora is not None:
             if not is_adapter_dir(directory):
                 raise ValueError(
@@ -195,6 +266,25 @@ class LocalBackend(ModelBackend):
             loaded = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
         with self.policy() as model:
             model.load_state_dict(loaded.state_dict())
+
+    def _load_policies(self, directory: str) -> None:
+        """Every policy's weights from a per-policy checkpoint (``save``), in place."""
+        policies = self.policies
+        assert policies is not None
+        policies.check_checkpoint(directory)
+        if self.lora is not None:
+            from tether.lora import load_adapter_weights
+
+            for name, adapter in policies.adapters.items():
+                with self.policy(name) as model:
+                    load_adapter_weights(model, policy_dir(directory, name), adapter_name=adapter)
+            return
+        places = [(FROZEN_POLICY, directory)] + [(n, str(policy_dir(directory, n))) for n in policies.names]
+        for name, where in places:
+            with quiet():
+                loaded = AutoModelForCausalLM.from_pretrained(where, local_files_only=True)
+            with self.policy(name) as model:
+                model.load_state_dict(loaded.state_dict())
 
     @property
     def pad_token_id(self) -> int:
@@ -221,7 +311,7 @@ class LocalBackend(ModelBackend):
     async def chat(self, request: ChatRequest) -> ChatResult:
         prompt, params = self._prepare(request)
         loop = asyncio.get_running_loop()
-        job = _Job(prompt, params, loop, loop.create_future())
+        job = _Job(prompt, params, loop, loop.create_future(), policy=self._route(request.policy))
         self._ensure_worker()
         self._queue.put(job)
         samples = await job.future
@@ -242,6 +332,17 @@ class LocalBackend(ModelBackend):
                 "total_tokens": len(prompt) + completion,
             },
         )
+
+    def _route(self, policy: str | None) -> str:
+        """The policy whose weights answer a request (``BadRequest`` for one this backend does not hold)."""
+        if self.policies is not None:
+            return self.policies.resolve(policy)
+        if policy not in (None, DEFAULT_POLICY):
+            raise BadRequest(
+                f"this {self.name} backend holds one policy, not {policy!r}: the policies of "
+                "optimize={policy: [sub-agents]} are declared by the Session (declare_policies)"
+            )
+        return DEFAULT_POLICY
 
     def _prepare(self, request: ChatRequest) -> tuple[list[int], list[SampleParams]]:
         if not isinstance(request.messages, list) or not request.messages:
@@ -315,7 +416,15 @@ class LocalBackend(ModelBackend):
             if stopping:
                 return
 
-    def _run(self, jobs: list[_Job]) -> None:
+    def _run(self, all_jobs: list[_Job]) -> None:
+        """Sample the queued jobs, one batched call per policy on that policy's weights."""
+        groups: dict[str, list[_Job]] = {}
+        for job in all_jobs:
+            groups.setdefault(job.policy, []).append(job)
+        for policy, jobs in groups.items():
+            self._run_group(policy, jobs)
+
+    def _run_group(self, policy: str, jobs: list[_Job]) -> None:
         owners: list[tuple[_Job, int]] = [(job, j) for job in jobs for j in range(len(job.params))]
 
         def finished(i: int, sample: Sample) -> None:
@@ -326,13 +435,14 @@ class LocalBackend(ModelBackend):
                 _post(job, ordered)
 
         try:
-            with self.weights_lock, torch.inference_mode():
+            with self.weights_lock, torch.inference_mode(), self._serving(policy) as model:
+                version = self.weights_version_of(policy)
                 for job in jobs:
-                    job.weights_version = self.weights_version
+                    job.weights_version = version
                 self.batches += 1
                 self.rows += len(owners)
                 generate(
-                    self.model,
+                    model,
                     self.tokenizer,
                     [job.prompt for job, _ in owners],
                     [job.params[j] for job, j in owners],
@@ -344,6 +454,15 @@ class LocalBackend(ModelBackend):
             for job in jobs:
                 if len(job.samples) < len(job.params):
                     _post(job, None, error)
+
+    @contextlib.contextmanager
+    def _serving(self, policy: str) -> Iterator[PreTrainedModel]:
+        """The model that samples ``policy`` (under the weights lock)."""
+        if self.policies is None:
+            yield self.model
+        else:
+            with self.policies.weights(self.model, policy) as model:
+                yield model
 
 
 def _save_base(peft_model: Any, directory: str) -> None:

@@ -93,11 +93,15 @@ class TrainableBackend(Protocol):
     ``attach_lora(lora)`` puts LoRA adapters on the policy before training starts (idempotent for the same
     setting): then only they train, the sampler serves base + adapter, and checkpoints hold the adapter (PEFT
     format).
+
+    ``policy(name)`` takes a policy name where the backend holds one set of weights per policy
+    (``declare_policies(names)``, which the Session calls for ``optimize={policy: [sub-agents]}``): the
+    embedded and ``hf:`` backends, and vLLM with LoRA. ``weights_version`` is then the default policy's.
     """
 
     weights_version: int
 
-    def policy(self) -> AbstractContextManager[Any]: ...
+    def policy(self, name: str | None = None) -> AbstractContextManager[Any]: ...
 
     def attach_lora(self, lora: LoRA) -> None: ...
 

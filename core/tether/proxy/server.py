@@ -23,8 +23,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tether import spans
 from tether.context import AGENT_HEADER, CALL_ID_HEADER
 from tether.models.base import BackendError, BadRequest, ModelBackend
+from tether.policies import PolicyMap
 from tether.proxy.capture import completion_json, failed_call_span, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
@@ -52,6 +54,11 @@ class ProxyServer:
     in order): ``stop`` flushes it but never closes it. ``start`` also starts the backend (backends'
     ``start`` is idempotent); ``stop`` closes the backend only if ``close_backend`` is true (the caller
     usually owns it).
+
+    ``policies`` (the wrapped agent's ``PolicyMap``) routes each call to the policy that serves its sub-agent
+    (the ``AGENT_HEADER``): ``ChatRequest.policy`` is set to it unless the map is shared (one model serves
+    every sub-agent: the backend's default policy answers), and the call's span records it under
+    ``spans.POLICY`` (``"policy"`` when shared). None: every call goes to the default policy and spans record none.
     """
 
     def __init__(
@@ -62,8 +69,10 @@ class ProxyServer:
         host: str = "127.0.0.1",
         port: int = 0,
         close_backend: bool = False,
+        policies: PolicyMap | None = None,
     ) -> None:
         self.backend = backend
+        self.policies = policies
         self.batcher = batcher
         self.host = host
         self.port = port
@@ -203,6 +212,12 @@ class ProxyServer:
             for name, value in sampling.items():
                 setattr(chat, name, value)
         call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
+        agent_name = request.headers.get(AGENT_HEADER) or None
+        policy: str | None = None
+        if self.policies is not None:
+            policy = self.policies.policy_of(agent_name)
+            if not self.policies.shared:
+                chat.policy = policy
         try:
             result = await self.backend.chat(chat)
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
@@ -222,7 +237,7 @@ class ProxyServer:
                     failed_call_span(
                         rollout_id=key[0],
                         attempt_id=key[1],
-                        agent_name=request.headers.get(AGENT_HEADER) or None,
+                        agent_name=agent_name,
                         call_id=call_id,
                         raw_request=raw,
                         error=message,
@@ -236,7 +251,7 @@ class ProxyServer:
             span = llm_span(
                 rollout_id=key[0],
                 attempt_id=key[1],
-                agent_name=request.headers.get(AGENT_HEADER) or None,
+                agent_name=agent_name,
                 call_id=call_id,
                 raw_request=raw,
                 request=chat,
@@ -246,6 +261,8 @@ class ProxyServer:
                 start_time=start_time,
                 latency_ms=latency_ms,
             )
+            if policy is not None:
+                span.attributes[spans.POLICY] = policy
             self.batcher.submit(span)
             self.calls += 1
         if stream:
