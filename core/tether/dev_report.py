@@ -1,5 +1,6 @@
 """What ``Trainer.dev`` returns: each rollout with its spans and transitions, printable as a readable trace
-(agent → LLM call → tool → result → reward), and the problems found in the wiring."""
+(agent → LLM call → tool → result → reward; each call with its policy, whether it trains and its advantage
+under the trainer's credit rule), and the problems found in the wiring."""
 
 from __future__ import annotations
 
@@ -46,8 +47,10 @@ class DevRollout:
         r = self.rollout
         reward = "-" if r.reward is None else f"{r.reward:g}"
         lines = [f"rollout {r.rollout_id} [{r.status.value}] reward={reward} task={_clip(r.input)}"]
+        calls = _transitions_by_span(self.spans, self.transitions)
         for span in self.spans:
-            lines.append("  " + _describe(span))
+            call = calls.get(id(span))
+            lines.append("  " + _describe(span) + (_credit(call) if call is not None else ""))
         if r.status == RolloutStatus.SUCCEEDED:
             lines.append(f"  output: {_clip(r.output)}")
         elif r.error:
@@ -61,6 +64,10 @@ class DevReport:
     rollouts: list[DevRollout] = field(default_factory=list)
     agent_names: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
+    #: what the credit rule could not do with these rollouts (``tether.algorithms.credit``)
+    notes: list[str] = field(default_factory=list)
+    #: the mean final reward of each target of a ``reward=`` mapping (``Batch.target_rewards``)
+    target_rewards: dict[str, float] = field(default_factory=dict)
 
     def __iter__(self) -> Any:
         return iter(self.rollouts)
@@ -77,7 +84,8 @@ class DevReport:
 
     def metrics(self) -> dict[str, float]:
         """Rollouts run, the share that succeeded, how many failed, the mean reward of those with a reward
-        (NaN when none has one: see ``problems`` for why), and LLM calls per rollout."""
+        (NaN when none has one: see ``problems`` for why), that of each target of a ``reward=`` mapping
+        (``mean_reward/<target>``), and LLM calls per rollout."""
         n = len(self.rollouts) or 1
         rewards = [r.reward for r in self.rollouts if r.reward is not None]
         return {
@@ -86,18 +94,20 @@ class DevReport:
             "failed": float(sum(r.status == RolloutStatus.FAILED for r in self.rollouts)),
             "mean_reward": sum(rewards) / len(rewards) if rewards else math.nan,
             "llm_calls_per_rollout": sum(len(r.transitions) for r in self.rollouts) / n,
+            **{f"mean_reward/{target}": value for target, value in self.target_rewards.items()},
         }
 
     def __str__(self) -> str:
         parts = [str(r) for r in self.rollouts]
         parts.extend(f"problem: {p}" for p in self.problems)
+        parts.extend(f"note: {n}" for n in self.notes)
         return "\n".join(parts)
 
 
 def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
     """The report of a ``dev`` batch: each rollout's problems (a failed rollout's first: why it failed), a
     missing reward, how many rollouts failed and why, and unknown ``optimize=`` names."""
-    out = DevReport()
+    out = DevReport(target_rewards=batch.target_rewards)
     failures: Counter[str] = Counter()
     for result in batch.results:
         problems = list(result.problems)
@@ -122,6 +132,20 @@ def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
     if unknown:
         out.problems.append(unknown)
     return out
+
+
+def _transitions_by_span(spans_: list[Span], transitions: list[Transition]) -> dict[int, Transition]:
+    """Each proxy LLM span's transition (both in sequence order), keyed by the span's id()."""
+    ordered = sorted(spans_, key=lambda s: s.sequence if s.sequence is not None else 0)
+    calls = [s for s in ordered if is_proxy_llm_span(s)]
+    return {id(span): t for span, t in zip(calls, transitions, strict=False)}
+
+
+def _credit(t: Transition) -> str:
+    """`` · policy=writer trains adv=+0.71``: who serves the call, whether it trains, its advantage."""
+    trains = "trains" if t.trainable else "not trained"
+    adv = "-" if t.advantage is None else f"{t.advantage:+.2f}"
+    return f"  · policy={t.policy or '-'} {trains} adv={adv}"
 
 
 def _describe(span: Span) -> str:
@@ -157,7 +181,10 @@ def _describe(span: Span) -> str:
         args = _clip(attrs.get(spans.TOOL_ARGUMENTS), 40)
         return f"{agent}tool {attrs.get(spans.TOOL_NAME, span.name)}({args}) → {outcome}"
     if span.kind == SpanKind.REWARD:
-        return f"{agent}reward {attrs.get(spans.REWARD_VALUE)}"
+        target = attrs.get(spans.REWARD_TARGET)
+        whose = f" for {target}" if target else ""
+        final = " (final)" if attrs.get(spans.REWARD_FINAL) else ""
+        return f"{agent}reward {attrs.get(spans.REWARD_VALUE)}{whose}{final}"
     return f"{agent}{span.kind.value} {span.name}"
 
 

@@ -38,6 +38,7 @@ from tether import redirect
 from tether._json import jsonable
 from tether.adapters import Tracer
 from tether.context import RolloutScope, current_sink, rollout_scope
+from tether.emit import record_final_rewards
 from tether.plugins import get_plugins
 from tether.sink import RolloutSink
 from tether.store.base import InvalidTransition, NotFound, StoreError
@@ -243,7 +244,9 @@ class Runner:
                         async with deadline:
                             output = await self.agent.run_task(rollout.input, resources)
                         # still in the scope: a judge in reward= is recorded (tether.passthrough), not redirected
-                        reward = await self.agent.score(rollout.input, output)
+                        score = await self.agent.score(rollout.input, output)
+                        # {sub-agent or policy: reward}: recorded as final reward spans; the mean is the reward
+                        reward = record_final_rewards(score) if isinstance(score, dict) else score
             emitted = self.sink.pop_rewards(attempt_id)
             if reward is None and emitted:
                 reward = sum(emitted)

@@ -65,6 +65,7 @@ class Settings:
     timeout_s: float | None = None
     credit: CreditRule = "episode"
     tool_error_penalty: float = 0.0
+    gamma: float = 1.0
     n_runners: int = 4
     #: how long an attempt may go without a heartbeat before the store's sweep ends it (a dead runner's)
     heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
@@ -85,6 +86,11 @@ class RolloutResult:
     #: what building the transitions found wrong (no LLM call captured, no token ids, ...)
     problems: list[str]
     agent_names: set[str]
+    #: the final reward of each sub-agent or policy a ``reward=`` mapping named (empty for a number)
+    target_rewards: dict[str, float] = field(default_factory=dict)
+    #: rewards emitted during the attempt, and its tool spans (what the credit rules' notes check)
+    emitted_rewards: int = 0
+    tool_spans: int = 0
 
     @property
     def succeeded(self) -> bool:
@@ -134,6 +140,16 @@ class Batch:
     def mean_reward(self) -> float:
         """Mean reward over the batch; a rollout without a reward counts 0."""
         return sum(r.rollout.reward or 0.0 for r in self.results) / len(self.results) if self.results else 0.0
+
+    @property
+    def target_rewards(self) -> dict[str, float]:
+        """The mean final reward of each sub-agent or policy the ``reward=`` mappings named, over the rollouts
+        whose mapping holds it (empty when ``reward=`` returns numbers)."""
+        values: dict[str, list[float]] = {}
+        for r in self.results:
+            for target, value in r.target_rewards.items():
+                values.setdefault(target, []).append(value)
+        return {target: sum(v) / len(v) for target, v in sorted(values.items())}
 
     @property
     def tool_rate(self) -> float:
@@ -392,9 +408,18 @@ class Session:
             policies=self.agent.policies,
             credit=self.settings.credit,
             tool_error_penalty=self.settings.tool_error_penalty,
+            gamma=self.settings.gamma,
         )
         return RolloutResult(
-            item.rollout, last, len(item.attempts), built.transitions, built.problems, built.agent_names
+            item.rollout,
+            last,
+            len(item.attempts),
+            built.transitions,
+            built.problems,
+            built.agent_names,
+            built.target_rewards,
+            built.emitted_rewards,
+            built.tool_spans,
         )
 
     # -- other store work algorithms share ------------------------------------------------------------------

@@ -54,7 +54,7 @@ class RolloutSink:
             start_time=start_time if start_time is not None else now,
             end_time=end_time if end_time is not None else now,
         )
-        if span.kind == SpanKind.REWARD:
+        if span.kind == SpanKind.REWARD and not attributes.get(spans.REWARD_FINAL):
             self._rewards[scope.attempt_id].append(float(attributes.get(spans.REWARD_VALUE, 0.0)))
         if threading.get_ident() == self._loop_thread:
             self._batcher.submit(span)

@@ -17,7 +17,8 @@ layouts exist:
   endpoint (``tether.passthrough``), for inspection only.
 - **Tool spans** (kind ``tool``): ``TOOL_NAME``, ``TOOL_ARGUMENTS``, ``TOOL_CALL_ID``, and ``TOOL_RESULT`` or
   ``TOOL_ERROR`` (some adapters add ``TOOL_OUTPUT``, ``TOOL_FROM_CACHE``, ``LLM_CALL_ID``). **Reward spans**
-  (kind ``reward``): ``REWARD_VALUE``.
+  (kind ``reward``): ``REWARD_VALUE``, and ``REWARD_TARGET`` (a sub-agent or policy) and ``REWARD_FINAL``
+  (a ``reward=`` mapping's value, recorded after the run) where they apply.
 
 The sub-agent that made a call is the span's ``agent_name`` field, not an attribute.
 """
@@ -70,6 +71,12 @@ LLM_CALL_ID = "llm.call_id"
 # -- reward spans -----------------------------------------------------------------------------------------
 
 REWARD_VALUE = "reward.value"
+#: the sub-agent or policy a reward is for (``tether.emit_reward(value, agent=...)``, or a key of the mapping a
+#: ``reward=`` function returned); absent: the rollout's (the latest call before it, under ``credit="per_call"``)
+REWARD_TARGET = "reward.target"
+#: True on the reward spans the runner records for a ``reward=`` function's mapping: a target's final reward,
+#: not a reward emitted during the run
+REWARD_FINAL = "reward.final"
 
 # -- rollout metadata keys --------------------------------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """The Trainer: the user's façade. Settings once, then ``dev``, ``evaluate`` and ``fit``.
 
-``dev`` runs tasks once with no training and returns every rollout's status, output, reward, spans and
-transitions — for checking an agent's wiring. ``evaluate`` returns the metrics of such a run. ``fit`` opens
-the run folder and a ``tether.session.Session`` (store, model backend, proxy, runner) and hands it to the
-algorithm (``tether.algorithms.base.Algorithm``): the Trainer knows nothing of how an algorithm trains.
+``dev`` runs tasks once (or ``repeats`` times) with no training and returns every rollout's status, output,
+reward, spans and transitions with their advantages — for checking an agent's wiring. ``evaluate`` returns the
+metrics of such a run. ``fit`` opens the run folder and a ``tether.session.Session`` (store, model backend,
+proxy, runner) and hands it to the algorithm (``tether.algorithms.base.Algorithm``): the Trainer knows nothing
+of how an algorithm trains.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, check_algorithm
+from tether.algorithms.credit import credit_advantages
 from tether.dev_report import DevReport, report
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
@@ -22,7 +24,7 @@ from tether.ray_runners import RayRunners
 from tether.result import FitResult
 from tether.run_dir import RunDir
 from tether.session import Session, Settings, as_task
-from tether.transitions import CreditRule
+from tether.transitions import CreditRule, check_credit
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 from tether.wrap import WrappedAgent
 
@@ -51,6 +53,7 @@ class Trainer:
     heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
     credit: CreditRule = "episode"
     tool_error_penalty: float = 0.0
+    gamma: float = 1.0
     sampling: dict[str, Any] = field(default_factory=dict)
     max_attempts: int = 1
     timeout_s: float | None = None
@@ -62,23 +65,50 @@ class Trainer:
     progress: bool = True
     export: OTLPExport | None = None
 
+    def __post_init__(self) -> None:
+        check_credit(self.credit, self.tool_error_penalty, self.gamma)
+
     def dev(
-        self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
+        self,
+        agent: WrappedAgent,
+        tasks: Iterable[Any],
+        *,
+        model: str | ModelBackend | None = None,
+        repeats: int = 1,
     ) -> DevReport:
-        """Run each task once, untrained, and report everything captured. Sync wrapper of ``adev``."""
-        return run_sync(self.adev(agent, tasks, model=model))
+        """Run each task ``repeats`` times, untrained, and report everything captured, with each call's
+        advantage under this trainer's credit rule (the repeats of a task form its group: with one, only a
+        rule that compares calls within a rollout gives non-zero advantages). Sync wrapper of ``adev``."""
+        return run_sync(self.adev(agent, tasks, model=model, repeats=repeats))
 
     async def adev(
-        self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
+        self,
+        agent: WrappedAgent,
+        tasks: Iterable[Any],
+        *,
+        model: str | ModelBackend | None = None,
+        repeats: int = 1,
     ) -> DevReport:
         if not isinstance(agent, WrappedAgent):
             raise TypeError("Trainer.dev takes the result of tether.wrap(agent, ...)")
         items = list(tasks)
         if not items:
             raise ValueError("Trainer.dev needs at least one task")
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+        if repeats > 1:  # a task's repeats share its id: they are its group
+            items = [as_task(item) for item in items]
         async with self.session(agent, model=model) as session:
-            batch = await session.run_batch(items, mode=Mode.VAL, harvest=False)
-        return report(batch, agent.optimize)
+            batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
+        _, stats = credit_advantages(
+            batch.results,
+            credit=self.credit,
+            scale_by_std=bool(getattr(self.algorithm, "scale_by_std", True)),
+            tool_error_penalty=self.tool_error_penalty,
+        )
+        out = report(batch, agent.optimize)
+        out.notes.extend(stats.notes)
+        return out
 
     def evaluate(
         self, agent: WrappedAgent, tasks: Iterable[Any], *, model: str | ModelBackend | None = None
@@ -132,12 +162,14 @@ class Trainer:
 
     def settings(self) -> Settings:
         """The settings an algorithm reads, as an immutable copy."""
+        check_credit(self.credit, self.tool_error_penalty, self.gamma)
         return Settings(
             sampling=dict(self.sampling),
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
             credit=self.credit,
             tool_error_penalty=self.tool_error_penalty,
+            gamma=self.gamma,
             n_runners=self.n_runners,
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             seed=self.seed,

@@ -5,22 +5,28 @@ source of truth: it holds the request messages, the response and the token ids e
 produced them, and the sub-agent name sent by the adapter in a header. An adapter's own ``llm`` span of the
 same call (same request messages) only supplies the agent name when the proxy's is missing.
 
-Credit assignment (``credit=``):
+Rewards and credit (``credit=``; ``tether.algorithms.credit`` turns them into advantages):
 
-- ``"episode"`` (default): every call gets the rollout's reward.
-- ``"per_call"``: every call gets the rollout's reward plus the ``reward`` spans emitted after it and before
-  the next call of the attempt (``tether.emit_reward`` from inside the agent).
-- ``tool_error_penalty``: subtracted from a call once for each tool it requested that failed (a ``tool``
-  span with ``TOOL_ERROR``, attributed to the last call before it). Works with either rule.
+- A call's *target reward* ``R`` is the final reward of its sub-agent when the ``reward=`` function returned a
+  mapping holding it (``REWARD_FINAL`` spans), else its policy's, else the rollout's reward.
+- ``"episode"`` (default): a call's ``reward`` is ``R``.
+- ``"per_call"``: a call's ``reward`` is its return ``G_t = r_t + gamma**(T-1-t) * R`` (``T`` calls in the
+  attempt), where ``r_t`` sums the rewards emitted for it: ``tether.emit_reward(v)`` spans after it and before
+  the next call, and ``tether.emit_reward(v, agent=X)`` spans whose latest call of ``X`` (a sub-agent or a
+  policy) before them is this one.
+- ``tool_error_penalty``: subtracted from a call's ``r_t`` once for each tool it requested that failed (a
+  ``tool`` span with ``TOOL_ERROR``, attributed to the last call before it). Works with either rule.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from tether import _json
+from tether.policies import PolicyMap
 from tether.spans import (
     ERROR,
     LLM_CALL,
@@ -28,12 +34,13 @@ from tether.spans import (
     PASSTHROUGH_CALL,
     POLICY,
     REQUEST_MESSAGES,
+    REWARD_FINAL,
+    REWARD_TARGET,
     REWARD_VALUE,
     TOOL_ERROR,
     WEIGHTS_VERSION,
     ProxyLLMAttributes,
 )
-from tether.policies import PolicyMap
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
 CreditRule = Literal["episode", "per_call"]
@@ -46,6 +53,12 @@ class TransitionReport:
     transitions: list[Transition] = field(default_factory=list)
     agent_names: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
+    #: the final reward of each sub-agent or policy the ``reward=`` mapping named (empty for a number)
+    target_rewards: dict[str, float] = field(default_factory=dict)
+    #: rewards emitted during the attempt (``tether.emit_reward``)
+    emitted_rewards: int = 0
+    #: tool spans in the attempt
+    tool_spans: int = 0
 
 
 def is_proxy_llm_span(span: Span) -> bool:
@@ -60,6 +73,7 @@ def build_transitions(
     credit: CreditRule = "episode",
     tool_error_penalty: float = 0.0,
     policies: PolicyMap | None = None,
+    gamma: float = 1.0,
 ) -> TransitionReport:
     """Transitions of one attempt (its spans in sequence order), with rewards, ``trainable`` flags and
     policies. ``policies`` (the wrapped agent's) decides both; without it ``optimize`` decides what trains."""
@@ -68,11 +82,11 @@ def build_transitions(
     report = TransitionReport()
     ordered = sorted(spans, key=lambda s: s.sequence if s.sequence is not None else 0)
     names_by_request = _adapter_agent_names(ordered)
-    base_reward = rollout.reward if rollout.reward is not None else 0.0
+    report.target_rewards = final_rewards(ordered)
     current: Transition | None = None
     for span in ordered:
         if is_proxy_llm_span(span):
-            current = _transition_from(rollout, span, len(report.transitions), base_reward, names_by_request)
+            current = _transition_from(rollout, span, len(report.transitions), names_by_request)
             if policies is not None:
                 current.trainable = policies.trains(current.agent_name)
                 if current.policy is None:  # (the proxy records it; older spans may lack it)
@@ -84,11 +98,16 @@ def build_transitions(
                 report.agent_names.add(current.agent_name)
         elif span.kind == SpanKind.LLM and span.agent_name and span.name != PASSTHROUGH_CALL:
             report.agent_names.add(span.agent_name)  # (a passthrough call is not the policy's)
-        elif span.kind == SpanKind.REWARD and credit == "per_call" and current is not None:
-            current.reward += float(span.attributes.get(REWARD_VALUE, 0.0))
-        elif span.kind == SpanKind.TOOL and tool_error_penalty and current is not None:
-            if span.attributes.get(TOOL_ERROR) is not None:
-                current.reward -= tool_error_penalty
+        elif span.kind == SpanKind.REWARD and not span.attributes.get(REWARD_FINAL):
+            report.emitted_rewards += 1
+            owner = _reward_owner(report.transitions, span.attributes.get(REWARD_TARGET), current)
+            if credit == "per_call" and owner is not None:
+                owner.step_reward += float(span.attributes.get(REWARD_VALUE, 0.0))
+        elif span.kind == SpanKind.TOOL:
+            report.tool_spans += 1
+            if tool_error_penalty and current is not None and span.attributes.get(TOOL_ERROR) is not None:
+                current.step_reward -= tool_error_penalty
+    _set_rewards(report, rollout, credit, gamma)
     failed = [s for s in ordered if s.kind == SpanKind.LLM and s.name == LLM_CALL_FAILED]
     if failed:
         calls = len(failed) + len(report.transitions)
@@ -105,9 +124,59 @@ def build_transitions(
     return report
 
 
-def _transition_from(
-    rollout: Rollout, span: Span, step: int, reward: float, names_by_request: dict[bytes, str]
-) -> Transition:
+def check_credit(credit: Any, tool_error_penalty: Any, gamma: Any) -> None:
+    """``ValueError`` naming the fix for a bad ``credit=``, ``tool_error_penalty=`` or ``gamma=``."""
+    if credit not in ("episode", "per_call"):
+        raise ValueError(f"credit must be 'episode' or 'per_call', got {credit!r}")
+    if not _finite(tool_error_penalty) or tool_error_penalty < 0:
+        raise ValueError(f"tool_error_penalty must be a finite number >= 0, got {tool_error_penalty!r}")
+    if not _finite(gamma) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    if gamma != 1.0 and credit != "per_call":
+        raise ValueError(
+            f"gamma={gamma!r} discounts per-call returns: set credit='per_call', or leave gamma at 1.0 for "
+            "'episode'"
+        )
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def final_rewards(spans: Iterable[Span]) -> dict[str, float]:
+    """The final reward of each target a ``reward=`` mapping named (its ``REWARD_FINAL`` spans)."""
+    out: dict[str, float] = {}
+    for span in spans:
+        target = span.attributes.get(REWARD_TARGET)
+        if span.kind == SpanKind.REWARD and span.attributes.get(REWARD_FINAL) and isinstance(target, str):
+            out[target] = float(span.attributes.get(REWARD_VALUE, 0.0))
+    return out
+
+
+def _reward_owner(calls: list[Transition], target: Any, current: Transition | None) -> Transition | None:
+    """The call an emitted reward is for: the latest call of its target sub-agent or policy, else the latest
+    call (no target); None when there is no such call before it."""
+    if not isinstance(target, str) or not target:
+        return current
+    return next((t for t in reversed(calls) if target in (t.agent_name, t.policy)), None)
+
+
+def _set_rewards(report: TransitionReport, rollout: Rollout, credit: CreditRule, gamma: float) -> None:
+    """Each call's target and target reward, and its ``reward`` under the credit rule."""
+    base = rollout.reward
+    last = len(report.transitions) - 1
+    for t in report.transitions:
+        if t.agent_name is not None and t.agent_name in report.target_rewards:
+            t.target = t.agent_name
+        elif t.policy is not None and t.policy in report.target_rewards:
+            t.target = t.policy
+        t.target_reward = report.target_rewards[t.target] if t.target is not None else base
+        final = t.target_reward if t.target_reward is not None else 0.0
+        discount = gamma ** (last - t.step) if credit == "per_call" else 1.0
+        t.reward = t.step_reward + discount * final
+
+
+def _transition_from(rollout: Rollout, span: Span, step: int, names_by_request: dict[bytes, str]) -> Transition:
     attrs = cast(ProxyLLMAttributes, span.attributes)  # read defensively: a store may hold older spans
     request = attrs.get("request")
     messages = (request.get("messages") if request else None) or []
@@ -125,7 +194,7 @@ def _transition_from(
         prompt_token_ids=list(attrs.get("prompt_token_ids") or []),
         response_token_ids=list((choice.get("response_token_ids") if choice else None) or []),
         logprobs=choice.get("logprobs") if choice else None,
-        reward=reward,
+        reward=0.0,
         trainable=False,
         weights_version=_version(span.attributes.get(WEIGHTS_VERSION)),
         policy=_policy(span.attributes.get(POLICY)),

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Self, TypeVar
@@ -280,6 +281,37 @@ class Transition(_Record):
     #: the policy that served the call (``tether.policies``: a trained policy's name or ``"frozen"``); None if
     #: unknown (spans stored before policies were recorded)
     policy: str | None = None
+    #: the sub-agent or policy whose final reward the call is credited with (a key of the ``reward=`` mapping),
+    #: None for the rollout's own reward
+    target: str | None = None
+    #: that final reward (None when the rollout has no reward)
+    target_reward: float | None = None
+    #: the call's own reward: rewards emitted for it (``credit="per_call"`` only) minus ``tool_error_penalty``
+    #: for each tool it requested that failed
+    step_reward: float = 0.0
+
+
+def check_rewards(value: Any) -> float | dict[str, float]:
+    """A ``reward=`` function's value: a finite number, or a non-empty mapping from sub-agent or policy names
+    (non-empty strings) to finite numbers (returned as a dict); ``ValueError`` naming what is wrong otherwise."""
+    if not isinstance(value, Mapping):
+        return check_reward(value)
+    if not value:
+        raise ValueError(
+            "reward= returned an empty mapping: return a number, or {sub-agent or policy name: number, ...}"
+        )
+    out: dict[str, float] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(
+                f"reward= returned a mapping with key {key!r}: its keys must be sub-agent or policy names "
+                "(non-empty strings)"
+            )
+        try:
+            out[key] = check_reward(item)
+        except ValueError as exc:
+            raise ValueError(f"reward= returned {{{key!r}: {item!r}}}: {exc}") from None
+    return out
 
 
 def check_reward(value: Any) -> float:

@@ -18,9 +18,10 @@ from tether.adapters import Adapter, CannotCopy
 from tether.passthrough_calls import client_ids, clients_held, passthrough
 from tether.plugins import get_plugins
 from tether.policies import PolicyMap
-from tether.types import Resources, check_reward
+from tether.types import Resources, check_rewards
 
-RewardFn = Callable[[Any, Any], float | Awaitable[float]]
+#: ``reward(task, output)``: the rollout's reward, or ``{sub-agent or policy name: reward, ...}`` (sync or async)
+RewardFn = Callable[[Any, Any], float | Mapping[str, float] | Awaitable[float | Mapping[str, float]]]
 RunFn = Callable[..., Any]  # run(agent, task) or run(agent, task, resources)
 
 
@@ -69,16 +70,17 @@ class WrappedAgent:
                 result = await result
             return result
 
-    async def score(self, task: Any, output: Any) -> float | None:
-        """The ``reward`` function's value for this output (None when there is no reward function). It runs as
-        ``tether.passthrough()``: a judge it calls keeps its own endpoint and is never trained."""
+    async def score(self, task: Any, output: Any) -> float | dict[str, float] | None:
+        """The ``reward`` function's value for this output: a number, or a mapping from sub-agent or policy
+        names to numbers (None when there is no reward function). It runs as ``tether.passthrough()``: a judge
+        it calls keeps its own endpoint and is never trained."""
         if self.reward is None:
             return None
         with passthrough(), clients_held(self._passthrough_ids):
             value = self.reward(task, output)
             if inspect.isawaitable(value):
                 value = await value
-        return check_reward(value)
+        return check_rewards(value)
 
     def is_trainable(self, agent_name: str | None) -> bool:
         return self.policies.trains(agent_name)
@@ -95,7 +97,9 @@ def wrap(
 ) -> WrappedAgent:
     """Make ``agent`` trainable without changing it.
 
-    ``reward(task, output)`` scores a rollout (or the agent calls ``tether.emit_reward``); ``optimize`` names
+    ``reward(task, output)`` scores a rollout, with a number or with ``{sub-agent or policy: number}`` (each
+    sub-agent's calls are then credited with their own value; the rollout's reward is the mean of the values),
+    or the agent calls ``tether.emit_reward``; ``optimize`` names
     the sub-agents whose calls are trained (default: all), as a list (one shared policy serves every
     sub-agent) or as ``{policy: [sub-agent, ...]}`` (a policy with its own weights per key; the sub-agents
     not named are served by the frozen starting model, see ``tether.policies``); ``adapter`` picks the adapter by name when the

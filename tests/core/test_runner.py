@@ -66,7 +66,7 @@ class _DictAgentAdapter(Adapter):
                     )
                 answer = message.get("content")
         if agent.get("emit"):
-            tether.emit_reward(agent["emit"])
+            tether.emit_reward(agent["emit"], agent=agent.get("emit_for"))
         return answer
 
 
@@ -92,11 +92,11 @@ def _echo(request: dict[str, Any]) -> Reply:
     return text(f"answer to {question}")
 
 
-async def _dev(agent: Any, tasks: list[Any], **trainer: Any) -> Any:
+async def _dev(agent: Any, tasks: list[Any], repeats: int = 1, **trainer: Any) -> Any:
     async with FakeLLM(handler=_echo) as llm:
         backend = RemoteBackend(llm.base_url, return_token_ids=True)
         try:
-            return await tether.Trainer(model=backend, **trainer).adev(agent, tasks)
+            return await tether.Trainer(model=backend, **trainer).adev(agent, tasks, repeats=repeats)
         finally:
             await backend.close()
 
@@ -180,6 +180,71 @@ async def test_emit_reward_scores_a_rollout_without_reward_function() -> None:
     (rollout,) = (await _dev(agent, ["x"])).rollouts
     assert rollout.reward == 0.5
     assert any(s.kind == SpanKind.REWARD and s.attributes[spans.REWARD_VALUE] == 0.5 for s in rollout.spans)
+
+
+async def test_a_reward_mapping_scores_each_sub_agent_and_the_rollout_by_their_mean() -> None:
+    agent = tether.wrap({"name": "solver", "calls": 2}, reward=lambda t, o: {"solver": 1.0, "judge": 0.25})
+    report = await _dev(agent, ["x", "y"])
+    rollout = report.rollouts[0]
+    assert rollout.reward == 0.625  # the mean of the mapping's values
+    finals = {
+        s.attributes[spans.REWARD_TARGET]: s.attributes[spans.REWARD_VALUE]
+        for s in rollout.spans
+        if s.kind == SpanKind.REWARD and s.attributes.get(spans.REWARD_FINAL)
+    }
+    assert finals == {"solver": 1.0, "judge": 0.25}
+    assert [(t.target, t.target_reward) for t in rollout.transitions] == [("solver", 1.0)] * 2
+    metrics = report.metrics()
+    assert metrics["mean_reward"] == 0.625 and metrics["mean_reward/judge"] == 0.25
+    assert metrics["mean_reward/solver"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("mapping", "why"),
+    [({"solver": math.nan}, "reward= returned {'solver': nan}"), ({}, "reward= returned an empty mapping")],
+)
+async def test_a_bad_reward_mapping_fails_the_rollout_with_what_is_wrong(mapping: Any, why: str) -> None:
+    report = await _dev(tether.wrap({"name": "solver", "calls": 1}, reward=lambda t, o: mapping), ["x"])
+    assert report.rollouts[0].status == RolloutStatus.FAILED
+    assert why in " ".join(report.all_problems)
+
+
+async def test_dev_shows_each_calls_policy_and_advantage_under_the_credit_rule() -> None:
+    agent = tether.wrap({"name": "solver", "calls": 2, "emit": 0.5, "emit_for": "solver"}, optimize=["solver"])
+    report = await _dev(agent, ["x"], credit="per_call")
+    (rollout,) = report.rollouts
+    # one rollout: both calls are alone at their position and fall back to the task's 'solver' calls, whose
+    # returns are 0.5 (the final reward) and 1.0 (the reward emitted for the latest call, plus the final one)
+    assert [t.reward for t in rollout.transitions] == [0.5, 1.0]
+    lines = [line for line in str(rollout).splitlines() if "LLM:" in line]
+    assert lines[0].endswith("· policy=policy trains adv=-1.00"), lines
+    assert lines[1].endswith("· policy=policy trains adv=+1.00"), lines
+    assert report.notes == []
+
+
+async def test_dev_repeats_tasks_into_groups_and_notes_a_rule_that_cannot_apply() -> None:
+    seen: set[str] = set()
+
+    def first_run_wins(task: str, output: Any) -> float:  # one rollout of each task scores 1, the other 0
+        won = task not in seen
+        seen.add(task)
+        return float(won)
+
+    report = await _dev(
+        tether.wrap({"name": "a", "calls": 1}, reward=first_run_wins), ["x", "y"], 2, credit="per_call"
+    )
+    assert [r.rollout.task_id for r in report][::2] == [r.rollout.task_id for r in report][1::2]
+    advantages = {r.rollout.rollout_id: r.transitions[0].advantage for r in report}
+    assert sorted(advantages.values()) == pytest.approx([-1.0, -1.0, 1.0, 1.0], abs=1e-4)
+    for r in report:
+        assert (r.reward == 1.0) == (advantages[r.rollout.rollout_id] > 0)
+    assert any("credit='per_call' found no emitted rewards" in n for n in report.notes)
+    assert "note: credit='per_call' found no emitted rewards" in str(report)
+
+
+def test_emit_reward_for_a_bad_agent_name_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"emit_reward\(agent=\.\.\.\) takes a sub-agent or policy name"):
+        tether.emit_reward(1.0, agent="")
 
 
 async def test_missing_reward_and_missing_llm_calls_are_reported() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tether.algorithms.advantages import AdvantageStats, assign, group_advantages
+from tether.algorithms.credit import CreditStats, credit_advantages
 
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
@@ -17,7 +18,17 @@ if TYPE_CHECKING:
     from tether.algorithms.sft import SFT
     from tether.algorithms.verl import VERL
 
-__all__ = ["APO", "GRPO", "SFT", "VERL", "AdvantageStats", "assign", "group_advantages"]
+__all__ = [
+    "APO",
+    "GRPO",
+    "SFT",
+    "VERL",
+    "AdvantageStats",
+    "CreditStats",
+    "assign",
+    "credit_advantages",
+    "group_advantages",
+]
 
 
 def __getattr__(name: str) -> Any:

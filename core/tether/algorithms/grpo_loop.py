@@ -2,8 +2,9 @@
 metrics and a progress bar. ``GRPO.fit`` runs it on the ``Session`` that ``Trainer.fit`` opens.
 
 Each step samples ``tasks_per_step`` training tasks, runs ``group_size`` rollouts of each (sampled at the
-algorithm's temperature), builds transitions, computes per-rollout group advantages and updates the model in
-place; the proxy serves the new weights to the next rollouts. Validation runs before training, every
+algorithm's temperature), builds transitions, gives each its advantage under the trainer's credit rule
+(``tether.algorithms.credit``) and updates the model in place; the proxy serves the new weights to the next
+rollouts. Validation runs before training, every
 ``eval_every`` steps and at the end, greedy (temperature 0) and sampled (temperature 1). A checkpoint
 (weights, optimizer, step) is written after every evaluation; ``resume=True`` continues from it.
 
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from tether.algorithms.advantages import assign, group_advantages
+from tether.algorithms.credit import credit_advantages
 from tether.algorithms.grpo_policies import trained_policies, update_policies
 from tether.fit_progress import FitProgress
 from tether.models.base import TrainableBackend
@@ -87,13 +88,16 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
 
 async def evaluate(session: Session, tasks: Sequence[Task], *, step: int = 0) -> dict[str, Any]:
     """One pass over ``tasks`` greedy (temperature 0) and one sampled (temperature 1): accuracy (mean
-    reward), the share of rollouts that called a tool, and failed rollouts of each."""
+    reward), the accuracy of each target of a ``reward=`` mapping (``greedy_accuracy/<target>``), the share of
+    rollouts that called a tool, and failed rollouts of each."""
     record: dict[str, Any] = {"kind": "eval", "step": step}
     for label, temperature in (("greedy", 0.0), ("sampled", 1.0)):
         batch = await session.run_batch(tasks, 1, {"temperature": temperature}, Mode.VAL)
         record[f"{label}_accuracy"] = batch.mean_reward
         record[f"{label}_tool_rate"] = batch.tool_rate
         record[f"{label}_failed"] = batch.failed
+        for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own
+            record[f"{label}_accuracy/{target}"] = value
     return record
 
 
@@ -109,6 +113,14 @@ class _Loop:
         self.step = 0
         #: the policies updated one by one (each its own weights); None: the one shared policy
         self.policies: list[str] | None = None
+        self._noted: set[str] = set()
+
+    def _note(self, notes: list[str]) -> None:
+        """Warn once per run of each credit rule that could not apply."""
+        for note in notes:
+            if note not in self._noted:
+                self._noted.add(note)
+                warnings.warn(note, stacklevel=3)
 
     def record(self, record: dict[str, Any], bar: FitProgress) -> None:
         self.history.append(record)
@@ -121,8 +133,14 @@ class _Loop:
         batch = await self.session.run_batch(tasks, algo.group_size, {"temperature": algo.temperature}, Mode.TRAIN)
         if self.step == 0:
             self._check_wiring(batch)
-        stats = group_advantages(batch.rollouts, scale_by_std=algo.scale_by_std)
-        trainable = assign(batch.transitions, stats)
+        settings = self.session.settings
+        trainable, stats = credit_advantages(
+            batch.results,
+            credit=settings.credit,
+            scale_by_std=algo.scale_by_std,
+            tool_error_penalty=settings.tool_error_penalty,
+        )
+        self._note(stats.notes)
         pad = self.backend.pad_token_id
 
         def _update() -> dict[str, float]:
@@ -142,8 +160,8 @@ class _Loop:
             "tool_rate": batch.tool_rate,
             "rollouts": len(batch.results),
             "failed": batch.failed,
-            "groups": stats.groups,
-            "flat_groups": stats.flat_groups,
+            **stats.metrics(),
+            **{f"reward/{target}": value for target, value in batch.target_rewards.items()},
             "transitions": len(batch.transitions),
             "rollouts_per_s": len(batch.results) / max(batch.seconds, 1e-9),
             **update,
