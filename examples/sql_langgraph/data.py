@@ -151,7 +151,8 @@ def checker_reward(task: dict[str, Any], output: Any) -> float:
     checks = output.get("checks") if isinstance(output, dict) else None
     if not checks:
         return 0.0
-    return sum(verdict_right(task, str(c.get("query", "")), str(c.get("verdict", ""))) for c in checks) / len(checks)
+    right = [verdict_right(task, str(c.get("query", "")), str(c.get("verdict", ""))) for c in checks]
+    return sum(right) / len(right)
 
 
 def _same(rows: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], ordered: bool) -> bool:

@@ -292,7 +292,8 @@ def test_two_policies_route_each_node_and_reward_it_on_its_own_target(
     conversations = []
     for q in questions:  # the agent's exact requests, captured from a scripted run
         with FakeLLM(handler=_scripted(q, first=q.sql, checker=lambda user: "FIX")) as fake:
-            report = tether.Trainer(model=fake.base_url).dev(tether.wrap(agent.graph, reward=data.reward), [q.task()])
+            scripted = tether.Trainer(model=fake.base_url)
+            report = scripted.dev(tether.wrap(agent.graph, reward=data.reward), [q.task()])
         for t in report.rollouts[0].transitions:
             conversations.append([*t.messages, {"role": "assistant", "content": t.response.get("content")}])
     model = create_embedded([q.text for q in questions] + [q.sql for q in questions], preset="nano", seed=0)
@@ -300,7 +301,8 @@ def test_two_policies_route_each_node_and_reward_it_on_its_own_target(
     model.save(tmp_path / "taught")
 
     wrapped = tether.wrap(agent.graph, reward=train_script.policy_rewards, optimize=train_script.POLICIES)
-    trainer = tether.Trainer(model=f"embedded:{tmp_path / 'taught'}", sampling={"temperature": 0.0, "max_tokens": 60})
+    sampling = {"temperature": 0.0, "max_tokens": 60}
+    trainer = tether.Trainer(model=f"embedded:{tmp_path / 'taught'}", sampling=sampling)
     report = trainer.dev(wrapped, [q.task() for q in questions])
     assert not report.all_problems, report.all_problems
     for q, rollout in zip(questions, report.rollouts, strict=True):
