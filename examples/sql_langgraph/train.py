@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     reward = data.reward if args.policies == "shared" else policy_rewards
     wrapped = tether.wrap(agent.graph, reward=reward, optimize=optimize)
     before = held_out(agent, f"embedded:{checkpoint}", optimize, questions["test"], args)
+    print("held-out before training: " + ", ".join(f"{k} {v:.0%}" for k, v in before.items()))
     result = trainer.fit(
         wrapped,
         train=[q.task() for q in questions["train"]],
@@ -215,8 +216,10 @@ def held_out(
     )
     tasks = [q.task() for q in questions]
     report = trainer.dev(wrapped, tasks)
-    if report.all_problems:
-        raise RuntimeError("the held-out run went wrong:\n" + "\n".join(report.all_problems[:5]))
+    # a checker that says OK to every query leaves rewrite_query uncalled: that is a result, not a fault
+    problems = [p for p in report.all_problems if not p.startswith("unknown sub-agent")]
+    if problems:
+        raise RuntimeError("the held-out run went wrong:\n" + "\n".join(problems[:5]))
     inputs = [r.rollout.input for r in report]
     execution = [data.reward(t, r.output) for t, r in zip(inputs, report, strict=True)]
     checks = [
