@@ -200,13 +200,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     _summary(result, demo_accuracy, len(questions["test"]), args.policies)
     if result.checkpoint is not None:
-        after = held_out(agent, f"embedded:{result.checkpoint}", optimize, questions["test"], args)
+        trained = serving(result.checkpoint, optimize)
+        try:
+            after = held_out(agent, trained, optimize, questions["test"], args)
+        finally:
+            if not isinstance(trained, str):
+                tether._loop.run_sync(trained.close())
         _held_out_table(before, after, args.policies)
     return 0
 
 
+def serving(checkpoint: Path, optimize: Any) -> Any:
+    """What serves a fit's checkpoint: ``embedded:<dir>`` for one policy; for a policy map, the embedded
+    backend holding every policy's trained weights (``policies/<name>`` beside the frozen start)."""
+    if isinstance(optimize, list):
+        return f"embedded:{checkpoint}"
+    from tether.models import open_backend
+
+    backend: Any = open_backend(f"embedded:{checkpoint}")
+    backend.declare_policies(list(optimize))
+    backend.load_weights(str(checkpoint))
+    return backend
+
+
 def held_out(
-    agent_module: Any, model: str, optimize: Any, questions: list[data.Question], args: argparse.Namespace
+    agent_module: Any, model: Any, optimize: Any, questions: list[data.Question], args: argparse.Namespace
 ) -> dict[str, float]:
     """Greedy figures of ``model`` on the held-out questions: the agent's execution accuracy and its checker's
     verdict accuracy in the loop (on the queries the writer wrote), and the checker on the fixed probe."""
@@ -231,9 +249,7 @@ def held_out(
         "execution": sum(execution) / len(execution),
         "verdicts_in_loop": sum(checks) / max(len(checks), 1),
     }
-    # the probe graph has only the checker's node: only the checker's policy is named
-    probe_optimize = None if isinstance(optimize, list) else {"checker": POLICIES["checker"]}
-    probe = checker_probe.probe_accuracy(agent_module, model, questions, probe_optimize, args.runners)
+    probe = checker_probe.probe_accuracy(agent_module, model, questions, optimize, args.runners)
     figures.update({f"probe_{kind}": value for kind, value in probe.items()})
     return figures
 
