@@ -193,5 +193,9 @@ def demo_rewrite(q: Question, rng: random.Random, p_correct: float) -> str:
     return demo_sense(q, rng, p_correct)
 
 
-def demo_check(sql: str) -> str:
-    return "FIX" if outcome_is_bad(sql) else "OK"
+def demo_check(sql: str, rng: random.Random | None = None, noise: float = 0.0) -> str:
+    """FIX when the query fails or returns no rows; else OK, or FIX at random with probability ``noise``
+    (a checker that doubts valid results, right or wrong, at the same rate)."""
+    if outcome_is_bad(sql):
+        return "FIX"
+    return "FIX" if rng is not None and rng.random() < noise else "OK"

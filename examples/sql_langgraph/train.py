@@ -68,7 +68,7 @@ def demonstrator(agent_module: Any, questions: list[data.Question], args: argpar
         if node == "rewrite":
             return text(data.demo_rewrite(question, rng, args.demo_accuracy))
         sql = re.search(r"^SQL: (.*)$", user, re.MULTILINE)
-        return text(data.demo_check(sql.group(1) if sql else ""))
+        return text(data.demo_check(sql.group(1) if sql else "", rng, args.demo_check_noise))
 
     return handler
 
@@ -149,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--demo-typos", type=float, default=0.25, help="how often a first query has a typo")
     parser.add_argument("--demo-passes", type=int, default=4, help="demonstration runs over train questions")
+    parser.add_argument(
+        "--demo-check-noise",
+        type=float,
+        default=0.0,
+        help="how often the demonstrator's checker says FIX to a query that ran and returned rows, right or not",
+    )
     parser.add_argument("--check-share", type=float, default=0.35, help="share of checker calls fine-tuned on")
     parser.add_argument("--sft-epochs", type=int, default=12)
     parser.add_argument("--sft-lr", type=float, default=3e-3)

@@ -128,6 +128,9 @@ def test_demonstrator_leans_to_the_first_sense_at_the_given_rates() -> None:
     assert all(data.demo_rewrite(q, rng, 1.0) == q.sql for q in qs)
     assert {data.demo_check(q.typo) for q in qs} == {"FIX"} and {data.demo_check(q.sql) for q in qs} == {"OK"}
     assert data.demo_check("SELECT name FROM products WHERE price > 1000") == "FIX"  # no rows
+    noisy = [data.demo_check(q.sql, rng, 0.3) for q in qs]  # doubts valid results at the given rate
+    assert 0.22 < noisy.count("FIX") / len(noisy) < 0.38
+    assert {data.demo_check(q.typo, rng, 0.3) for q in qs} == {"FIX"}
 
 
 # -- the agent through tether ----------------------------------------------------------------------------------
