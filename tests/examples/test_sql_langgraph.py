@@ -104,6 +104,18 @@ def test_reward_checks_order_only_when_the_question_asks() -> None:
     assert data.reward({**q.task(), "ordered": False}, reversed_order) == 1.0
 
 
+def test_checker_reward_scores_each_verdict_against_execution_match() -> None:
+    q = _question("aggregate")
+    task = q.task()
+    assert data.verdict_right(task, q.sql, "OK") and not data.verdict_right(task, q.sql, "FIX")
+    assert data.verdict_right(task, q.confused, "FIX") and not data.verdict_right(task, q.confused, "OK")
+    assert data.verdict_right(task, q.typo, "FIX") and not data.verdict_right(task, q.typo, "OK")
+    checks = [(q.sql, "OK"), (q.confused, "OK"), (q.typo, "FIX"), (q.sql, "FIX")]
+    output = {"query": q.sql, "checks": [{"query": sql, "verdict": v} for sql, v in checks]}
+    assert data.checker_reward(task, output) == 0.5
+    assert data.checker_reward(task, {"query": q.sql}) == 0.0 and data.checker_reward(task, q.sql) == 0.0
+
+
 def test_runaway_query_is_stopped() -> None:
     cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d"
     with pytest.raises(shop.sqlite3.OperationalError, match="interrupted"):
