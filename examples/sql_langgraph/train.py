@@ -163,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--policies",
-        choices=("shared", "two"),
+        choices=("shared", "two", "checker"),
         default="shared",
         help="shared: one policy trained on write + rewrite, check served by it; two: writer and checker, each "
-        "with its own weights and reward",
+        "with its own weights and reward; checker: only the checker trains (the writer stays the warm start)",
     )
     parser.add_argument("--name", default=None, help="the run's folder under --run-dir (default: grpo / grpo-two)")
     parser.add_argument("--resume", action="store_true")
@@ -189,11 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         steps=args.steps,
         eval_every=args.eval_every,
         seed=args.seed,
-        name=args.name or ("grpo" if args.policies == "shared" else "grpo-two"),
+        name=args.name or {"shared": "grpo", "two": "grpo-two", "checker": "grpo-checker"}[args.policies],
         run_root=str(run_dir),
         sampling={"max_tokens": 80},
     )
-    optimize: Any = OPTIMIZE if args.policies == "shared" else POLICIES
+    optimize: Any = {"shared": OPTIMIZE, "two": POLICIES, "checker": {"checker": POLICIES["checker"]}}[
+        args.policies
+    ]
     reward = data.reward if args.policies == "shared" else policy_rewards
     wrapped = tether.wrap(agent.graph, reward=reward, optimize=optimize)
     before = held_out(agent, f"embedded:{checkpoint}", optimize, questions["test"], args)
