@@ -2,7 +2,8 @@
 
 ``write_query`` turns the question into SQL, ``execute`` runs it, ``check_query`` reads the query and what
 it returned and answers OK or FIX; on FIX, ``rewrite_query`` writes a new query, which is run and checked
-again — at most ``MAX_REWRITES`` times. The graph's final state holds the last query and its result.
+again — at most ``MAX_REWRITES`` times. The graph's final state holds the last query and its result, and
+``checks``: every query the checker read with its verdict.
 
 The model client is built at import time with a fixed base URL; tether redirects its requests while it
 trains the agent, and the agent's code never changes.
@@ -10,9 +11,10 @@ trains the agent, and the agent's code never changes.
 
 from __future__ import annotations
 
+import operator
 import re
 import sqlite3
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import shop
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -38,6 +40,7 @@ class State(TypedDict, total=False):
     rows: list[Any]
     error: str | None
     verdict: str
+    checks: Annotated[list[dict[str, str]], operator.add]  # every check: the query it read and its verdict
     rewrites: int
 
 
@@ -69,7 +72,8 @@ def execute(state: State) -> dict[str, Any]:
 
 async def check_query(state: State) -> dict[str, Any]:
     reply = await llm.ainvoke([SystemMessage(CHECK_PROMPT), HumanMessage(_review(state))])
-    return {"verdict": "FIX" if "FIX" in str(reply.content).upper() else "OK"}
+    verdict = "FIX" if "FIX" in str(reply.content).upper() else "OK"
+    return {"verdict": verdict, "checks": [{"query": state["query"], "verdict": verdict}]}
 
 
 async def rewrite_query(state: State) -> dict[str, Any]:

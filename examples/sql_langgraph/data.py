@@ -139,6 +139,22 @@ def reward(task: dict[str, Any], output: Any) -> float:
     return float(_same(rows, shop.run(task["sql"]), bool(task.get("ordered"))))
 
 
+def verdict_right(task: dict[str, Any], query: str, verdict: str) -> bool:
+    """Whether a checker's verdict on ``query`` was right: OK when the query's rows match the gold's (the
+    execution match of ``reward``), FIX otherwise (wrong rows, no rows where the gold has some, an error)."""
+    return (verdict == "OK") == (reward(task, query) == 1.0)
+
+
+def checker_reward(task: dict[str, Any], output: Any) -> float:
+    """The share of the checker's verdicts in a rollout that were right (``verdict_right`` on each query it
+    read, from the final state's ``checks``); 0 when it recorded none."""
+    checks = output.get("checks") if isinstance(output, dict) else None
+    if not checks:
+        return 0.0
+    right = [verdict_right(task, str(c.get("query", "")), str(c.get("verdict", ""))) for c in checks]
+    return sum(right) / len(right)
+
+
 def _same(rows: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], ordered: bool) -> bool:
     a, b = [_normal(r) for r in rows], [_normal(r) for r in gold]
     return a == b if ordered else Counter(a) == Counter(b)
@@ -177,5 +193,9 @@ def demo_rewrite(q: Question, rng: random.Random, p_correct: float) -> str:
     return demo_sense(q, rng, p_correct)
 
 
-def demo_check(sql: str) -> str:
-    return "FIX" if outcome_is_bad(sql) else "OK"
+def demo_check(sql: str, rng: random.Random | None = None, noise: float = 0.0) -> str:
+    """FIX when the query fails or returns no rows; else OK, or FIX at random with probability ``noise``
+    (a checker that doubts valid results, right or wrong, at the same rate)."""
+    if outcome_is_bad(sql):
+        return "FIX"
+    return "FIX" if rng is not None and rng.random() < noise else "OK"

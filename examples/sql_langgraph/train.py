@@ -28,11 +28,19 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import checker_probe  # noqa: E402
 import data  # noqa: E402
 
 import tether  # noqa: E402
 
 OPTIMIZE = ["write_query", "rewrite_query"]
+#: ``--policies two``: a policy with its own weights per key, each trained on its own reward
+POLICIES = {"writer": ["write_query", "rewrite_query"], "checker": ["check_query"]}
+
+
+def policy_rewards(task: dict[str, Any], output: Any) -> dict[str, float]:
+    """``--policies two``: the writer is scored on execution match, the checker on its verdicts."""
+    return {"writer": data.reward(task, output), "checker": data.checker_reward(task, output)}
 
 
 def demonstrator(agent_module: Any, questions: list[data.Question], args: argparse.Namespace, seed: str) -> Any:
@@ -60,7 +68,7 @@ def demonstrator(agent_module: Any, questions: list[data.Question], args: argpar
         if node == "rewrite":
             return text(data.demo_rewrite(question, rng, args.demo_accuracy))
         sql = re.search(r"^SQL: (.*)$", user, re.MULTILINE)
-        return text(data.demo_check(sql.group(1) if sql else ""))
+        return text(data.demo_check(sql.group(1) if sql else "", rng, args.demo_check_noise))
 
     return handler
 
@@ -141,13 +149,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--demo-typos", type=float, default=0.25, help="how often a first query has a typo")
     parser.add_argument("--demo-passes", type=int, default=4, help="demonstration runs over train questions")
+    parser.add_argument(
+        "--demo-check-noise",
+        type=float,
+        default=0.0,
+        help="how often the demonstrator's checker says FIX to a query that ran and returned rows, right or not",
+    )
     parser.add_argument("--check-share", type=float, default=0.35, help="share of checker calls fine-tuned on")
     parser.add_argument("--sft-epochs", type=int, default=12)
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--runners", type=int, default=16, help="rollouts run concurrently")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--policies",
+        choices=("shared", "two", "checker"),
+        default="shared",
+        help="shared: one policy trained on write + rewrite, check served by it; two: writer and checker, each "
+        "with its own weights and reward; checker: only the checker trains (the writer stays the warm start)",
+    )
+    parser.add_argument("--name", default=None, help="the run's folder under --run-dir (default: grpo / grpo-two)")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--warm-start-only", action="store_true", help="build (or reuse) the warm start and stop")
     args = parser.parse_args(argv)
 
     import agent  # the user's LangGraph agent, unchanged
@@ -156,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     questions = data.splits(n_train=args.n_train, n_val=0, n_test=args.n_test, seed=args.seed)
     checkpoint, demo_accuracy = warm_start(agent, run_dir, questions["train"], args)
+    if args.warm_start_only:
+        return 0
 
     trainer = tether.Trainer(
         model=f"embedded:{checkpoint}",
@@ -164,27 +189,103 @@ def main(argv: list[str] | None = None) -> int:
         steps=args.steps,
         eval_every=args.eval_every,
         seed=args.seed,
-        name="grpo",
+        name=args.name or {"shared": "grpo", "two": "grpo-two", "checker": "grpo-checker"}[args.policies],
         run_root=str(run_dir),
         sampling={"max_tokens": 80},
     )
-    wrapped = tether.wrap(agent.graph, reward=data.reward, optimize=OPTIMIZE)
+    optimize: Any = {"shared": OPTIMIZE, "two": POLICIES, "checker": {"checker": POLICIES["checker"]}}[
+        args.policies
+    ]
+    reward = data.reward if args.policies == "shared" else policy_rewards
+    wrapped = tether.wrap(agent.graph, reward=reward, optimize=optimize)
+    before = held_out(agent, f"embedded:{checkpoint}", optimize, questions["test"], args)
+    print("held-out before training: " + ", ".join(f"{k} {v:.0%}" for k, v in before.items()))
     result = trainer.fit(
         wrapped,
         train=[q.task() for q in questions["train"]],
         val=[q.task() for q in questions["test"]],
         resume=args.resume,
     )
-    _summary(result, demo_accuracy, len(questions["test"]))
+    _summary(result, demo_accuracy, len(questions["test"]), args.policies)
+    if result.checkpoint is not None:
+        trained = serving(result.checkpoint, optimize)
+        try:
+            after = held_out(agent, trained, optimize, questions["test"], args)
+        finally:
+            if not isinstance(trained, str):
+                tether._loop.run_sync(trained.close())
+        _held_out_table(before, after, args.policies)
     return 0
 
 
-def _summary(result: Any, demo_accuracy: float, n_test: int) -> None:
+def serving(checkpoint: Path, optimize: Any) -> Any:
+    """What serves a fit's checkpoint: ``embedded:<dir>`` for one policy; for a policy map, the embedded
+    backend holding every policy's trained weights (``policies/<name>`` beside the frozen start)."""
+    if isinstance(optimize, list):
+        return f"embedded:{checkpoint}"
+    from tether.models import open_backend
+
+    backend: Any = open_backend(f"embedded:{checkpoint}")
+    backend.declare_policies(list(optimize))
+    backend.load_weights(str(checkpoint))
+    return backend
+
+
+def held_out(
+    agent_module: Any, model: Any, optimize: Any, questions: list[data.Question], args: argparse.Namespace
+) -> dict[str, float]:
+    """Greedy figures of ``model`` on the held-out questions: the agent's execution accuracy and its checker's
+    verdict accuracy in the loop (on the queries the writer wrote), and the checker on the fixed probe."""
+    wrapped = tether.wrap(agent_module.graph, reward=data.reward, optimize=optimize)
+    trainer = tether.Trainer(
+        model=model, n_runners=args.runners, sampling={"temperature": 0.0, "max_tokens": 80}, progress=False
+    )
+    tasks = [q.task() for q in questions]
+    report = trainer.dev(wrapped, tasks)
+    # a checker that says OK to every query leaves rewrite_query uncalled: that is a result, not a fault
+    problems = [p for p in report.all_problems if not p.startswith("unknown sub-agent")]
+    if problems:
+        raise RuntimeError("the held-out run went wrong:\n" + "\n".join(problems[:5]))
+    inputs = [r.rollout.input for r in report]
+    execution = [data.reward(t, r.output) for t, r in zip(inputs, report, strict=True)]
+    checks = [
+        data.verdict_right(t, str(c["query"]), str(c["verdict"]))
+        for t, r in zip(inputs, report, strict=True)
+        for c in (r.output or {}).get("checks", [])
+    ]
+    figures = {
+        "execution": sum(execution) / len(execution),
+        "verdicts_in_loop": sum(checks) / max(len(checks), 1),
+    }
+    probe = checker_probe.probe_accuracy(agent_module, model, questions, optimize, args.runners)
+    figures.update({f"probe_{kind}": value for kind, value in probe.items()})
+    return figures
+
+
+def _held_out_table(before: dict[str, float], after: dict[str, float], policies: str) -> None:
+    rows = {
+        "execution": "execution accuracy",
+        "verdicts_in_loop": "checker verdicts, in the loop",
+        "probe_all": "checker verdicts, probe",
+        "probe_gold": "  probe: gold query (OK)",
+        "probe_confused": "  probe: other sense (FIX)",
+        "probe_typo": "  probe: misspelt column (FIX)",
+    }
+    print(f"\nheld-out, greedy, --policies {policies}{'':14}before   after    gain")
+    for key, label in rows.items():
+        gain = 100 * (after[key] - before[key])
+        print(f"{label:<46}{before[key]:>6.0%}  {after[key]:>6.0%}  {gain:>+5.0f} pts")
+
+
+def _summary(result: Any, demo_accuracy: float, n_test: int, policies: str) -> None:
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
         return
     print(f"\nheld-out questions: {n_test} (never trained on)")
-    print(f"trained nodes: {', '.join(OPTIMIZE)}; check_query is served by the same model, never trained")
+    if policies == "shared":
+        print(f"trained nodes: {', '.join(OPTIMIZE)}; check_query is served by the same model, never trained")
+    else:
+        print("policies: " + "; ".join(f"{p} ({', '.join(nodes)})" for p, nodes in POLICIES.items()))
     print(f"demonstration runs used for the warm start: {demo_accuracy:.0%} right")
     rows = {"greedy_accuracy": "greedy", "sampled_accuracy": "sampled (T=1)"}
     print(result.summary(rows, heading="execution accuracy"))

@@ -104,6 +104,18 @@ def test_reward_checks_order_only_when_the_question_asks() -> None:
     assert data.reward({**q.task(), "ordered": False}, reversed_order) == 1.0
 
 
+def test_checker_reward_scores_each_verdict_against_execution_match() -> None:
+    q = _question("aggregate")
+    task = q.task()
+    assert data.verdict_right(task, q.sql, "OK") and not data.verdict_right(task, q.sql, "FIX")
+    assert data.verdict_right(task, q.confused, "FIX") and not data.verdict_right(task, q.confused, "OK")
+    assert data.verdict_right(task, q.typo, "FIX") and not data.verdict_right(task, q.typo, "OK")
+    checks = [(q.sql, "OK"), (q.confused, "OK"), (q.typo, "FIX"), (q.sql, "FIX")]
+    output = {"query": q.sql, "checks": [{"query": sql, "verdict": v} for sql, v in checks]}
+    assert data.checker_reward(task, output) == 0.5
+    assert data.checker_reward(task, {"query": q.sql}) == 0.0 and data.checker_reward(task, q.sql) == 0.0
+
+
 def test_runaway_query_is_stopped() -> None:
     cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d"
     with pytest.raises(shop.sqlite3.OperationalError, match="interrupted"):
@@ -128,6 +140,9 @@ def test_demonstrator_leans_to_the_first_sense_at_the_given_rates() -> None:
     assert all(data.demo_rewrite(q, rng, 1.0) == q.sql for q in qs)
     assert {data.demo_check(q.typo) for q in qs} == {"FIX"} and {data.demo_check(q.sql) for q in qs} == {"OK"}
     assert data.demo_check("SELECT name FROM products WHERE price > 1000") == "FIX"  # no rows
+    noisy = [data.demo_check(q.sql, rng, 0.3) for q in qs]  # doubts valid results at the given rate
+    assert 0.22 < noisy.count("FIX") / len(noisy) < 0.38
+    assert {data.demo_check(q.typo, rng, 0.3) for q in qs} == {"FIX"}
 
 
 # -- the agent through tether ----------------------------------------------------------------------------------
@@ -239,7 +254,7 @@ def test_check_query_transitions_carry_no_gradient(
 def train_script() -> Iterator[ModuleType]:
     """``train.py`` imported as its own script would be, with the example folder on ``sys.path`` while it runs
     (it imports ``data`` and the user's ``agent`` by name), then taken out again."""
-    names = ("shop", "data", "agent", "train")
+    names = ("shop", "data", "agent", "checker_probe", "train")
     saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     sys.path.insert(0, str(EXAMPLE))
     try:
@@ -273,3 +288,47 @@ def test_train_script_warm_starts_and_trains_a_grpo_step(
     assert "held-out questions: 4 (never trained on)" in out and "check_query is served by the same model" in out
     table = out[out.index("execution accuracy") :].splitlines()
     assert table[0].split()[-3:] == ["before", "after", "gain"] and table[1].split()[0] == "greedy"
+
+
+# -- two policies: the writer and the checker, each with its own weights and reward ----------------------------
+
+
+def test_two_policies_route_each_node_and_reward_it_on_its_own_target(
+    train_script: ModuleType, tmp_path: Path
+) -> None:
+    """``--policies two`` wiring: an embedded model taught (by a short fine-tune on scripted runs) to write
+    the gold query and to answer FIX to every check runs two held-out-style rollouts. The writer's calls are
+    served and recorded by policy ``writer`` and credited with the execution match (1: the gold query); the
+    checker's by policy ``checker`` and credited with its verdicts (0: FIX on a right query, every time)."""
+    pytest.importorskip("torch")
+    from tether.models.embedded import create_embedded, sft
+
+    questions = [_question("filter"), _question("aggregate")]
+    conversations = []
+    for q in questions:  # the agent's exact requests, captured from a scripted run
+        with FakeLLM(handler=_scripted(q, first=q.sql, checker=lambda user: "FIX")) as fake:
+            scripted = tether.Trainer(model=fake.base_url)
+            report = scripted.dev(tether.wrap(agent.graph, reward=data.reward), [q.task()])
+        for t in report.rollouts[0].transitions:
+            conversations.append([*t.messages, {"role": "assistant", "content": t.response.get("content")}])
+    model = create_embedded([q.text for q in questions] + [q.sql for q in questions], preset="nano", seed=0)
+    sft(model, conversations, epochs=60, lr=5e-3, batch_size=4, progress=False)
+    model.save(tmp_path / "taught")
+
+    wrapped = tether.wrap(agent.graph, reward=train_script.policy_rewards, optimize=train_script.POLICIES)
+    sampling = {"temperature": 0.0, "max_tokens": 60}
+    trainer = tether.Trainer(model=f"embedded:{tmp_path / 'taught'}", sampling=sampling)
+    report = trainer.dev(wrapped, [q.task() for q in questions])
+    assert not report.all_problems, report.all_problems
+    for q, rollout in zip(questions, report.rollouts, strict=True):
+        names = [t.agent_name for t in rollout.transitions]
+        assert names == ["write_query"] + ["check_query", "rewrite_query"] * agent.MAX_REWRITES + ["check_query"]
+        writer = data.reward(q.task(), rollout.output)
+        checker = data.checker_reward(q.task(), rollout.output)
+        assert (writer, checker) == (1.0, 0.0)  # the taught behaviour: right queries, wrong verdicts
+        for t in rollout.transitions:
+            assert t.trainable
+            if t.agent_name == "check_query":
+                assert (t.policy, t.reward) == ("checker", checker)
+            else:
+                assert (t.policy, t.reward) == ("writer", writer)
