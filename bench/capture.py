@@ -137,9 +137,9 @@ class _Captured:
         self.wrapped = tether.wrap(scenario.agent, adapter=scenario.plugin)
 
     async def __aenter__(self) -> _Captured:
-        from tether.plugins import get_plugins
-        from tether.sink import RolloutSink
-        from tether.span_batcher import SpanBatcher
+        from tether.capture.sink import RolloutSink
+        from tether.capture.span_batcher import SpanBatcher
+        from tether.plugin.manager import get_plugins
         from tether.store.memory import MemoryStore
         from tether.types import Resources, RolloutSpec
 
@@ -162,9 +162,9 @@ class _Captured:
         await self.store.close()
 
     async def call(self) -> Any:
-        from tether import redirect
-        from tether.context import RolloutScope, current_scope, current_sink
-        from tether.plugins import get_plugins
+        from tether.capture import redirect
+        from tether.capture.context import RolloutScope, current_scope, current_sink
+        from tether.plugin.manager import get_plugins
 
         scope_token = current_scope.set(RolloutScope(self.rollout.rollout_id, self.attempt.attempt_id, self.url))
         sink_token = current_sink.set(self.sink)

@@ -46,8 +46,8 @@ def main() -> None:
     from crewai.events import crewai_event_bus
     from crewai_script import reply, task
 
-    from tether import redirect
-    from tether.context import RolloutScope, rollout_scope
+    from tether.capture import redirect
+    from tether.capture.context import RolloutScope, rollout_scope
     from tether.testing.fake_llm import FakeLLM
     from tether_crewai import CrewAIAdapter, telemetry
 

@@ -89,7 +89,7 @@ def one(kind: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from tether.algorithms.grpo import GRPO
-    from tether.lora import LoRA, attach
+    from tether.models.lora import LoRA, attach
 
     torch.set_num_threads(args.threads)
     model = _load(kind, args.smol)

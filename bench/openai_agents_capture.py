@@ -37,8 +37,8 @@ async def _runs(n: int) -> tuple[list[float], list[float]]:
     from openai import AsyncOpenAI
     from triage_script import example, reply
 
-    from tether import redirect
-    from tether.context import RolloutScope, rollout_scope
+    from tether.capture import redirect
+    from tether.capture.context import RolloutScope, rollout_scope
     from tether.testing.fake_llm import FakeLLM
     from tether_openai_agents import OpenAIAgentsAdapter, rollout_run_config
 
@@ -75,7 +75,7 @@ def _processor_cost(n: int) -> float:
     agent-name lookup, with the agent span open."""
     from agents.tracing import AgentSpanData, GenerationSpanData, get_trace_provider, trace
 
-    from tether.context import RolloutScope, rollout_scope
+    from tether.capture.context import RolloutScope, rollout_scope
     from tether_openai_agents import gate
 
     processor = gate.hold()

@@ -58,9 +58,9 @@ def _serve_fake(queue: Any) -> None:
 
 async def _start_proxy(fake_url: str, stack: contextlib.AsyncExitStack) -> list[str]:
     """A proxy on a memory store with ``ROLLOUTS`` open attempts (closed with ``stack``), and their URLs."""
+    from tether.capture.span_batcher import SpanBatcher
     from tether.models.remote import RemoteBackend
     from tether.proxy import ProxyServer
-    from tether.span_batcher import SpanBatcher
     from tether.store.memory import MemoryStore
     from tether.types import RolloutSpec
 

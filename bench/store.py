@@ -251,7 +251,7 @@ async def lifecycle(store: Store, workers: int, total: int) -> tuple[float, list
 _SERVER = """
 import asyncio, sys
 from tether import open_store
-from tether.store.http_server import start_server
+from tether.server import start_server
 
 async def main():
     server = await start_server(open_store(sys.argv[1]), host="127.0.0.1", port=0, token=None)
@@ -305,7 +305,7 @@ def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAs
 
 def _http_available() -> str | None:
     try:
-        from tether.store.http_server import start_server  # noqa: F401
+        from tether.server import start_server  # noqa: F401
     except ImportError as exc:
         return f"HTTP backends skipped: tether.store.http_server is not available ({exc})"
     return None

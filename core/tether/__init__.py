@@ -6,20 +6,21 @@ cheap: heavy parts (HTTP servers, models, frameworks) load on first use.
 
 from __future__ import annotations
 
-from tether.adapters import Adapter, SpanSink, Tracer
 from tether.algorithms.base import Algorithm
-from tether.emit import emit_reward, emit_span
-from tether.hookspecs import hookimpl, hookspec
-from tether.lora import LoRA
+from tether.capture.emit import emit_reward, emit_span
+from tether.capture.passthrough import passthrough
 from tether.models.base import TrainableBackend
+from tether.models.lora import LoRA
 from tether.otel.export import OTLPExport
-from tether.passthrough_calls import passthrough
-from tether.plugins import AdapterNotFound, get_plugins
-from tether.ray_runners import RayRunners
-from tether.result import FitResult
-from tether.session import Batch, Session
+from tether.plugin.adapters import Adapter, SpanSink, Tracer
+from tether.plugin.hookspecs import hookimpl, hookspec
+from tether.plugin.manager import AdapterNotFound, get_plugins
+from tether.plugin.wrap import WrappedAgent, wrap
 from tether.store import Store, StoreError, open_store
 from tether.trainer import Trainer
+from tether.training.ray_runners import RayRunners
+from tether.training.result import FitResult
+from tether.training.session import Batch, Session
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -35,7 +36,6 @@ from tether.types import (
     Task,
     Transition,
 )
-from tether.wrap import WrappedAgent, wrap
 
 __version__ = "0.1.0"
 

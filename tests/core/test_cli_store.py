@@ -140,7 +140,7 @@ def test_store_serve_bad_store_url(tmp_path: Path) -> None:
 
 
 def test_plugins_lists_loaded_and_unavailable_plugins() -> None:
-    from tether.plugins import build
+    from tether.plugin.manager import build
 
     expected = build()  # the same environment as the command's
     result = subprocess.run(_tether("plugins"), env=_env(), capture_output=True, text=True, timeout=120)

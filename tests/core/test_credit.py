@@ -11,8 +11,8 @@ import pytest
 from tether import spans
 from tether.algorithms import credit_advantages, group_advantages
 from tether.policies import PolicyMap
-from tether.session import RolloutResult
-from tether.transitions import CreditRule, build_transitions, check_credit
+from tether.training.session import RolloutResult
+from tether.training.transitions import CreditRule, build_transitions, check_credit
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, check_rewards
 
 

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from tether.fit_progress import FitProgress
+from tether.training.progress import FitProgress
 
 
 def _line(*records: dict[str, object]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tether.result import FitResult
+from tether.training.result import FitResult
 
 
 def _eval(step: int, greedy: float, sampled: float) -> dict[str, object]:

@@ -1,5 +1,6 @@
-"""The structure of the core package: its import graph has no circle, algorithms never reach up to the
-trainer, and the plugin contract imports nothing above the types it speaks.
+"""The structure of the core package: its import graph has no circle, its packages keep their layers (no
+folder reaches up to one above it), algorithms never reach up to the trainer, and the plugin contract imports
+nothing above the types it speaks.
 
 Every import of a ``tether`` module counts — at module level, under ``TYPE_CHECKING``, and inside functions
 (a lazy import is still a dependency; hiding a circle in a function is how the knots this test guards
@@ -91,9 +92,13 @@ def test_the_walker_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from tether.trainer import Trainer\n"
-        "def f():\n    from tether import session\n    import tether.runner\n"
+        "def f():\n    from tether.training import session\n    import tether.training.runner\n"
     )
-    assert _imports(source, _modules(), "tether.probe") == {"tether.trainer", "tether.session", "tether.runner"}
+    assert _imports(source, _modules(), "tether.probe") == {
+        "tether.trainer",
+        "tether.training.session",
+        "tether.training.runner",
+    }
 
 
 def test_the_cycle_finder_finds_a_circle() -> None:
@@ -108,9 +113,9 @@ def test_core_import_graph_has_no_circle() -> None:
 
 def test_algorithms_never_import_the_trainer() -> None:
     offenders = {
-        name: sorted(targets & {"tether.trainer", "tether.fit"})
+        name: sorted(targets & {"tether.trainer"})
         for name, targets in _graph().items()
-        if name.startswith("tether.algorithms") and targets & {"tether.trainer", "tether.fit"}
+        if name.startswith("tether.algorithms") and "tether.trainer" in targets
     }
     assert not offenders, f"algorithms must not import the trainer: {offenders}"
 
@@ -120,11 +125,76 @@ def test_the_plugin_contract_imports_nothing_above_it() -> None:
         "tether.types",
         "tether.spans",
         "tether._json",
-        "tether.context",
-        "tether.instrument",
-        "tether.adapters",
+        "tether.capture.context",
+        "tether.plugin.instrument",
+        "tether.plugin.adapters",
     }
     graph = _graph()
-    for contract in ("tether.adapters", "tether.hookspecs"):
+    for contract in ("tether.plugin.adapters", "tether.plugin.hookspecs"):
         above = graph[contract] - allowed
         assert not above, f"{contract} imports {sorted(above)}; the plugin contract may import only {allowed}"
+
+
+#: the ground floor: records, the span schema and small helpers, importable from anywhere
+GROUND = {"types", "spans", "policies", "_json", "_http11", "_loop", "_net"}
+
+#: each package (or top-level module above the ground) and the packages it may import, besides the ground:
+#: the layers of the architecture, lowest first. A package may use anything below it, never above.
+LAYERS: dict[str, set[str]] = {
+    "store": set(),
+    "models": set(),
+    "capture": {"store"},
+    "plugin": {"capture", "store"},
+    "otel": {"store"},
+    "proxy": {"capture", "models", "store"},
+    "training": {"plugin", "capture", "store", "models", "proxy", "otel"},
+    "algorithms": {"training", "plugin", "capture", "store", "models", "proxy", "otel"},
+    "dashboard": {"algorithms", "training", "plugin", "capture", "store", "models", "proxy", "otel"},
+    "trainer": {"algorithms", "training", "plugin", "capture", "store", "models", "proxy", "otel"},
+    "testing": {"trainer", "algorithms", "training", "plugin", "capture", "store", "models", "proxy", "otel"},
+    "server": {"dashboard", "otel", "store"},
+    "cli": {
+        "server",
+        "dashboard",
+        "trainer",
+        "algorithms",
+        "training",
+        "plugin",
+        "capture",
+        "store",
+        "models",
+        "proxy",
+        "otel",
+    },
+}
+
+
+def _floor(module: str) -> str:
+    """The package (or top-level module) ``tether.x.y`` belongs to: ``x``; ``tether`` itself is ``tether``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "tether"
+
+
+def test_every_package_has_a_layer() -> None:
+    floors = {_floor(m) for m in _modules()} - {"tether"}
+    unplaced = floors - GROUND - set(LAYERS)
+    assert not unplaced, f"place these in GROUND or LAYERS (and so in the architecture): {sorted(unplaced)}"
+
+
+def test_no_package_reaches_up() -> None:
+    upward = []
+    for module, targets in _graph().items():
+        floor = _floor(module)
+        if floor == "tether":  # the public API re-exports from every floor
+            continue
+        allowed = GROUND | LAYERS.get(floor, set()) | {floor}
+        upward += [f"{module} -> {t}" for t in sorted(targets) if _floor(t) not in allowed]
+    assert not upward, "imports that reach up a layer: " + "; ".join(upward)
+
+
+def test_the_layer_checker_catches_an_upward_tie(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text("from tether.training.session import Session\n")
+    targets = _imports(source, _modules(), "tether.store.probe")
+    allowed = GROUND | LAYERS["store"] | {"store"}
+    assert [t for t in targets if _floor(t) not in allowed] == ["tether.training.session"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tether.adapters import Adapter, Tracer
-from tether.instrument import PATCH_TAG, Instrumentor, Patch, SpanSink
+from tether.plugin.adapters import Adapter, Tracer
+from tether.plugin.instrument import PATCH_TAG, Instrumentor, Patch, SpanSink
 from tether.types import Resources, SpanKind
 
 
@@ -227,7 +227,7 @@ def test_someone_patched_over_ours_is_left_in_place(caplog: pytest.LogCaptureFix
 
     _Target.hello = theirs  # type: ignore[method-assign]
     try:
-        with caplog.at_level(logging.INFO, logger="tether.instrument"):
+        with caplog.at_level(logging.INFO, logger="tether.plugin.instrument"):
             assert patch.undo() is False
         assert _Target.__dict__["hello"] is theirs, "their patch (wrapping ours) stays"
         assert "_Target.hello" in caplog.text

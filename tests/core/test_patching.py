@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tether.patching import SharedPatch
+from tether.capture.patching import SharedPatch
 
 
 class _Target:

@@ -19,9 +19,9 @@ import pluggy
 import pytest
 
 import tether
-from tether import hookspecs
-from tether.adapters import Adapter
-from tether.plugins import AdapterNotFound, Plugins, UnavailablePlugin, build, reset_plugins
+from tether.plugin import hookspecs
+from tether.plugin.adapters import Adapter
+from tether.plugin.manager import AdapterNotFound, Plugins, UnavailablePlugin, build, reset_plugins
 from tether.types import Resources, Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,7 +256,8 @@ def test_wrap_validates_arguments(process_wide: Callable[[Plugins], Plugins]) ->
 
 def test_import_tether_is_light() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); import tether, tether.redirect, tether.runner\n"
+        "import sys, time; t = time.perf_counter(); import tether, tether.capture.redirect,"
+        " tether.training.runner\n"
         "heavy = [m for m in ('torch', 'aiohttp', 'openai', 'langgraph', 'langchain_core', 'autogen_agentchat',"
         " 'agents', 'crewai', 'transformers', 'vllm') if m in sys.modules]\n"
         "print(heavy)"
@@ -266,8 +267,8 @@ def test_import_tether_is_light() -> None:
 
 
 def _tether_imports(module: str, *, runtime_only: bool) -> set[str]:
-    """The ``tether.*`` modules ``core/tether/<module>.py`` imports (skipping ``if TYPE_CHECKING:`` blocks)."""
-    tree = ast.parse((ROOT / "core" / "tether" / f"{module}.py").read_text())
+    """The ``tether.*`` modules ``tether.<module>`` imports (skipping ``if TYPE_CHECKING:`` blocks)."""
+    tree = ast.parse((ROOT / "core" / "tether" / f"{module.replace('.', '/')}.py").read_text())
     skipped: set[int] = set()
     if runtime_only:
         for node in ast.walk(tree):
@@ -285,14 +286,14 @@ def _tether_imports(module: str, *, runtime_only: bool) -> set[str]:
 
 
 def test_the_plugin_contract_imports_nothing_above_it() -> None:
-    assert _tether_imports("adapters", runtime_only=False) <= {
+    assert _tether_imports("plugin.adapters", runtime_only=False) <= {
         "tether._json",
         "tether.types",
         "tether.spans",
-        "tether.context",
-        "tether.instrument",
+        "tether.capture.context",
+        "tether.plugin.instrument",
     }
-    assert _tether_imports("hookspecs", runtime_only=True) == set()
+    assert _tether_imports("plugin.hookspecs", runtime_only=True) == set()
 
 
 def test_install_hint_spells_the_extra_not_the_plugin_name() -> None:

@@ -9,14 +9,14 @@ import pytest
 
 import tether
 from tether import spans
-from tether.context import AGENT_HEADER
+from tether.capture.context import AGENT_HEADER
+from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import ChatRequest, ChatResult, Choice, ModelBackend
 from tether.models.http_backend import BackendServer, HttpBackend
 from tether.policies import PolicyMap
 from tether.proxy import ProxyServer
-from tether.session import Session
-from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
+from tether.training.session import Session
 from tether.types import Span
 
 

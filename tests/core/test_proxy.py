@@ -12,11 +12,11 @@ import openai
 import pytest
 
 from tether import spans
-from tether.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import ChatRequest, ChatResult, Choice, ModelBackend
 from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
-from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, text, tool_call, tool_calls
 from tether.types import Attempt, RolloutSpec, Span, SpanKind

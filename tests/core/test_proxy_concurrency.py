@@ -8,10 +8,10 @@ from typing import Any
 
 import openai
 
-from tether.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.span_batcher import SpanBatcher
 from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
-from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, text
 from tether.types import RolloutSpec

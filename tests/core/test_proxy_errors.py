@@ -14,10 +14,10 @@ import openai
 import pytest
 
 from tether import spans
+from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, ChatRequest, ChatResult, ModelBackend
 from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
-from tether.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, error, text
 from tether.types import Attempt, RolloutSpec, Span, SpanKind

@@ -16,18 +16,18 @@ import pytest
 
 import tether
 from tether import spans
-from tether.adapters import Adapter
+from tether.capture.span_batcher import SpanBatcher
 from tether.models.remote import RemoteBackend
-from tether.plugins import build, reset_plugins
+from tether.plugin.adapters import Adapter
+from tether.plugin.manager import build, reset_plugins
+from tether.plugin.wrap import WrappedAgent
 from tether.proxy import ProxyServer
-from tether.runner import Runner, RunnerStats
-from tether.span_batcher import SpanBatcher
 from tether.store import Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SqliteStore
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
+from tether.training.runner import Runner, RunnerStats
 from tether.types import AttemptStatus, LLMEndpoint, Resources, RolloutSpec, RolloutStatus, Span, SpanKind
-from tether.wrap import WrappedAgent
 
 
 class _DictAgentAdapter(Adapter):

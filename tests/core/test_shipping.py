@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from tether._shipping import ModuleGlobal, module_global, ship, unship
-from tether.adapters import Adapter
+from tether.plugin._shipping import ModuleGlobal, module_global, ship, unship
+from tether.plugin.adapters import Adapter
+from tether.plugin.wrap import WrappedAgent
 from tether.types import Resources
-from tether.wrap import WrappedAgent
 
 
 class _Agent:

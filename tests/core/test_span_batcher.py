@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tether.span_batcher import SpanBatcher
+from tether.capture.span_batcher import SpanBatcher
 from tether.store.memory import MemoryStore
 from tether.types import Attempt, RolloutSpec, Span, SpanKind
 
@@ -73,7 +73,7 @@ async def test_bad_span_is_dropped_alone(caplog: pytest.LogCaptureFixture) -> No
     batcher.submit(Span(attempt.rollout_id, "at-unknown", SpanKind.OTHER, "bad"))
     batcher.submit(_span(attempt, 1, payload=object()))  # not JSON-serialisable
     batcher.submit(_span(attempt, 2))
-    with caplog.at_level(logging.ERROR, logger="tether.span_batcher"):
+    with caplog.at_level(logging.ERROR, logger="tether.capture.span_batcher"):
         await batcher.close()
     assert [s.attributes["i"] for s in await store.get_spans(attempt.attempt_id)] == [0, 2]
     assert batcher.written == 2 and batcher.dropped == 2

@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 
 from tether import _json
-from tether.span_batcher import SpanBatcher
+from tether.capture.span_batcher import SpanBatcher
+from tether.server import StoreServer, serve, start_server
 from tether.store import open_store
 from tether.store.base import InvalidInput, NotFound, Store
 from tether.store.http_client import HttpStore, StoreUnauthorized, StoreUnavailable
-from tether.store.http_server import StoreServer, serve, start_server
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SqliteStore
 from tether.testing.store_conformance import StoreConformance, span, spec

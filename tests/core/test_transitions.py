@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tether import spans
-from tether.transitions import build_transitions, unknown_optimize_names
+from tether.training.transitions import build_transitions, unknown_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind
 
 

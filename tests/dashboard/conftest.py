@@ -28,12 +28,12 @@ import pytest
 
 import tether
 from tether.algorithms import apo_prompts
-from tether.context import agent_scope
+from tether.capture.context import agent_scope
 from tether.dashboard.server import DashboardServer, start_dashboard
 from tether.dashboard.sources import Sources
 from tether.models.remote import RemoteBackend
-from tether.session import as_task
 from tether.testing.fake_llm import FakeLLM, text, tool_call
+from tether.training.session import as_task
 from tether.types import AttemptStatus, Mode, RolloutSpec
 
 playwright_api = pytest.importorskip(

@@ -20,9 +20,9 @@ import tether  # noqa: E402
 from tether import spans  # noqa: E402
 from tether.algorithms import credit_advantages  # noqa: E402
 from tether.algorithms.grpo import GRPO  # noqa: E402
-from tether.context import agent_scope  # noqa: E402
-from tether.session import RolloutResult, as_task  # noqa: E402
-from tether.transitions import CreditRule, build_transitions  # noqa: E402
+from tether.capture.context import agent_scope  # noqa: E402
+from tether.training.session import RolloutResult, as_task  # noqa: E402
+from tether.training.transitions import CreditRule, build_transitions  # noqa: E402
 from tether.types import Rollout, RolloutStatus, Span, SpanKind  # noqa: E402
 
 PROMPT = [1, 2, 3]

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from tether.algorithms.grpo import GRPO, _pack
+from tether.capture.span_batcher import SpanBatcher
 from tether.models import ChatRequest
 from tether.models.embedded import EmbeddedBackend, EmbeddedModel, create_embedded
 from tether.proxy import ProxyServer
-from tether.span_batcher import SpanBatcher
 from tether.spans import WEIGHTS_VERSION
 from tether.store.memory import MemoryStore
-from tether.transitions import build_transitions
+from tether.training.transitions import build_transitions
 from tether.types import RolloutSpec, Transition
 
 QUESTIONS = ["What is 2+2?", "Name a colour.", "Pick a letter, round 3.", "What is 12+7?"]
@@ -264,7 +264,7 @@ def test_gradient_checkpointing_gives_the_same_gradient(nano: EmbeddedModel) -> 
 
 def test_gradient_checkpointing_with_a_frozen_base_and_lora(nano: EmbeddedModel) -> None:
     pytest.importorskip("peft")
-    from tether.lora import LoRA, attach
+    from tether.models.lora import LoRA, attach
 
     batch = _varied(nano, count=6)
     settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9}

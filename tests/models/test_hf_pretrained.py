@@ -66,7 +66,7 @@ async def test_lora_on_the_pretrained_model_updates_only_adapters_and_merges(
     if importlib.util.find_spec("peft") is None:
         _missing("peft (tether[lora])")
     from tether.algorithms.grpo import GRPO
-    from tether.lora import LoRA, merge
+    from tether.models.lora import LoRA, merge
     from tether.types import Transition
 
     backend = HFBackend(str(smol_dir))

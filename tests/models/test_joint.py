@@ -19,11 +19,11 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
-from tether import system_messages  # noqa: E402
 from tether.algorithms import apo_prompts  # noqa: E402
-from tether.context import agent_scope  # noqa: E402
+from tether.capture.context import agent_scope  # noqa: E402
 from tether.models.base import ChatRequest  # noqa: E402
 from tether.models.embedded import EmbeddedBackend, create_embedded, sft  # noqa: E402
+from tether.proxy import system_messages  # noqa: E402
 from tether.testing.fake_llm import FakeLLM, text  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)

@@ -21,12 +21,12 @@ pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
 from tether.cli import main as cli  # noqa: E402
-from tether.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, merge  # noqa: E402
 from tether.models import ChatRequest, open_backend  # noqa: E402
 from tether.models._device import pick_device, pick_dtype  # noqa: E402
 from tether.models._local import LocalBackend  # noqa: E402
 from tether.models.embedded import EmbeddedBackend, EmbeddedModel  # noqa: E402
 from tether.models.hf import HFBackend  # noqa: E402
+from tether.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, merge  # noqa: E402
 from tether.models.remote import RemoteBackend  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)

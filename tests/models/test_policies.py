@@ -16,7 +16,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
-from tether.context import agent_scope  # noqa: E402
+from tether.capture.context import agent_scope  # noqa: E402
 from tether.models import ChatRequest  # noqa: E402
 from tether.models._local import LocalBackend  # noqa: E402
 from tether.models.embedded import EmbeddedBackend  # noqa: E402
@@ -226,8 +226,8 @@ def test_a_backend_routes_requests_by_policy(warm_start: Path) -> None:
 
 def test_lora_holds_one_adapter_per_policy_on_one_base(warm_start: Path, tmp_path: Path) -> None:
     pytest.importorskip("peft")
-    from tether.lora import ADAPTER_CONFIG, LoRA
     from tether.models.hf import HFBackend
+    from tether.models.lora import ADAPTER_CONFIG, LoRA
 
     small = LoRA(r=4, alpha=8)
     agent = tether.wrap(three_agents, reward=reward, optimize=POLICIES)

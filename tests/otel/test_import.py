@@ -22,10 +22,10 @@ import tether
 from tether import spans
 from tether.cli import main
 from tether.otel.export import OTLPExport
+from tether.server import start_server
 from tether.store import open_store
-from tether.store.http_server import start_server
 from tether.testing.fake_llm import FakeLLM
-from tether.transitions import build_transitions
+from tether.training.transitions import build_transitions
 from tether.types import Mode, RolloutSpec, RolloutStatus, Span, SpanKind
 
 

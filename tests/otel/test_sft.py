@@ -15,8 +15,8 @@ import openai
 import pytest
 
 import tether
+from tether.server import start_server
 from tether.store import open_store
-from tether.store.http_server import start_server
 from tether.testing.fake_llm import FakeLLM, text
 
 torch = pytest.importorskip("torch")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tether.server import StoreServer, start_server
 from tether.store import Store, StoreError, open_store
 from tether.store._pg_schema import MIGRATIONS, SCHEMA_VERSION
 from tether.store.http_client import HttpStore
-from tether.store.http_server import StoreServer, start_server
 from tether.store.postgres import PostgresStore
 from tether.testing.pg_server import TempPostgres
 from tether.testing.store_conformance import StoreConformance, span, spec

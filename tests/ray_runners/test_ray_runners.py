@@ -15,8 +15,9 @@ import pytest
 from recorded import recorded
 
 import tether
-from tether import spans, system_messages
+from tether import spans
 from tether.models.remote import RemoteBackend
+from tether.proxy import system_messages
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
 from tether.types import AttemptStatus, RolloutStatus
 
@@ -136,7 +137,8 @@ async def test_an_actor_killed_mid_run_loses_no_rollout(ray_head: Any) -> None:
 
 
 async def test_actors_swap_a_system_message_candidate_in_as_the_trainers_proxy_does() -> None:
-    """APO's in-flight system message (tether.system_messages) is a rule in the rollout's resources: each actor's
+    """APO's in-flight system message (tether.proxy.system_messages) is a rule in the rollout's resources: each
+    actor's
     runner reads it from the store and opens the attempt on its own proxy with it."""
     original = "You are a calculator agent. Use the calculator tool."
     candidate = "You are a careful calculator agent. Always call the calculator tool first."

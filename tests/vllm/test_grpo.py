@@ -16,7 +16,7 @@ import openai
 import torch
 
 import tether
-from tether.lora import merge
+from tether.models.lora import merge
 from tether.testing.vllm_checkpoint import letter_reward, letter_tasks
 
 STEPS = 6

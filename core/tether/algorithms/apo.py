@@ -18,7 +18,7 @@ best prompts are published as the latest resources version.
 message for an agent that does not read prompts from resources: a first batch of rollouts (the training tasks,
 ``train_batch_size`` of them) captures the exact system message its calls send, which becomes the starting
 template ``system_message[check_query]``; the proxy swaps each candidate into that sub-agent's calls of the
-candidate's rollouts (``tether.system_messages``). The agent's code does not change.
+candidate's rollouts (``tether.proxy.system_messages``). The agent's code does not change.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tether import system_messages as _system
 from tether.algorithms import apo_prompts as _text
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
-from tether.fit_progress import FitProgress
 from tether.models.base import ModelBackend
+from tether.proxy import system_messages as _system
+from tether.training.progress import FitProgress
 from tether.types import Mode, PromptTemplate
 
 if TYPE_CHECKING:
-    from tether.session import Session
     from tether.store import Store
+    from tether.training.session import Session
     from tether.types import Task
 
 _ENGINES = ("f-string", "jinja")

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether import spans as schema
-from tether.system_messages import is_captured
-from tether.transitions import is_proxy_llm_span
+from tether.proxy.system_messages import is_captured
+from tether.spans import is_proxy_llm_span
 from tether.types import PromptTemplate, Rollout, Span, SpanKind
 
 CRITIC_SYSTEM = (
@@ -82,7 +82,7 @@ def parse_rewrite(reply: str) -> str:
 
 def render_templates(prompts: Mapping[str, PromptTemplate]) -> str:
     """The templates as the optimizer sees them (a system message's captured original is left out: it is the
-    matching rule of ``tether.system_messages``, not a prompt)."""
+    matching rule of ``tether.proxy.system_messages``, not a prompt)."""
     return "\n\n".join(
         f"Template {name!r} ({t.engine}):\n{t.template}" for name, t in prompts.items() if not is_captured(name)
     )

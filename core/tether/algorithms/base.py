@@ -1,7 +1,8 @@
 """The algorithm contract: what ``Trainer.fit`` calls.
 
 An algorithm is any object with an async ``fit(session, train, val) -> FitResult``. It runs rollouts through
-the ``tether.session.Session`` it is given (``run_batch``: enqueue, run, harvest, transitions built), changes
+the ``tether.training.session.Session`` it is given (``run_batch``: enqueue, run, harvest, transitions built),
+changes
 whatever it improves (the weights of ``session.backend`` when it is a ``TrainableBackend``, the prompt
 templates in the store's resources, ...), records metrics in ``session.run`` and returns a ``FitResult``.
 ``Trainer`` knows nothing else about it, so a new algorithm is one class and no change to tether. An
@@ -16,11 +17,11 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tether.result import FitResult
+from tether.training.result import FitResult
 from tether.types import Task
 
 if TYPE_CHECKING:
-    from tether.session import Session
+    from tether.training.session import Session
 
 
 @runtime_checkable

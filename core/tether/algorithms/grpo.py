@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tether.algorithms import grpo_loop
-from tether.lora import LoRA
-from tether.result import FitResult
+from tether.models.lora import LoRA
+from tether.training.result import FitResult
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
     from tether.models.base import ModelBackend
-    from tether.session import Session
+    from tether.training.session import Session
 
 
 @dataclass

@@ -3,7 +3,7 @@ metrics and a progress bar. ``GRPO.fit`` runs it on the ``Session`` that ``Train
 
 Each step samples ``tasks_per_step`` training tasks, runs ``group_size`` rollouts of each (sampled at the
 algorithm's temperature), builds transitions, gives each its advantage under the trainer's credit rule
-(``tether.algorithms.credit``) and updates the model in place; the proxy serves the new weights to the next
+(``tether.training.credit``) and updates the model in place; the proxy serves the new weights to the next
 rollouts. Validation runs before training, every
 ``eval_every`` steps and at the end, greedy (temperature 0) and sampled (temperature 1). A checkpoint
 (weights, optimizer, step) is written after every evaluation; ``resume=True`` continues from it.
@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from tether.algorithms.credit import credit_advantages
 from tether.algorithms.grpo_policies import trained_policies, update_policies
-from tether.fit_progress import FitProgress
 from tether.models.base import TrainableBackend
-from tether.result import FitResult
-from tether.run_dir import RunDir
-from tether.session import Batch, Session
-from tether.transitions import unknown_optimize_names
+from tether.training.credit import credit_advantages
+from tether.training.progress import FitProgress
+from tether.training.result import FitResult
+from tether.training.run_dir import RunDir
+from tether.training.session import Batch, Session
+from tether.training.transitions import unknown_optimize_names
 from tether.types import Mode, PromptTemplate, Task, Transition
 
 

@@ -45,15 +45,15 @@ from tether.algorithms import grpo_loop
 from tether.algorithms.apo import APO
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
 from tether.algorithms.grpo_policies import trained_policies
-from tether.fit_progress import FitProgress
-from tether.result import FitResult
+from tether.training.progress import FitProgress
+from tether.training.result import FitResult
 from tether.types import PromptTemplate
 
 if TYPE_CHECKING:
     from tether.models.base import ModelBackend
-    from tether.session import Session
+    from tether.plugin.wrap import WrappedAgent
+    from tether.training.session import Session
     from tether.types import Task
-    from tether.wrap import WrappedAgent
 
 
 @dataclass

@@ -27,14 +27,14 @@ import torch
 from tether.algorithms import grpo_loop
 from tether.algorithms.grpo import _assemble, _pack, _row_length, _token_logprobs
 from tether.algorithms.sft_data import ChatTemplate, Example, Filter, read_finished, select, tokenize
-from tether.fit_progress import FitProgress
 from tether.models.base import TrainableBackend
-from tether.result import FitResult
 from tether.store import open_store
+from tether.training.progress import FitProgress
+from tether.training.result import FitResult
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
-    from tether.session import Session
+    from tether.training.session import Session
 
 
 @dataclass

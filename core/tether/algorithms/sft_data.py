@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tether import spans as span_names
+from tether.spans import is_proxy_llm_span
 from tether.store.base import Store
-from tether.transitions import build_transitions, is_proxy_llm_span
+from tether.training.transitions import build_transitions
 from tether.types import Rollout, RolloutStatus, Span
 
 

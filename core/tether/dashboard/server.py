@@ -9,9 +9,9 @@ import signal
 
 from aiohttp import web
 
+from tether._net import check_bind
 from tether.dashboard.app import PREFIX, create_app
 from tether.dashboard.sources import Sources
-from tether.store.http_server import check_bind
 
 __all__ = ["DashboardServer", "serve", "start_dashboard"]
 
@@ -43,7 +43,7 @@ async def start_dashboard(
 ) -> DashboardServer:
     """Serve the dashboard of ``sources`` on ``host:port`` (0: a free port) on the running loop; the
     sources are closed when it stops."""
-    check_bind(host, token)
+    check_bind(host, token, "the dashboard")
     runner = web.AppRunner(create_app(sources, token), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -67,7 +67,7 @@ def serve(
     token: str | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; prints the page's URL once listening."""
-    check_bind(host, token)
+    check_bind(host, token, "the dashboard")
     asyncio.run(_serve(store_url, runs, host, port, token))
 
 

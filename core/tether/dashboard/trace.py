@@ -4,7 +4,8 @@ The tree of an attempt: consecutive calls of one sub-agent form a group; inside 
 proxy's ``llm`` span: messages, response, token counts, token ids and logprobs) holds the tool calls its
 response asked for (matched by the tool call id; else the spans' own ``parent_id``); ``reward`` and other
 spans stay where they arrived. A framework's own ``llm`` span of a call the proxy also recorded is folded
-into the proxy's node (it only names the sub-agent). Transitions come from ``tether.transitions`` exactly as
+into the proxy's node (it only names the sub-agent). Transitions come from ``tether.training.transitions`` exactly
+as
 an algorithm builds them (``optimize=`` as recorded in the rollout's metadata), with the GRPO advantage of
 train rollouts computed over their group (same task, same resources version).
 """
@@ -16,8 +17,9 @@ from typing import Any
 
 from tether import _json, spans
 from tether.algorithms.advantages import group_advantages
+from tether.spans import is_proxy_llm_span
 from tether.store.base import Store
-from tether.transitions import build_transitions, is_proxy_llm_span
+from tether.training.transitions import build_transitions
 from tether.types import Attempt, Mode, Rollout, Span, SpanKind
 
 #: rollout metadata: the ``optimize=`` names of the wrapped agent that ran it (a list; absent: all trainable)

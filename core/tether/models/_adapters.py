@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from tether.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, attach, require_peft
 from tether.models._device import pick_device, pick_dtype
 from tether.models._quiet import quiet
+from tether.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, attach, require_peft
 
 
 class AdapterPolicies:
@@ -75,7 +75,7 @@ class AdapterPolicies:
 
     def save(self, name: str, directory: str | Path) -> Path:
         """Write ``name``'s adapter to ``directory`` (created if missing) in PEFT's format, its config naming
-        the base checkpoint (so ``tether.lora.merge`` finds it). The files are written directly, as
+        the base checkpoint (so ``tether.models.lora.merge`` finds it). The files are written directly, as
         ``PeftModel.save_pretrained`` writes them less its model card, which took 3/4 of a swap's time."""
         peft = require_peft()
         from safetensors.torch import save_file

@@ -46,7 +46,7 @@ from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult
 from tether.policies import DEFAULT_POLICY, FROZEN_POLICY
 
 if TYPE_CHECKING:
-    from tether.lora import LoRA
+    from tether.models.lora import LoRA
 
 
 #: torch threads for the process (``torch.set_num_threads`` is process-wide). ``bench/embedded.py`` on 2 shared
@@ -192,7 +192,7 @@ class LocalBackend(ModelBackend):
         """Wrap the served model in fresh LoRA adapters, one per declared policy (outputs unchanged until they
         train). Idempotent for the same setting; a different one is refused (the adapters already hold
         training)."""
-        from tether.lora import attach
+        from tether.models.lora import attach
 
         with self.weights_lock:
             if self.lora is not None:
@@ -223,7 +223,7 @@ class LocalBackend(ModelBackend):
                 self.model.save_pretrained(directory)
                 self.tokenizer.save_pretrained(directory)
                 return
-            from tether.lora import save_adapter
+            from tether.models.lora import save_adapter
 
             base = self.base_dir
             if base is None:
@@ -236,7 +236,7 @@ class LocalBackend(ModelBackend):
     def load_weights(self, directory: str) -> None:
         """Replace the served weights in place with those of a checkpoint written by ``save`` (a run resuming):
         the adapter with LoRA, else the full weights."""
-        from tether.lora import is_adapter_dir
+        from tether.models.lora import is_adapter_dir
 
         if self.policies is not None:
             load_policies(self, self.policies, directory)
@@ -252,7 +252,7 @@ class LocalBackend(ModelBackend):
                     f"{directory} holds full weights, not a LoRA adapter, but this backend trains {self.lora}: "
                     "resume it without lora=, or serve it as the base (model='hf:<dir>')"
                 )
-            from tether.lora import load_adapter_weights
+            from tether.models.lora import load_adapter_weights
 
             with self.policy() as model:
                 load_adapter_weights(model, directory)

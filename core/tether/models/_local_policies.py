@@ -29,7 +29,7 @@ from tether.models.base import BadRequest
 from tether.policies import DEFAULT_POLICY, FROZEN_POLICY
 
 if TYPE_CHECKING:
-    from tether.lora import LoRA
+    from tether.models.lora import LoRA
 
 #: where a LoRA checkpoint of a model built in memory keeps its base weights (inside the checkpoint directory)
 BASE_SUBDIR = "base"
@@ -135,7 +135,7 @@ class PolicyWeights:
         root.mkdir(parents=True, exist_ok=True)
         with quiet():
             if self.adapters:
-                from tether.lora import save_adapter
+                from tether.models.lora import save_adapter
 
                 if base_dir is None:
                     save_base(base, str(root / BASE_SUBDIR))
@@ -184,7 +184,7 @@ def load_policies(backend: Any, policies: PolicyWeights, directory: str) -> None
     holding ``policies``), in place: the adapters with LoRA, else the full weights and the frozen start's."""
     policies.check_checkpoint(directory)
     if policies.adapters:
-        from tether.lora import load_adapter_weights
+        from tether.models.lora import load_adapter_weights
 
         for name, adapter in policies.adapters.items():
             with backend.policy(name) as model:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from tether.lora import LoRA
+    from tether.models.lora import LoRA
 
 
 class BackendError(Exception):

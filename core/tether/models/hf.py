@@ -109,7 +109,7 @@ class HFBackend(LocalBackend):
         where = Path(path).expanduser()
         adapter = None
         if not (where / "config.json").is_file():
-            from tether.lora import base_of, is_adapter_dir
+            from tether.models.lora import base_of, is_adapter_dir
 
             if not is_adapter_dir(where):
                 raise FileNotFoundError(
@@ -133,7 +133,7 @@ class HFBackend(LocalBackend):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._stops = self._find_stops()
         if adapter is not None:
-            from tether.lora import LoRA
+            from tether.models.lora import LoRA
 
             self.attach_lora(LoRA.from_adapter_dir(adapter))
             self.load_weights(str(adapter))

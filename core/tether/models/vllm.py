@@ -37,8 +37,8 @@ from tether.models.remote import RemoteBackend
 from tether.policies import FROZEN_POLICY
 
 if TYPE_CHECKING:
-    from tether.lora import LoRA
     from tether.models._adapters import AdapterPolicies
+    from tether.models.lora import LoRA
 
 __all__ = ["DEFAULT_POLICY", "FROZEN_START", "LORA_RANKS", "SERVER_MODULE", "Swap", "VLLMBackend", "vllm_launcher"]
 

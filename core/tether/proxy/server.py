@@ -24,16 +24,16 @@ import orjson
 from aiohttp import web
 
 from tether import spans
-from tether.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
 from tether.policies import PolicyMap
 from tether.proxy.capture import completion_json, failed_call_span, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
-from tether.span_batcher import SpanBatcher
-from tether.system_messages import Replacement, Rule
-from tether.system_messages import mark as mark_replaced
-from tether.system_messages import replace as replace_system_message
+from tether.proxy.system_messages import Replacement, Rule
+from tether.proxy.system_messages import mark as mark_replaced
+from tether.proxy.system_messages import replace as replace_system_message
 from tether.types import new_id
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class ProxyServer:
         self._runner: web.BaseRunner | None = None
         #: the open attempts, (rollout id, attempt id) -> the sampling overrides of their calls
         self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
-        #: the open attempts' system-message replacements by sub-agent (``tether.system_messages``)
+        #: the open attempts' system-message replacements by sub-agent (``tether.proxy.system_messages``)
         self._system_messages: dict[tuple[str, str], Rule] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ class ProxyServer:
         what the agent asks for in each call. A call still in flight when the block exits (one the agent
         abandoned, at a timeout say) is answered and its span submitted; a request arriving after the block
         is answered 404, so a stray caller never adds spans to an attempt that has ended.
-        ``system_messages`` (sub-agent -> ``Replacement``, see ``tether.system_messages``) replaces the exact
+        ``system_messages`` (sub-agent -> ``Replacement``, see ``tether.proxy.system_messages``) replaces the exact
         captured system message of that sub-agent's calls with a candidate before the model sees them.
         """
         for what, value in (("rollout_id", rollout_id), ("attempt_id", attempt_id)):

@@ -12,21 +12,21 @@ from __future__ import annotations
 import asyncio
 import errno
 import hmac
-import ipaddress
 import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from tether import _json
+from tether._net import check_bind, unbracket
 from tether.store import _wire
 from tether.store.base import InvalidInput, Store
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "StoreServer", "create_app", "serve", "start_server"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Mount", "StoreServer", "create_app", "serve", "start_server"]
 
 #: the largest request body the server reads (``tether store serve --max-body-mb``): span batches carry token
 #: ids, so aiohttp's 1 MiB is too small, and a bigger cap lets one request hold that much of the server's memory.
@@ -261,16 +261,19 @@ async def _on_shutdown(app: web.Application) -> None:
     app[_STOPPING_KEY].set()
 
 
+#: adds routes of a higher layer to the app (``tether.server`` mounts the OTLP receiver and the dashboard)
+Mount = Callable[[web.Application, Store, "str | None"], None]
+
+
 def create_app(
     store: Store,
     token: str | None = None,
     *,
-    dashboard: bool = True,
+    mounts: Sequence[Mount] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> web.Application:
     """An aiohttp application serving ``store``. With ``token``, every request needs the bearer token; a body
-    over ``max_body_bytes`` is refused with 413. With ``dashboard``, the dashboard's pages of ``store`` are
-    served under ``/dashboard/`` (same token rule)."""
+    over ``max_body_bytes`` is refused with 413. Each of ``mounts`` adds its routes (same token rule)."""
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors_middleware(token, max_body_bytes)])
@@ -279,37 +282,9 @@ def create_app(
     app.on_shutdown.append(_on_shutdown)
     for method, path, handler in _ROUTES:
         app.router.add_route(method, path, handler)
-    from tether.otel.receiver import mount as mount_otlp  # POST /v1/traces: OTLP traces in, as rollouts
-
-    mount_otlp(app, store)
-    if dashboard:
-        from tether.dashboard.app import mount
-
+    for mount in mounts:
         mount(app, store, token)
     return app
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to serve beyond this machine without a token."""
-    if token or _is_loopback(_unbracket(host)):
-        return
-    raise ValueError(
-        f"refusing to serve the store on {host!r} without a token: anyone who can reach it could read and "
-        "change it. Pass --token <secret> (or set TETHER_STORE_TOKEN), or bind 127.0.0.1"
-    )
-
-
-def _unbracket(host: str) -> str:
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class StoreServer:
@@ -338,14 +313,15 @@ async def start_server(
     port: int = 0,
     token: str | None = None,
     *,
+    mounts: Sequence[Mount] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> StoreServer:
     """Serve ``store`` on ``host:port`` (``port=0`` picks a free port) on the running loop. An IPv6 ``host``
     may come in brackets, as in a URL."""
-    host = _unbracket(host)
+    host = unbracket(host)
     check_bind(host, token)
     runner = web.AppRunner(
-        create_app(store, token, max_body_bytes=max_body_bytes),
+        create_app(store, token, mounts=mounts, max_body_bytes=max_body_bytes),
         access_log=None,
         handle_signals=False,
         shutdown_timeout=_SHUTDOWN_S,
@@ -373,11 +349,12 @@ def serve(
     port: int = 4747,
     token: str | None = None,
     *,
+    mounts: Sequence[Mount] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Open the store at ``store_url`` and serve it until SIGINT/SIGTERM; prints the URL once listening."""
     check_bind(host, token)
-    asyncio.run(_serve(store_url, host, port, token, max_body_bytes))
+    asyncio.run(_serve(store_url, host, port, token, mounts, max_body_bytes))
 
 
 def _describe(store_url: str, store: Store) -> str:
@@ -388,12 +365,14 @@ def _describe(store_url: str, store: Store) -> str:
     return store_url
 
 
-async def _serve(store_url: str, host: str, port: int, token: str | None, max_body_bytes: int) -> None:
+async def _serve(
+    store_url: str, host: str, port: int, token: str | None, mounts: Sequence[Mount], max_body_bytes: int
+) -> None:
     from tether.store import open_store
 
     store = open_store(store_url)
     try:
-        server = await start_server(store, host, port, token, max_body_bytes=max_body_bytes)
+        server = await start_server(store, host, port, token, mounts=mounts, max_body_bytes=max_body_bytes)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

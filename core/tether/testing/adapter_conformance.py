@@ -34,11 +34,11 @@ import sys
 from typing import Any, ClassVar
 
 from tether import spans
-from tether.dev_report import DevReport
+from tether.plugin.wrap import RunFn, WrappedAgent, wrap
 from tether.testing.fake_llm import FakeLLM, Reply
 from tether.trainer import Trainer
+from tether.training.dev_report import DevReport
 from tether.types import RolloutStatus, SpanKind
-from tether.wrap import RunFn, WrappedAgent, wrap
 
 
 class AdapterConformance:

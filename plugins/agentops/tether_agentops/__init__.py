@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from tether.adapters import Tracer
-from tether.hookspecs import hookimpl
+from tether.plugin.adapters import Tracer
+from tether.plugin.hookspecs import hookimpl
 from tether_agentops.offline import LOOPBACK_ENDPOINT, offline_env, offline_problems, use_offline
 from tether_agentops.tracer import AgentOpsTracer, agentops_provider
 

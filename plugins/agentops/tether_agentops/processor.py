@@ -7,7 +7,8 @@ it to the sink under that rollout, whatever thread ends it. Spans started outsid
 no sink (after ``uninstrument``) the processor does nothing.
 
 While an AgentOps ``agent`` span is open inside a rollout, its name is also tether's current sub-agent
-(``tether.context.current_agent``, restored when the span ends), so the model calls the agent makes reach the
+(``tether.capture.context.current_agent``, restored when the span ends), so the model calls the agent makes reach
+the
 proxy under that name and ``optimize=`` can select AgentOps agents. The tool-call spans AgentOps' LLM
 instrumentation opens for each tool call the model asked for are folded into that call's ``response``.
 """
@@ -23,8 +24,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from tether.adapters import SpanSink
-from tether.context import RolloutScope, current_agent, current_agent_name, current_scope
+from tether.capture.context import RolloutScope, current_agent, current_agent_name, current_scope
+from tether.plugin.adapters import SpanSink
 from tether_agentops.convert import agent_name_of, convert, is_llm, is_tool_call_request, kind_of, tool_call_of
 
 

@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tether.adapters import SpanSink, Tracer
+from tether.plugin.adapters import SpanSink, Tracer
 from tether_agentops.offline import offline_problems
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tether.adapters import Adapter
-from tether.hookspecs import hookimpl
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
 from tether_autogen.adapter import AutoGenAdapter, AutoGenOutput, task_text
 
 EXTRA = "autogen"

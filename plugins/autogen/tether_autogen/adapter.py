@@ -29,9 +29,9 @@ import logging
 import sys
 from typing import Any
 
-from tether import redirect
-from tether.adapters import Adapter, SpanSink
-from tether.instrument import Patch
+from tether.capture import redirect
+from tether.plugin.adapters import Adapter, SpanSink
+from tether.plugin.instrument import Patch
 from tether.types import Resources, Task
 from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
 from tether_autogen.loop_clients import LoopClients

@@ -6,7 +6,7 @@
   ``BaseTool.run_json`` only when a tool succeeds) becomes a ``tool`` span when the tool ran outside an
   agent turn seen below (inside one, the turn records it).
 - A wrapper around ``AssistantAgent.on_messages_stream`` that runs each step of the agent's turn inside
-  ``tether.context.agent_scope(agent.name)``. Every model call made during the turn — including the
+  ``tether.capture.context.agent_scope(agent.name)``. Every model call made during the turn — including the
   reflection call, and the calls of agents inside teams — therefore carries the agent's name: on the spans
   above, and in the ``X-Tether-Agent`` header the endpoint redirect adds, which names the proxy's span (the one
   with token ids). The wrapper also reads the turn's ``ToolCallRequestEvent`` / ``ToolCallExecutionEvent``
@@ -28,10 +28,10 @@ from contextvars import ContextVar
 from typing import Any
 
 from tether import spans
-from tether.adapters import SpanSink
-from tether.adapters import json_safe as plain
-from tether.adapters import tool_arguments as _arguments
-from tether.context import agent_scope, current_agent, current_agent_name
+from tether.capture.context import agent_scope, current_agent, current_agent_name
+from tether.plugin.adapters import SpanSink
+from tether.plugin.adapters import json_safe as plain
+from tether.plugin.adapters import tool_arguments as _arguments
 from tether.types import SpanKind
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from tether.adapters import CannotCopy
+from tether.plugin.adapters import CannotCopy
 
 ClientMap = Callable[[Any], Any]
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from tether.adapters import Adapter
-from tether.hookspecs import hookimpl
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
 from tether_crewai.adapter import CrewAIAdapter, CrewAIOutput, crew_inputs
 from tether_crewai.telemetry import QUIET_ENV, crewai_quiet
 

@@ -27,9 +27,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tether import redirect
-from tether.adapters import Adapter, CannotCopy, SpanSink
-from tether.instrument import Patch
+from tether.capture import redirect
+from tether.plugin.adapters import Adapter, CannotCopy, SpanSink
+from tether.plugin.instrument import Patch
 from tether.types import Resources, Task
 from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper
 

@@ -11,7 +11,7 @@
   builds it — in the caller's thread, keyed by CrewAI's own call id — and the ``llm`` span carries it as
   ``request.messages`` (OpenAI-format dicts) and ``request.tools``, with the proxy's ``call_id``.
 - A wrapper around ``Agent.execute_task`` / ``aexecute_task`` that runs each task inside
-  ``tether.context.agent_scope(agent.role)``: every model request the agent makes then carries its role in
+  ``tether.capture.context.agent_scope(agent.role)``: every model request the agent makes then carries its role in
   the ``X-Tether-Agent`` header, which names the proxy's span (the one with token ids). CrewAI copies the
   context into the threads it starts (async tasks, task timeouts), so the name follows; a delegated task
   runs under the coworker's role.
@@ -30,10 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import spans
-from tether.adapters import SpanSink
-from tether.adapters import json_safe as plain
-from tether.adapters import tool_arguments as _arguments
-from tether.context import RolloutScope, agent_scope
+from tether.capture.context import RolloutScope, agent_scope
+from tether.plugin.adapters import SpanSink
+from tether.plugin.adapters import json_safe as plain
+from tether.plugin.adapters import tool_arguments as _arguments
 from tether.types import SpanKind
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from tether.adapters import Adapter
-from tether.hookspecs import hookimpl
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
 from tether_langgraph.adapter import LangGraphAdapter, node_name
 from tether_langgraph.telemetry import no_langsmith_tracing
 

@@ -10,9 +10,10 @@ Capture has two parts, both installed by ``instrument`` and removed exactly by `
   (``_configure_hooks``, private); should a release move that list, the hook stays registered but is made
   inert — the handler drops every event once it has no sink — and is reused, not registered twice, by the
   next ``instrument``.
-- An agent-name resolver (``tether.context.add_agent_resolver``) that reads the running graph node from
+- An agent-name resolver (``tether.capture.context.add_agent_resolver``) that reads the running graph node from
   LangChain's config context variable (``var_child_runnable_config`` → metadata ``langgraph_node``). The
-  endpoint redirect (``tether.redirect``) calls it for the ``X-Tether-Agent`` header of every SDK request, so
+  endpoint redirect (``tether.capture.redirect``) calls it for the ``X-Tether-Agent`` header of every SDK request,
+  so
   the proxy's span of the call — the one with token ids — is named after the node.
 
 ``run`` feeds a task to the graph with ``ainvoke``: a dict is the graph's input state, a string becomes
@@ -26,9 +27,9 @@ import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from tether import redirect
-from tether.adapters import Adapter, SpanSink
-from tether.context import add_agent_resolver, remove_agent_resolver
+from tether.capture import redirect
+from tether.capture.context import add_agent_resolver, remove_agent_resolver
+from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources
 
 if TYPE_CHECKING:

@@ -29,8 +29,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
 
 from tether import spans
-from tether.adapters import SpanSink
-from tether.context import current_scope
+from tether.capture.context import current_scope
+from tether.plugin.adapters import SpanSink
 from tether.types import SpanKind
 
 

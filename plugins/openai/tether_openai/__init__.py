@@ -2,7 +2,7 @@
 (``pip install "tether[openai]"``).
 
 The endpoint redirect that sends every SDK request of a rollout to tether's proxy is part of the core
-(``tether.redirect``, held by the runner around each rollout). Importing this module does not import
+(``tether.capture.redirect``, held by the runner around each rollout). Importing this module does not import
 ``openai``.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tether.adapters import Adapter
-from tether.hookspecs import hookimpl
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
 from tether_openai.adapter import OpenAIFunctionAdapter
 
 EXTRA = "openai"

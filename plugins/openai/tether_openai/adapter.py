@@ -1,13 +1,15 @@
 """The adapter for plain Python functions that call the ``openai`` client.
 
 ``OpenAIFunctionAdapter`` runs a function (sync or async, or a ``functools.partial`` of one) on a task input.
-It does not capture LLM spans itself: the endpoint redirect (``tether.redirect``) sends every SDK request made
+It does not capture LLM spans itself: the endpoint redirect (``tether.capture.redirect``) sends every SDK request
+made
 inside the rollout to tether's proxy, which records the request, the response, the token ids and
 the ``X-Tether-Agent`` header on its own span. Sync functions run in a worker thread via ``asyncio.to_thread``,
 which copies the context, so the rollout scope (and hence the redirect) carries over.
 
 The sub-agent name of the function's calls is the function's ``__name__`` unless the caller (or the function,
-with ``tether.context.agent_scope``) names one. Tool calls are reported as ``tool`` spans from the tool results
+with ``tether.capture.context.agent_scope``) names one. Tool calls are reported as ``tool`` spans from the tool
+results
 the function sends back to the model (``tether_openai.tools``).
 """
 
@@ -21,9 +23,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tether import redirect
-from tether.adapters import Adapter, SpanSink
-from tether.context import agent_scope, current_agent_name
+from tether.capture import redirect
+from tether.capture.context import agent_scope, current_agent_name
+from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
 from tether_openai.tools import ToolResultTracker, tracking_run
 

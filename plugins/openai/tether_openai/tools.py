@@ -18,8 +18,8 @@ from contextvars import ContextVar
 from typing import Any
 
 from tether import spans
-from tether.adapters import SpanSink
-from tether.context import RolloutScope, current_agent_name
+from tether.capture.context import RolloutScope, current_agent_name
+from tether.plugin.adapters import SpanSink
 from tether.types import SpanKind
 
 #: The tool-call ids already reported in the current run (a fresh set per ``OpenAIFunctionAdapter.run``;
@@ -38,7 +38,8 @@ def tracking_run() -> Iterator[None]:
 
 
 class ToolResultTracker:
-    """A ``tether.redirect`` listener that turns newly seen tool results into ``tool`` spans on ``sink``."""
+    """A ``tether.capture.redirect`` listener that turns newly seen tool results into ``tool`` spans on
+    ``sink``."""
 
     def __init__(self) -> None:
         self.sink: SpanSink | None = None

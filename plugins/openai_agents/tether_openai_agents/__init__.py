@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from tether.adapters import Adapter
-from tether.hookspecs import hookimpl
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
 from tether_openai_agents import gate
 from tether_openai_agents.adapter import OpenAIAgentsAdapter, agent_name, rollout_run_config, task_input
 

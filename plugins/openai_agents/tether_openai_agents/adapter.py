@@ -9,7 +9,7 @@ the SDK's input items); for a dict, the first string among its ``"task"``, ``"qu
   API — the API tether's proxy serves — at the rollout's endpoint, through an ``AsyncOpenAI`` client made
   for the running event loop. The SDK's own default client shares one HTTP pool bound to the first event
   loop that used it, which fails in the next one; the user's global settings are not touched for this.
-  Agents built with an explicit model object keep it (its requests are redirected by ``tether.redirect``);
+  Agents built with an explicit model object keep it (its requests are redirected by ``tether.capture.redirect``);
 - tracing on, with sensitive data, since nothing leaves the process (``tether_openai_agents.gate``);
 - a ``tool_error_formatter`` that only records a failing tool's exception for its span (the model still
   gets the SDK's default message).
@@ -35,9 +35,9 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from tether import redirect
-from tether.adapters import Adapter, SpanSink
-from tether.context import add_agent_resolver, current_scope, remove_agent_resolver
+from tether.capture import redirect
+from tether.capture.context import add_agent_resolver, current_scope, remove_agent_resolver
+from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
 from tether_openai_agents import gate
 

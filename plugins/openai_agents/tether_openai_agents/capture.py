@@ -3,7 +3,7 @@
 Imported only when the SDK is (it subclasses ``agents.tracing.TracingProcessor``). While tether holds it
 (``tether_openai_agents.gate``) it is the SDK's only trace processor, and it splits events by context:
 
-- inside a rollout (``tether.context.current_scope`` is set) events are captured and never forwarded, so
+- inside a rollout (``tether.capture.context.current_scope`` is set) events are captured and never forwarded, so
   nothing about a rollout reaches the SDK's default uploader (api.openai.com) or any other processor;
 - outside a rollout events go to the processors that were installed before (the user's own tracing keeps
   working), unless tracing was disabled then — tether turns the SDK's tracing on while it holds the gate,
@@ -51,9 +51,9 @@ from agents.tracing import (
 )
 
 from tether import spans
-from tether.adapters import SpanSink
-from tether.adapters import json_safe as _plain
-from tether.context import current_scope
+from tether.capture.context import current_scope
+from tether.plugin.adapters import SpanSink
+from tether.plugin.adapters import json_safe as _plain
 from tether.types import SpanKind
 
 log = logging.getLogger(__name__)

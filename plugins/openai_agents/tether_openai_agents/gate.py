@@ -1,6 +1,6 @@
 """Puts tether's trace processor in front of the OpenAI Agents SDK's own, and takes it out again exactly.
 
-``hold()`` (reference-counted, thread-safe: a ``tether.patching.SharedPatch``) replaces the SDK's trace
+``hold()`` (reference-counted, thread-safe: a ``tether.capture.patching.SharedPatch``) replaces the SDK's trace
 processors with one ``TetherTraceProcessor`` (``agents.set_trace_processors``), which captures rollout spans
 and forwards the rest to the processors it replaced; the SDK's default one uploads traces to api.openai.com,
 so with the gate held nothing about a rollout leaves the process. If tracing was disabled
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tether.patching import SharedPatch
+from tether.capture.patching import SharedPatch
 
 if TYPE_CHECKING:
     from tether_openai_agents.capture import TetherTraceProcessor

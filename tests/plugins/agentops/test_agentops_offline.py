@@ -92,7 +92,7 @@ def test_an_agent_that_never_opted_in_does_not_import_agentops(tmp_path: Path) -
         import sys
         import openai
         import tether
-        from tether.plugins import get_plugins
+        from tether.plugin.manager import get_plugins
         from tether.testing.fake_llm import FakeLLM, text
 
         def answer(question):

@@ -11,7 +11,7 @@ from agentops.sdk.decorators import agent
 from opentelemetry import trace
 
 from tether import spans
-from tether.context import RolloutScope, agent_scope, current_agent, current_agent_name, rollout_scope
+from tether.capture.context import RolloutScope, agent_scope, current_agent, current_agent_name, rollout_scope
 from tether.types import SpanKind
 from tether_agentops import AgentOpsTracer, agentops_provider
 from tether_agentops.processor import processors_of
@@ -24,7 +24,7 @@ class RecordingSink:
         self.spans: list[dict[str, Any]] = []
 
     def emit(self, kind: SpanKind, name: str, attributes: dict[str, Any], **kwargs: Any) -> None:
-        from tether.context import current_scope
+        from tether.capture.context import current_scope
 
         scope = current_scope.get()
         self.spans.append({"kind": kind, "name": name, "attributes": attributes, "scope": scope, **kwargs})

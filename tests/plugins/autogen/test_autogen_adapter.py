@@ -19,7 +19,7 @@ from autogen_core.logging import ToolCallEvent
 
 import tether
 from tether import spans
-from tether.plugins import AdapterNotFound
+from tether.plugin.manager import AdapterNotFound
 from tether.types import Task
 from tether_autogen import AutoGenAdapter, task_text
 

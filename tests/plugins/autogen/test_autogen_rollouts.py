@@ -16,10 +16,10 @@ from autogen_script import reply, task
 
 import tether
 from tether import spans
-from tether.dev_report import DevReport
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, Reply
 from tether.trainer import Trainer
+from tether.training.dev_report import DevReport
 from tether.types import RolloutStatus, SpanKind
 from tether_autogen import AutoGenOutput
 

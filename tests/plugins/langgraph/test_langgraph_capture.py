@@ -23,11 +23,11 @@ from langgraph_script import reply, task
 
 import tether
 from tether import spans as schema
-from tether.dev_report import DevReport
 from tether.models.remote import RemoteBackend
+from tether.spans import is_proxy_llm_span
 from tether.testing.fake_llm import FakeLLM
 from tether.trainer import Trainer
-from tether.transitions import is_proxy_llm_span
+from tether.training.dev_report import DevReport
 from tether.types import Resources, RolloutStatus, Span, SpanKind
 from tether_langgraph import LangGraphAdapter
 

@@ -8,7 +8,7 @@ import langgraph_calc_graph
 from langchain_core.tracers import context as tracers_context
 from langgraph_script import reply, task
 
-from tether import context, redirect
+from tether.capture import context, redirect
 from tether.testing.adapter_conformance import AdapterConformance
 from tether.testing.fake_llm import Reply
 

@@ -14,7 +14,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers import context as tracers_context
 
 from tether import spans
-from tether.context import RolloutScope, current_agent_name, rollout_scope
+from tether.capture.context import RolloutScope, current_agent_name, rollout_scope
 from tether_langgraph import LangGraphAdapter, node_name
 
 

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 import pytest_asyncio
 
-from tether import redirect
+from tether.capture import redirect
 
 HERE = Path(__file__).parent
 

@@ -15,8 +15,9 @@ import pytest
 from openai._base_client import BaseClient
 
 import tether
-from tether import redirect, spans
-from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, agent_scope, rollout_scope
+from tether import spans
+from tether.capture import redirect
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, agent_scope, rollout_scope
 from tether.testing.fake_llm import FakeLLM, text
 from tether.types import Resources, SpanKind, Task
 from tether_openai import OpenAIFunctionAdapter
@@ -232,7 +233,7 @@ async def test_the_runner_holds_the_redirect_around_each_rollout_whatever_the_ad
 
 
 def test_plugin_is_loaded_through_its_entry_point() -> None:
-    from tether.plugins import build
+    from tether.plugin.manager import build
 
     plugins = build()
     assert "openai" in {p.name for p in plugins.loaded()}

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import pytest
 from openai._base_client import BaseClient
 
-from tether import redirect, spans
+from tether import spans
+from tether.capture import redirect
 from tether.testing.adapter_conformance import AdapterConformance
 from tether.testing.fake_llm import Reply, text, tool_call
 
@@ -69,10 +70,10 @@ async def _feed_async(agent: Any, task: str, resources: Any) -> Any:
 # a user's own run= must be captured and named as the adapter's own runs are
 @pytest.mark.parametrize("run", [None, _feed_sync, _feed_async], ids=["adapter-run", "sync-run=", "async-run="])
 async def test_tool_spans_carry_name_arguments_result_and_agent(run: Any) -> None:
+    from tether.plugin.wrap import wrap
     from tether.testing.fake_llm import FakeLLM
     from tether.trainer import Trainer
     from tether.types import RolloutStatus, SpanKind
-    from tether.wrap import wrap
 
     def script(request: dict[str, Any]) -> Reply:
         messages = request["messages"]

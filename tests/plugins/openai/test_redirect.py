@@ -14,8 +14,8 @@ import pytest_asyncio
 from aiohttp import web
 from openai._base_client import BaseClient
 
-from tether import redirect
-from tether.context import (
+from tether.capture import redirect
+from tether.capture.context import (
     AGENT_HEADER,
     CALL_ID_HEADER,
     RolloutScope,

@@ -1,5 +1,5 @@
 """The redirect patches a PRIVATE method of the openai SDK. These tests fail loudly, naming the SDK version,
-when a release moves or stops using it — update ``tether.redirect`` (or pin openai) when they do."""
+when a release moves or stops using it — update ``tether.capture.redirect`` (or pin openai) when they do."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import openai
 import pytest
 from openai._base_client import BaseClient
 
-from tether import redirect
-from tether.context import RolloutScope, rollout_scope
+from tether.capture import redirect
+from tether.capture.context import RolloutScope, rollout_scope
 from tether.testing.fake_llm import FakeLLM, text
 
 VERSION = openai.__version__
@@ -46,7 +46,7 @@ async def test_every_client_kind_still_builds_its_requests_through_the_seam() ->
                     f"openai {VERSION}: a {['sync', 'async'][len(seen)]} client sent its request to its own URL "
                     f"inside a rollout, so the SDK no longer builds requests through "
                     f"{redirect.SEAM_MODULE}.{redirect.SEAM_CLASS}.{redirect.SEAM_METHOD}; update "
-                    f"tether.redirect for this release"
+                    f"tether.capture.redirect for this release"
                 )
         sync_client.close()
         await async_client.close()

@@ -10,7 +10,7 @@ from agents.models import _openai_shared
 from agents.tracing import get_trace_provider
 from triage_script import example, math_task, reply
 
-from tether import context, redirect
+from tether.capture import context, redirect
 from tether.testing.adapter_conformance import AdapterConformance
 from tether.testing.fake_llm import Reply
 from tether_openai_agents import gate, rollout_run_config

@@ -16,9 +16,9 @@ from triage_script import example, math_task, reply, reward, words_task
 import tether
 from tether import spans
 from tether.models.remote import RemoteBackend
+from tether.spans import is_proxy_llm_span
 from tether.testing.fake_llm import FakeLLM
 from tether.trainer import Trainer
-from tether.transitions import is_proxy_llm_span
 from tether.types import RolloutStatus, SpanKind
 from tether_openai_agents import gate, task_input
 

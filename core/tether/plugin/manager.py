@@ -22,8 +22,8 @@ from typing import Any
 
 import pluggy
 
-from tether import hookspecs
-from tether.adapters import Adapter, Tracer
+from tether.plugin import hookspecs
+from tether.plugin.adapters import Adapter, Tracer
 from tether.types import Rollout
 
 ENTRY_POINT_GROUP = "tether"

@@ -1,7 +1,7 @@
 """``tether.wrap``: makes an existing agent trainable by pairing it with the adapter that runs it.
 
 ``wrap(agent, reward=..., optimize=..., adapter=..., run=...)`` picks the adapter from the process-wide plugin
-manager (``tether.plugins.get_plugins``) unless one is given, checks the arguments, and returns a
+manager (``tether.plugin.manager.get_plugins``) unless one is given, checks the arguments, and returns a
 ``WrappedAgent``: what the runner runs on each task and scores (holding its ``passthrough=`` clients exempt from
 the endpoint redirect meanwhile).
 """
@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether._shipping import ship, unship
-from tether.adapters import Adapter, CannotCopy
-from tether.passthrough_calls import client_ids, clients_held, passthrough
-from tether.plugins import get_plugins
+from tether.capture.passthrough import client_ids, clients_held, passthrough
+from tether.plugin._shipping import ship, unship
+from tether.plugin.adapters import Adapter, CannotCopy
+from tether.plugin.manager import get_plugins
 from tether.policies import PolicyMap
 from tether.types import Resources, check_rewards
 
@@ -47,7 +47,7 @@ class WrappedAgent:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled (for ``tether.RayRunners``' actors) with the user's agent by reference to the module global
-        that holds it, where one does (``tether._shipping``); the rest as pickle sends it."""
+        that holds it, where one does (``tether.plugin._shipping``); the rest as pickle sends it."""
         parts = (self.adapter, self.reward, self.optimize, self.policies, self.run, self.passthrough)
         return (_unpickle, (ship(self.agent), *parts))
 

@@ -119,7 +119,7 @@ def mark(span: Span, replacement: Replacement, indices: Iterable[int]) -> None:
 def captured_system_message(spans_of_rollouts: Iterable[Iterable[Span]], agent: str) -> tuple[str, int]:
     """The system message ``agent``'s calls sent most often in these rollouts' proxy spans, and how many
     distinct ones there were; ``ValueError`` naming the sub-agents seen when ``agent`` made no call with one."""
-    from tether.transitions import is_proxy_llm_span
+    from tether.spans import is_proxy_llm_span
 
     counts: Counter[str] = Counter()
     seen: set[str] = set()

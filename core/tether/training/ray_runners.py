@@ -1,7 +1,8 @@
 """Runners as Ray actors: ``Trainer(..., runners=tether.RayRunners(n=4))`` (``pip install "tether[ray]"``).
 
 Instead of running rollouts in its own process, the session starts ``n`` Ray actors
-(``tether._ray_actor.RunnerActor``), each a ``Runner`` with its own adapter instrumentation and its own proxy,
+(``tether.training._ray_actor.RunnerActor``), each a ``Runner`` with its own adapter instrumentation and its own
+proxy,
 taking rollouts from a shared store and writing their spans there; the trainer enqueues, waits and harvests
 as it does with in-process runners. What the actors share with the trainer:
 
@@ -11,7 +12,7 @@ as it does with in-process runners. What the actors share with the trainer:
   proxy records the backend's own results (token ids, logprobs, weights version), so the spans are the ones
   an in-process run records, and an actor's proxy and adapters share one span queue, keeping their order.
 - the agent: the ``tether.wrap`` result is pickled by Ray (cloudpickle). The user's agent object goes by
-  reference to the module global that holds it, when one does (``tether._shipping``; a compiled LangGraph
+  reference to the module global that holds it, when one does (``tether.plugin._shipping``; a compiled LangGraph
   graph must go so: it does not survive being rebuilt by value), and functions and classes by reference to
   their module: the actors import those modules (installed,
   or shipped with ``runtime_env={"working_dir": ...}`` or ``{"py_modules": [...]}``). An agent built inside a
@@ -39,9 +40,9 @@ from tether.store.base import StoreError
 from tether.types import RolloutStatus
 
 if TYPE_CHECKING:
-    from tether.runner import RunnerStats
+    from tether.plugin.wrap import WrappedAgent
     from tether.store import Store
-    from tether.wrap import WrappedAgent
+    from tether.training.runner import RunnerStats
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class RayPool:
         self.store_url = store_url
         self.backend_url = backend_url
         self.actors: list[_Actor] = []
-        from tether.runner import RunnerStats
+        from tether.training.runner import RunnerStats
 
         self.restarts = 0
         self.stats = RunnerStats()
@@ -135,7 +136,7 @@ class RayPool:
                 kwargs["address"] = self.config.address
             await asyncio.to_thread(ray.init, **kwargs)
             self._started_ray = True
-        from tether._ray_actor import RunnerActor
+        from tether.training._ray_actor import RunnerActor
 
         self._actor_class = ray.remote(RunnerActor)
         self.actors = [self._spawn() for _ in range(self.config.n)]

@@ -1,6 +1,6 @@
 """Context variables that scope a model call to its rollout and sub-agent.
 
-The runner sets ``current_scope`` around each rollout; the endpoint redirect (``tether.redirect``) reads it
+The runner sets ``current_scope`` around each rollout; the endpoint redirect (``tether.capture.redirect``) reads it
 on every SDK request to send the request to that rollout's proxy URL (and leaves the client's own URL alone
 outside any rollout).
 Framework adapters name the sub-agent making a call, either by setting ``current_agent`` around the agent's
@@ -14,10 +14,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from tether.adapters import SpanSink as SpanSinkLike
+from tether.types import SpanKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,5 +78,22 @@ AGENT_HEADER = "X-Tether-Agent"
 CALL_ID_HEADER = "X-Tether-Call-Id"
 
 
+class SpanSink(Protocol):
+    """Where adapters and tracers send what they capture. The sink knows which rollout and attempt is
+    current (from context), stamps the span with it, and batches spans to the store."""
+
+    def emit(
+        self,
+        kind: SpanKind,
+        name: str,
+        attributes: dict[str, Any],
+        *,
+        agent_name: str | None = None,
+        start_time: float | None = None,
+        end_time: float | None = None,
+        parent_id: str | None = None,
+    ) -> None: ...
+
+
 #: the sink of the running rollout, for ``tether.emit_reward`` / ``emit_span`` called from agent code
-current_sink: ContextVar[SpanSinkLike | None] = ContextVar("tether_span_sink", default=None)
+current_sink: ContextVar[SpanSink | None] = ContextVar("tether_span_sink", default=None)

@@ -1,6 +1,7 @@
 """Per-transition advantages under the trainer's credit rule (``Trainer(credit=...)``), for GRPO's loss.
 
-Each call has a value (``tether.transitions.call_value``, from what its spans recorded): under ``"episode"``
+Each call has a value (``tether.training.transitions.call_value``, from what its spans recorded): under
+``"episode"``
 its target reward ``R`` (its sub-agent's final reward, else its policy's, else the rollout's) minus its tool
 penalties; under ``"per_call"`` its return ``G_t = r_t + gamma**(T-1-t) * R`` (``r_t``: the rewards emitted
 for it, minus its tool penalties). Values are made group-relative:
@@ -25,12 +26,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tether.transitions import CreditRule, call_value, check_credit
+from tether.training.transitions import CreditRule, call_value, check_credit
 from tether.types import Rollout, Transition
 
 
 class Scored(Protocol):
-    """A finished rollout with its transitions and what its spans held (``tether.session.RolloutResult``)."""
+    """A finished rollout with its transitions and what its spans held
+    (``tether.training.session.RolloutResult``)."""
 
     @property
     def rollout(self) -> Rollout: ...

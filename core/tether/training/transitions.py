@@ -5,7 +5,7 @@ source of truth: it holds the request messages, the response and the token ids e
 produced them, and the sub-agent name sent by the adapter in a header. An adapter's own ``llm`` span of the
 same call (same request messages) only supplies the agent name when the proxy's is missing.
 
-Rewards and credit (``credit=``; ``tether.algorithms.credit`` turns them into advantages):
+Rewards and credit (``credit=``; ``tether.training.credit`` turns them into advantages):
 
 - A call's *target reward* ``R`` is the final reward of its sub-agent when the ``reward=`` function returned a
   mapping holding it (``REWARD_FINAL`` spans), else its policy's, else the rollout's reward.
@@ -30,7 +30,6 @@ from tether import _json
 from tether.policies import PolicyMap
 from tether.spans import (
     ERROR,
-    LLM_CALL,
     LLM_CALL_FAILED,
     PASSTHROUGH_CALL,
     POLICY,
@@ -41,6 +40,7 @@ from tether.spans import (
     TOOL_ERROR,
     WEIGHTS_VERSION,
     ProxyLLMAttributes,
+    is_proxy_llm_span,
 )
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
@@ -60,10 +60,6 @@ class TransitionReport:
     emitted_rewards: int = 0
     #: tool spans in the attempt
     tool_spans: int = 0
-
-
-def is_proxy_llm_span(span: Span) -> bool:
-    return span.kind == SpanKind.LLM and span.name == LLM_CALL and "choices" in span.attributes
 
 
 def build_transitions(

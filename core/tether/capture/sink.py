@@ -10,11 +10,11 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from tether import spans
-from tether.context import current_scope
+from tether.capture.context import current_scope
 from tether.types import Span, SpanKind
 
 if TYPE_CHECKING:
-    from tether.span_batcher import SpanBatcher
+    from tether.capture.span_batcher import SpanBatcher
 
 
 class RolloutSink:

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether import spans
-from tether.transitions import is_proxy_llm_span, unknown_optimize_names
+from tether.spans import is_proxy_llm_span
+from tether.training.transitions import unknown_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
 if TYPE_CHECKING:
-    from tether.session import Batch
+    from tether.training.session import Batch
 
 _CLIP = 80
 
@@ -64,7 +65,7 @@ class DevReport:
     rollouts: list[DevRollout] = field(default_factory=list)
     agent_names: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
-    #: what the credit rule could not do with these rollouts (``tether.algorithms.credit``)
+    #: what the credit rule could not do with these rollouts (``tether.training.credit``)
     notes: list[str] = field(default_factory=list)
     #: the mean final reward of each target of a ``reward=`` mapping (``Batch.target_rewards``)
     target_rewards: dict[str, float] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 For each rollout it opens an attempt (``dequeue``), opens it on the proxy (``proxy.attempt``, with the
 sampling of the rollout's resources) and scopes the model endpoint to that attempt's URL (holding the openai
-SDK's endpoint redirect, ``tether.redirect``, when the SDK is installed), enters every plugin's
+SDK's endpoint redirect, ``tether.capture.redirect``, when the SDK is installed), enters every plugin's
 ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and records the
 outcome — output and reward, or the error with its traceback. A run past the rollout's
 ``timeout_s`` is cancelled and its attempt ends ``timeout`` through the store's own sweep
@@ -34,20 +34,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tether import redirect, system_messages
 from tether._json import jsonable
-from tether.adapters import Tracer
-from tether.context import RolloutScope, current_sink, rollout_scope
-from tether.emit import record_final_rewards
-from tether.plugins import get_plugins
-from tether.sink import RolloutSink
+from tether.capture import redirect
+from tether.capture.context import RolloutScope, current_sink, rollout_scope
+from tether.capture.emit import record_final_rewards
+from tether.capture.sink import RolloutSink
+from tether.plugin.adapters import Tracer
+from tether.plugin.manager import get_plugins
+from tether.plugin.wrap import WrappedAgent
+from tether.proxy import system_messages
 from tether.store.base import InvalidTransition, NotFound, StoreError
 from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout
-from tether.wrap import WrappedAgent
 
 if TYPE_CHECKING:
+    from tether.capture.span_batcher import SpanBatcher
     from tether.proxy import ProxyServer
-    from tether.span_batcher import SpanBatcher
     from tether.store import Store
 
 log = logging.getLogger(__name__)
@@ -234,7 +235,8 @@ class Runner:
             resources = await self._resources_for(rollout)
             assert resources.llm is not None
             # the sampling travels once: the rollout's resources -> the proxy's attempt, applied to each call
-            # and the system messages its resources swap in (tether.system_messages: APO's in-flight candidates)
+            # and the system messages its resources swap in (tether.proxy.system_messages: APO's in-flight
+            # candidates)
             replacements = system_messages.rule_of(resources.prompts)
             async with self.proxy.attempt(
                 rollout_id, attempt_id, resources.llm.sampling, replacements

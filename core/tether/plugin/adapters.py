@@ -5,7 +5,7 @@ An ``Adapter`` knows one agent framework: whether an object belongs to it (``acc
 a sink, idempotently; ``uninstrument`` exactly), what one rollout runs (``rollout_copy``: a copy that shares
 no run state, for frameworks whose objects hold it), how to run one task on it (``run``), and what must
 surround any run of it, the user's own ``run=`` included (``run_scope``). A ``Tracer`` only captures. Both are
-registered through the hooks in ``tether.hookspecs``. This module is the plugin contract: it imports nothing
+registered through the hooks in ``tether.plugin.hookspecs``. This module is the plugin contract: it imports nothing
 from tether above ``types``, ``spans``, ``_json`` and ``context`` (``tether.wrap`` builds on it).
 """
 
@@ -17,8 +17,8 @@ import json
 from typing import Any
 
 from tether import _json
-from tether.instrument import Instrumentor
-from tether.instrument import SpanSink as SpanSink
+from tether.plugin.instrument import Instrumentor
+from tether.plugin.instrument import SpanSink as SpanSink
 from tether.types import Resources
 
 

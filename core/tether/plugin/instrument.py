@@ -24,31 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from tether.types import SpanKind
+from tether.capture.context import SpanSink as SpanSink
 
 log = logging.getLogger(__name__)
 
 #: the attribute set on every replacement a ``Patch`` installs (``Patch.is_patch`` reads it)
 PATCH_TAG = "__tether_patch__"
-
-
-class SpanSink(Protocol):
-    """Where adapters and tracers send what they capture. The sink knows which rollout and attempt is
-    current (from context), stamps the span with it, and batches spans to the store."""
-
-    def emit(
-        self,
-        kind: SpanKind,
-        name: str,
-        attributes: dict[str, Any],
-        *,
-        agent_name: str | None = None,
-        start_time: float | None = None,
-        end_time: float | None = None,
-        parent_id: str | None = None,
-    ) -> None: ...
 
 
 class Instrumentor:

@@ -1,9 +1,11 @@
 """Per-request, context-scoped endpoint redirect for every client of the ``openai`` SDK.
 
-While ``tether.context.current_scope`` is set (the runner sets it around each rollout), each request that an
+While ``tether.capture.context.current_scope`` is set (the runner sets it around each rollout), each request that
+an
 ``openai`` client builds is rewritten to the scope's ``base_url`` — the rollout's proxy URL — keeping the
 path after the client's own base URL (``/chat/completions``), and gets two headers: ``X-Tether-Agent`` (the
-sub-agent making the call, from ``tether.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh id
+sub-agent making the call, from ``tether.capture.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh
+id
 per HTTP request, also left in ``last_call_id`` for the caller). Outside any scope requests are untouched, and
 so are those ``tether.passthrough`` exempts (a judge's client or code region): they are only recorded, their
 answers read from the SDK's ``_process_response``, wrapped while the redirect is installed.
@@ -22,7 +24,7 @@ context (the plain-function adapter reads tool results from it). Agent names go 
 
 The runner holds the redirect around every rollout (``held()``: only when the ``openai`` SDK is installed,
 decided once); adapters may hold it too, for a user's own ``run=`` or while instrumented. ``install()`` /
-``uninstall()`` are reference-counted through one ``tether.patching.SharedPatch``; the last ``uninstall()``
+``uninstall()`` are reference-counted through one ``tether.capture.patching.SharedPatch``; the last ``uninstall()``
 restores the original function object exactly. Importing this module does not import ``openai``: ``seam()``
 does, when the redirect is first installed.
 """
@@ -41,9 +43,9 @@ from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import Any
 
-from tether import passthrough_calls
-from tether.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
-from tether.patching import SharedPatch
+from tether.capture import passthrough as passthrough_calls
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
+from tether.capture.patching import SharedPatch
 from tether.types import new_id
 
 SEAM_MODULE = "openai._base_client"
@@ -99,12 +101,12 @@ def seam() -> tuple[type, Callable[..., Any]]:
     except (ImportError, AttributeError) as exc:
         raise SeamMissing(
             f"openai {version}: {SEAM_MODULE}.{SEAM_CLASS} not found ({exc}); tether's endpoint redirect "
-            f"(tether.redirect) needs updating for this SDK release, or pin the openai version it supports"
+            f"(tether.capture.redirect) needs updating for this SDK release, or pin the openai version it supports"
         ) from exc
     func = cls.__dict__.get(SEAM_METHOD)
     if not callable(func):
         raise SeamMissing(
-            f"openai {version}: {where} not found; tether's endpoint redirect (tether.redirect) needs "
+            f"openai {version}: {where} not found; tether's endpoint redirect (tether.capture.redirect) needs "
             f"updating for this SDK release, or pin the openai version it supports"
         )
     params = inspect.signature(func).parameters
@@ -123,7 +125,9 @@ def _patch_seam() -> None:
     if _wrapper is not None and _is_ours(current, _wrapper):
         return  # still linked from an earlier install that someone patched over; holding it reactivates it
     if getattr(current, "__tether_redirect__", False):
-        raise RuntimeError(f"{SEAM_CLASS}.{SEAM_METHOD} is already patched by another copy of tether.redirect")
+        raise RuntimeError(
+            f"{SEAM_CLASS}.{SEAM_METHOD} is already patched by another copy of tether.capture.redirect"
+        )
     _original = current
     _wrapper = _make_wrapper(current)
     setattr(cls, SEAM_METHOD, _wrapper)
@@ -253,7 +257,7 @@ def _notify(options: Any, scope: RolloutScope, call_id: str) -> None:
         try:
             listener(body, scope, call_id)
         except Exception:  # a capture bug must not fail the agent's model call
-            log.exception("tether.redirect request listener %r failed", listener)
+            log.exception("tether.capture.redirect request listener %r failed", listener)
 
 
 def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) -> str | None:

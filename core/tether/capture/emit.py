@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tether import spans
-from tether.context import current_agent_name, current_sink
+from tether.capture.context import current_agent_name, current_sink
 from tether.types import SpanKind, check_reward
 
 

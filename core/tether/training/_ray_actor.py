@@ -1,6 +1,7 @@
 """The Ray actor of ``tether.RayRunners``: one ``Runner`` with its own proxy, in its own process.
 
-It imports no Ray (``tether.ray_runners`` makes it an actor with ``ray.remote``). ``serve`` opens the shared
+It imports no Ray (``tether.training.ray_runners`` makes it an actor with ``ray.remote``). ``serve`` opens the
+shared
 store (an HTTP store server or PostgreSQL), a ``SpanBatcher`` on it, a ``ProxyServer`` in front of an
 ``HttpBackend`` (the trainer's own backend, token ids and all) and a ``Runner`` that instruments the agent's
 adapter in this process, then runs rollouts until ``stop``. The proxy and the adapters share the batcher,
@@ -12,12 +13,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tether.capture.span_batcher import SpanBatcher
 from tether.models.http_backend import HttpBackend
+from tether.plugin.wrap import WrappedAgent
 from tether.proxy import ProxyServer
-from tether.runner import Runner
-from tether.span_batcher import SpanBatcher
 from tether.store import open_store
-from tether.wrap import WrappedAgent
+from tether.training.runner import Runner
 
 
 class RunnerActor:

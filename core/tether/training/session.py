@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 from tether import _json, spans
 from tether.models.base import ModelBackend
 from tether.policies import PolicyMap
-from tether.run_dir import RunDir
+from tether.spans import is_proxy_llm_span
 from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
-from tether.transitions import CreditRule, build_transitions, is_proxy_llm_span
+from tether.training.run_dir import RunDir
+from tether.training.transitions import CreditRule, build_transitions
 from tether.types import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     LLMEndpoint,
@@ -40,12 +41,12 @@ from tether.types import (
 )
 
 if TYPE_CHECKING:
+    from tether.capture.span_batcher import SpanBatcher
     from tether.otel.export import OTLPExport, SpanExporter
+    from tether.plugin.wrap import WrappedAgent
     from tether.proxy import ProxyServer
-    from tether.ray_runners import RayPool, RayRunners
-    from tether.runner import Runner
-    from tether.span_batcher import SpanBatcher
-    from tether.wrap import WrappedAgent
+    from tether.training.ray_runners import RayPool, RayRunners
+    from tether.training.runner import Runner
 
 
 def as_task(item: Any) -> Task:
@@ -217,10 +218,10 @@ class Session:
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Session:
+        from tether.capture.span_batcher import SpanBatcher
         from tether.models import open_backend
         from tether.proxy import ProxyServer
-        from tether.runner import Runner
-        from tether.span_batcher import SpanBatcher
+        from tether.training.runner import Runner
 
         stack = contextlib.AsyncExitStack()
         try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from tether.adapters import Adapter, Tracer
+    from tether.plugin.adapters import Adapter, Tracer
     from tether.types import Rollout
 
 hookspec = pluggy.HookspecMarker("tether")

@@ -1,7 +1,8 @@
 """Model calls that keep their own endpoint inside a rollout: a judge, a scorer, any client that is not the
 policy being trained.
 
-Inside a rollout, tether's endpoint redirect (``tether.redirect``) sends every ``openai`` SDK request to the
+Inside a rollout, tether's endpoint redirect (``tether.capture.redirect``) sends every ``openai`` SDK request to
+the
 rollout's proxy, so the model being trained answers it and the call becomes a transition. Two ways exempt a
 call:
 
@@ -42,7 +43,7 @@ from typing import Any
 
 from tether import spans
 from tether._json import jsonable
-from tether.context import current_agent_name, current_sink
+from tether.capture.context import current_agent_name, current_sink
 from tether.types import SpanKind
 
 log = logging.getLogger(__name__)
