@@ -307,7 +307,7 @@ async def test_runner_sends_the_sampling_once_and_leaves_the_batcher_to_its_owne
     async with FakeLLM(handler=_echo) as llm, SpanBatcher(store, max_delay_s=3600) as batcher:
         async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
             await store.add_resources(llm=LLMEndpoint(proxy.url, sampling={"temperature": 0.0, "seed": 11}))
-            rollout, seeded = await store.enqueue(
+            rollout, _seeded = await store.enqueue(
                 [RolloutSpec(input="q"), RolloutSpec(input="q", metadata={spans.SEED_METADATA: 5})]
             )
             agent = tether.wrap({"name": "a", "calls": 2}, reward=lambda t, o: 1.0)
