@@ -45,10 +45,10 @@ def tasks(n: int, offset: int = 0) -> list[str]:
     return [f"Pick a letter, round {offset + i}." for i in range(n)]
 
 
-def _warm(directory: Path, demos: list[dict[str, Any]]) -> Path:
+def _warm(directory: Path, demos: list[dict[str, Any]], epochs: int) -> Path:
     corpus = [json.dumps(d["messages"]) for d in demos[:100]] + list(LETTERS) + [json.dumps(PICK_TOOL)]
     model = create_embedded(corpus, preset="nano", seed=0)
-    sft(model, demos, epochs=3, lr=3e-3, batch_size=32, seed=0, progress=False)
+    sft(model, demos, epochs=epochs, lr=3e-3, batch_size=32, seed=0, progress=False)
     return model.save(directory)
 
 
@@ -60,7 +60,7 @@ def letter_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {"messages": [{"role": "user", "content": t}, {"role": "assistant", "content": rng.choice(LETTERS)}]}
         for t in tasks(400)
     ]
-    return _warm(tmp_path_factory.mktemp("letters"), demos)
+    return _warm(tmp_path_factory.mktemp("letters"), demos, epochs=3)
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +76,7 @@ def tool_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "tool_calls": [{"id": f"c{i}", "type": "function", "function": call}],
         }
         demos.append({"messages": [SYSTEM, {"role": "user", "content": t}, reply], "tools": [PICK_TOOL]})
-    return _warm(tmp_path_factory.mktemp("tool"), demos)
+    return _warm(tmp_path_factory.mktemp("tool"), demos, epochs=12)  # (the call's format, reliably at T=1)
 
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
@@ -138,14 +138,14 @@ def test_grpo_teaches_a_tool_using_agent(tool_start: Path, tmp_path: Path) -> No
     agent = tether.wrap(pick_with_tool, reward=lambda task, out: float(out in FIRST))
     result = _fit(f"embedded:{tool_start}", agent, tmp_path, steps=16, lr=2e-3)
     before, after = _gain(result)
-    assert result.before is not None and result.before["sampled_tool_rate"] > 0.9  # (the warm start calls it)
+    assert result.before is not None and result.before["sampled_tool_rate"] > 0.75  # (the warm start calls it)
     assert after - before > 0.3, (before, after)
 
 
 def test_grpo_teaches_lora_adapters(letter_start: Path, tmp_path: Path) -> None:
     agent = tether.wrap(pick_letter, reward=lambda task, out: float(out in FIRST))
     lora = tether.LoRA(r=16, alpha=32)
-    result = _fit(f"embedded:{letter_start}", agent, tmp_path, steps=16, lr=3e-3, lora=lora)
+    result = _fit(f"embedded:{letter_start}", agent, tmp_path, steps=32, lr=3e-3, lora=lora)
     before, after = _gain(result)
     assert after - before > 0.2, (before, after)
 
