@@ -43,6 +43,7 @@ from typing import Any
 
 from tether.capture import passthrough as passthrough_calls
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
+from tether.capture.patching import SeamMissing as SeamMissing
 from tether.capture.patching import SharedPatch
 from tether.types import new_id
 
@@ -72,10 +73,6 @@ last_call_id: ContextVar[str | None] = ContextVar("tether_last_call_id", default
 RequestListener = Callable[[Any, RolloutScope, str], None]
 
 log = logging.getLogger(__name__)
-
-
-class SeamMissing(RuntimeError):
-    """The installed ``openai`` SDK no longer has the private request-building method tether patches."""
 
 
 class UnservedEndpoint(RuntimeError):
