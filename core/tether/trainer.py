@@ -20,7 +20,7 @@ from tether.algorithms.base import Algorithm, check_algorithm
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
-from tether.training.credit import Credit, CreditRule, assign_credit
+from tether.training.credit import Credit, CreditRule
 from tether.training.dev_report import DevReport, report
 from tether.training.ray_runners import RayRunners
 from tether.training.result import FitResult
@@ -102,9 +102,8 @@ class Trainer:
             items = [as_task(item) for item in items]
         async with self.session(agent, model=model) as session:
             batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
-        _, stats = assign_credit(batch.results, session.settings.credit_rule)
         out = report(batch, agent.optimize)
-        out.notes.extend(stats.notes)
+        out.notes.extend(batch.credit.notes)
         return out
 
     def evaluate(

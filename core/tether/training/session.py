@@ -26,7 +26,7 @@ from tether.policies import PolicyMap
 from tether.spans import is_proxy_llm_span
 from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
-from tether.training.credit import Credit, CreditRule
+from tether.training.credit import Credit, CreditRule, CreditStats, assign_credit
 from tether.training.run_dir import RunDir
 from tether.training.transitions import build_transitions
 from tether.types import (
@@ -114,10 +114,15 @@ class RolloutResult:
 
 @dataclass(slots=True)
 class Batch:
-    """The rollouts of one batch, in the order they were enqueued, and the seconds the batch took."""
+    """The rollouts of one batch, in the order they were enqueued, and the seconds the batch took. The Session
+    credits every batch once under the settings' rule (``tether.training.credit.assign_credit``): each
+    transition's ``reward`` (its value) and ``advantage`` are set, ``trained`` holds the trainable ones with a
+    non-zero advantage (what a policy update trains on) and ``credit`` what the assignment did."""
 
     results: list[RolloutResult] = field(default_factory=list)
     seconds: float = 0.0
+    trained: list[Transition] = field(default_factory=list)
+    credit: CreditStats = field(default_factory=CreditStats)
 
     @property
     def rollouts(self) -> list[Rollout]:
@@ -381,6 +386,7 @@ class Session:
         seconds = time.perf_counter() - started
         for batch in batches:
             batch.seconds = seconds
+            batch.trained, batch.credit = assign_credit(batch.results, self.settings.credit_rule)  # (recorded)
         return batches
 
     def _spec(
