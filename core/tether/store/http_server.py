@@ -168,6 +168,11 @@ async def _add_spans(request: web.Request) -> web.Response:
     return _ok(await _store(request).add_spans(spans))
 
 
+async def _import_rollout(request: web.Request) -> web.Response:
+    body = await _body(request)
+    return _ok((await _store(request).import_rollout(_wire.import_from_wire(body.get("rollout")))).to_dict())
+
+
 async def _get_spans(request: web.Request) -> web.Response:
     since = _int_query(request, "since", 0)
     return _ok(await _store(request).get_spans(request.match_info["attempt_id"], since=since))
@@ -213,6 +218,7 @@ _ROUTES: list[tuple[str, str, _Handler]] = [
     ("POST", "/v1/attempts/" + _ID % "attempt_id" + "/heartbeat", _heartbeat),
     ("GET", "/v1/attempts/" + _ID % "attempt_id" + "/spans", _get_spans),
     ("POST", "/v1/spans", _add_spans),
+    ("POST", "/v1/imports", _import_rollout),
     ("POST", "/v1/resources", _add_resources),
     ("GET", "/v1/resources", _get_resources),
     ("GET", "/v1/resources/{version}", _get_resources),
