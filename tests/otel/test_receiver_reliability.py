@@ -205,3 +205,33 @@ async def test_a_store_that_fails_answers_503_so_the_exporter_retries(tmp_path: 
         await store.close()  # every write now fails with StoreError
         async with http.post(server.url + "/v1/traces", json=payload(_GOOD)) as r:
             assert r.status == 503 and "retry" in (await r.json())["error"]["message"]
+
+
+async def test_a_large_body_is_parsed_in_a_worker_process_with_the_same_result(served: Any) -> None:
+    """Issue 26 item 8: a body over ``PROCESS_MIN_BYTES`` goes through the worker process in pieces; a trace
+    longer than a piece is written whole, and a bad trace is rejected whole, not cut after its first piece."""
+    from tether.otel import _parse_pool
+    from tether.otel.ingest import CHUNK_SPANS
+
+    store, url, http = served
+    n = 2 * CHUNK_SPANS + 7
+    filler = "x" * 2000  # enough bytes to pass the threshold
+    big = [root_span(T1, f"{1:016x}")] + [
+        llm_span(T1, f"{i + 2:016x}", f"{1:016x}", f"q{i} {filler}") for i in range(n)
+    ]
+    bad = [llm_span(T2, f"{i + 1:016x}", None, f"b{i}") for i in range(CHUNK_SPANS + 5)]
+    bad.append(
+        {
+            **llm_span(T2, f"{9999:016x}", None, "late"),
+            "name": "",
+            "attributes": _attrs(gen_ai__operation__name="execute_tool"),
+        }
+    )
+    body = json.dumps(payload(*big, *bad)).encode()
+    assert len(body) >= _parse_pool.PROCESS_MIN_BYTES
+    async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 200
+        answer = await r.json()
+    assert answer["partialSuccess"]["rejectedSpans"] == len(bad)
+    ((_, span_ids),) = (await _contents(store)).items()
+    assert span_ids == [f"{i + 2:016x}" for i in range(n)]

@@ -15,6 +15,7 @@ came from), spans a ``spans.IMPORTED`` attribute. Other spans (chains, retriever
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from typing import Any
 from tether import _json, spans
 from tether.otel.messages import from_genai
 from tether.otel.otlp import OtlpSpan
-from tether.store.base import ImportedRollout, InvalidInput, NotFound, Store, import_id
+from tether.store.base import ImportedRollout, InvalidInput, NotFound, Store, import_id, validate_import
 from tether.types import Mode, Span, SpanKind, new_id
 
+CHUNK_SPANS = 250  # spans of one trace written per store call
 _LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
 WORKER = "tether-import"
 _FUNCTION = "tool_call.function."
@@ -47,6 +49,7 @@ class ImportedTrace:
     metadata: dict[str, Any] = field(default_factory=dict)
     span_count: int = 0  # OTLP spans of the trace in this batch
     rejected: str | None = None  # why the trace could not be converted
+    checked: bool = False  # its spans passed ``validate_import`` already, as a whole (``_parse_pool``)
 
 
 def convert(otlp_spans: Sequence[OtlpSpan]) -> list[ImportedTrace]:
@@ -92,6 +95,12 @@ async def import_traces(
     written; any other store error (the store is down) is raised, after the traces before it were written.
     """
     out = ImportOutcome()
+    await import_into(store, traces, mode, out)
+    return out
+
+
+async def import_into(store: Store, traces: Sequence[ImportedTrace], mode: Mode, out: ImportOutcome) -> None:
+    """``import_traces``, adding to ``out``."""
     for trace in traces:
         if trace.rejected:
             out.rejected[trace.trace_id] = trace.rejected
@@ -122,13 +131,19 @@ async def import_traces(
             except NotFound:
                 continue
         try:
-            result = await store.import_rollout(item)
+            if not trace.checked:
+                validate_import(item)  # the whole trace, before any part of it is written
+            # a huge trace goes in parts of CHUNK_SPANS (each atomic, the first creates the rollout), so one
+            # write never holds the store (or a server's event loop) for long; a retry completes a cut one
+            for start in range(0, max(len(trace.spans), 1), CHUNK_SPANS):
+                item.spans = trace.spans[start : start + CHUNK_SPANS]
+                result = await store.import_rollout(item)
+                await asyncio.sleep(0)  # let a server's other requests in between writes
         except InvalidInput as exc:
             out.rejected[trace.trace_id] = str(exc)
             out.rejected_spans += trace.span_count
             continue
         out.rollout_ids.append(result.rollout_id)
-    return out
 
 
 # -- one trace --------------------------------------------------------------------------------------------

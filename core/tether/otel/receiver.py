@@ -14,8 +14,9 @@ Answers, as OTLP/HTTP specifies:
 - 400 for a body that is not an OTLP trace export (never retried by exporters), 415 for another content type;
 - 503 when the store failed (say, it is down): the exporter retries, and the retry adds only what is missing.
 
-Parsing and converting run in a worker thread, and the import yields to the event loop between traces, so a
-large upload does not stall the server's other requests. Protobuf bodies need ``tether[otel]``
+Parsing and converting run in a worker thread, or for a large body in a worker process that hands the traces
+back in bounded pieces (``tether.otel._parse_pool``), and the import yields to the event loop between pieces,
+so a large upload does not stall the server's other requests. Protobuf bodies need ``tether[otel]``
 (opentelemetry-proto); JSON bodies need nothing more.
 """
 
@@ -23,13 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 
 from aiohttp import web
 
 from tether import _json
-from tether.otel.ingest import ImportedTrace, ImportOutcome, convert, import_traces
-from tether.otel.otlp import OtlpError, parse_json, parse_protobuf
+from tether.otel._parse_pool import traces_in_pieces
+from tether.otel.ingest import ImportOutcome, import_into
+from tether.otel.otlp import OtlpError
 from tether.store.base import Store, StoreError
+from tether.types import Mode
 
 _log = logging.getLogger(__name__)
 PATH = "/v1/traces"
@@ -49,18 +53,13 @@ class TraceReceiver:
         """Parse ``body`` (``OtlpError``, ``ImportError`` for protobuf without the extra) and import its traces
         (``StoreError`` when the store failed; the traces before the failure are written)."""
         async with self._parsing:
-            traces = await asyncio.to_thread(_parse, body, content_type)
-        outcome = await import_traces(self.store, traces)
-        self.imported += len(outcome.rollout_ids)
+            parsed = await traces_in_pieces(body, content_type)
+        outcome = ImportOutcome()
+        for piece in parsed:  # a pickled piece is unpickled only when its turn comes: bounded work per step
+            trace = pickle.loads(piece) if isinstance(piece, bytes) else piece
+            await import_into(self.store, [trace], Mode.TRAIN, outcome)
+        self.imported += len(set(outcome.rollout_ids))
         return outcome
-
-
-def _parse(body: bytes, content_type: str) -> list[ImportedTrace]:
-    if content_type == _PROTOBUF:
-        return convert(parse_protobuf(body))
-    if content_type == _JSON:
-        return convert(parse_json(body))
-    raise OtlpError(f"unsupported Content-Type {content_type!r}: send {_PROTOBUF} or {_JSON}")
 
 
 _RECEIVER_KEY = web.AppKey("tether_otlp_receiver", TraceReceiver)

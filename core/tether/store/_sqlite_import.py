@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from tether import _json
+from tether.store._sqlite_rows import IMPORTED
 from tether.store.base import ImportedRollout, ImportResult, InvalidInput, import_id, validate_import
 from tether.types import SpanKind
 
@@ -67,7 +68,14 @@ def import_work(item: ImportedRollout) -> Callable[[sqlite3.Connection], ImportR
                     "UPDATE attempts SET status = 'failed', error = ? WHERE attempt_id = ?",
                     (item.error, attempt_id),
                 )
-        held = {r[0] for r in conn.execute("SELECT span_id FROM spans WHERE attempt_id = ?", (attempt_id,))}
+        held = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT span_id FROM spans WHERE {IMPORTED} AND attempt_id = ? "
+                "AND span_id IN (SELECT value FROM json_each(?))",
+                (attempt_id, _json.dumps([row[3] for row in rows]).decode()),
+            )
+        }
         (next_seq,) = conn.execute("SELECT next_seq FROM attempts WHERE attempt_id = ?", (attempt_id,)).fetchone()
         new = [row for row in rows if row[3] not in held]
         for i, row in enumerate(new):
