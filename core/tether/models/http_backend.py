@@ -19,7 +19,15 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
+from tether.models.base import (
+    DEFAULT_BACKEND_TIMEOUT_S,
+    BackendError,
+    BadRequest,
+    ChatRequest,
+    ChatResult,
+    Choice,
+    ModelBackend,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +123,7 @@ class HttpBackend(ModelBackend):
 
     name = "http"
 
-    def __init__(self, url: str, *, timeout_s: float = 600.0) -> None:
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_BACKEND_TIMEOUT_S) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")

@@ -10,10 +10,16 @@ rollout). Errors use OpenAI's body shape: 400 for bad requests, 404 for an attem
 the proxy does not serve, 405 for a wrong method, 502 when the backend fails. A call of an open attempt that
 the backend rejected or failed is recorded as an ``llm`` span named ``spans.LLM_CALL_FAILED`` (the request
 and the error; never a transition), so a rollout without transitions says why.
+
+A call whose client goes away before its answer is cancelled, upstream request included (aiohttp's handler
+cancellation: the backend's connection is closed), and leaves no span: it was never answered. At most
+``max_concurrent_calls`` calls are in flight to the backend; a call that finds none free within
+``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that hangs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -73,7 +79,11 @@ class ProxyServer:
         port: int = 0,
         close_backend: bool = False,
         policies: PolicyMap | None = None,
+        max_concurrent_calls: int = 512,
+        queue_timeout_s: float = 10.0,
     ) -> None:
+        if max_concurrent_calls < 1:
+            raise ValueError(f"max_concurrent_calls must be >= 1, got {max_concurrent_calls}")
         self.backend = backend
         self.policies = policies
         self.batcher = batcher
@@ -87,6 +97,9 @@ class ProxyServer:
         self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
         #: the open attempts' system-message replacements by sub-agent (``tether.proxy.system_messages``)
         self._system_messages: dict[tuple[str, str], Rule] = {}
+        self.max_concurrent_calls = max_concurrent_calls
+        self.queue_timeout_s = queue_timeout_s
+        self._upstream = asyncio.Semaphore(max_concurrent_calls)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -97,7 +110,8 @@ class ProxyServer:
         await self.batcher.start()
         # aiohttp's low-level server: one handler that routes by hand. The Application's router, middleware
         # chain and Request subclass cost ~10% of the proxy's CPU per call for five fixed routes.
-        server = web.Server(self._route, request_factory=_make_request)
+        # handler_cancellation: a client that hangs up cancels its call, and so the backend request it waits on
+        server = web.Server(self._route, request_factory=_make_request, handler_cancellation=True)
         runner = web.ServerRunner(server, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -234,6 +248,19 @@ class ProxyServer:
                 chat.policy = policy
         replaced = self._replace_system_message(chat, key, agent_name)
         try:
+            async with asyncio.timeout(self.queue_timeout_s):
+                await self._upstream.acquire()
+        except TimeoutError:
+            return self._error(
+                503,
+                f"the proxy has {self.max_concurrent_calls} calls in flight to the model backend "
+                f"(max_concurrent_calls) and none ended within {self.queue_timeout_s:g} s: the backend is slow or "
+                "hanging; retry later, or raise max_concurrent_calls",
+                kind="server_error",
+                code="overloaded",
+                headers={"Retry-After": "1"},
+            )
+        try:
             result = await self.backend.chat(chat)
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
             payload = orjson.dumps(completion)
@@ -246,6 +273,8 @@ class ProxyServer:
             status, message, kind = 502, f"the model backend raised {type(exc).__name__}: {exc}", "upstream_error"
         else:
             status = 200
+        finally:
+            self._upstream.release()
         if status != 200:
             if key is not None:  # on record, so a rollout without transitions says why
                 self.batcher.submit(
