@@ -15,6 +15,9 @@ A call whose client goes away before its answer is cancelled, upstream request i
 cancellation: the backend's connection is closed), and leaves no span: it was never answered. At most
 ``max_concurrent_calls`` calls are in flight to the backend; a call that finds none free within
 ``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that hangs.
+
+A web page cannot use the proxy (``tether._net.refusal``): on loopback a ``Host`` that is not this machine's
+is refused (DNS rebinding), as is a call with a foreign ``Origin`` or a body that is not JSON.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import orjson
 from aiohttp import web
 
 from tether import spans
+from tether._net import local_address, refusal
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
@@ -184,6 +188,16 @@ class ProxyServer:
 
     async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
         """``POST [/r/{rid}/{aid}]/v1/chat/completions``, ``GET [/r/{rid}/{aid}]/v1/models``, ``GET /health``."""
+        headers = request.headers
+        refused = refusal(
+            request.method,
+            headers.get("Host"),
+            headers.get("Origin"),
+            request.content_type,
+            local_address(request.transport),
+        )
+        if refused is not None:  # a web page driving the proxy (and the trainer's key behind it)
+            return self._error(refused[0], refused[1], code="refused")
         path = request.path
         key: tuple[str, str] | None = None
         sampling: dict[str, Any] | None = None

@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from tether import _json
-from tether._net import check_bind, unbracket
+from tether._net import check_bind, local_address, refusal, unbracket
 from tether.store import _wire
 from tether.store.base import InvalidInput, Store
 
@@ -234,6 +234,16 @@ def _errors_middleware(token: str | None, max_body_bytes: int) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        refused = refusal(
+            request.method,
+            request.headers.get("Host"),
+            request.headers.get("Origin"),
+            request.content_type if request.body_exists or request.method == "POST" else "",
+            local_address(request.transport),
+            token=expected is not None,
+        )
+        if refused is not None:
+            return _error(refused[0], "Forbidden" if refused[0] == 403 else "UnsupportedMediaType", refused[1])
         if expected is not None and not request.path.startswith(DASHBOARD):  # the pages check it themselves
             # aiohttp decodes header bytes as UTF-8 with surrogateescape: this gives the bytes back, valid or not
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
