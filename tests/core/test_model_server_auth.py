@@ -18,7 +18,7 @@ CHAT = ChatRequest(messages=[{"role": "user", "content": "hi"}])
 
 
 def test_no_token_beyond_loopback_is_refused() -> None:
-    with pytest.raises(ValueError, match="refusing to serve the model server on '0.0.0.0' without a token"):
+    with pytest.raises(ValueError, match=r"refusing to serve the model server on '0\.0\.0\.0' without a token"):
         BackendServer(RemoteBackend("http://127.0.0.1:1/v1"), host="0.0.0.0")
     BackendServer(RemoteBackend("http://127.0.0.1:1/v1"), host="0.0.0.0", token="t")  # with one it may
 
