@@ -280,7 +280,7 @@ async def test_the_store_server_takes_otlp_json_and_refuses_other_bodies() -> No
         async with http.post(server.url + "/v1/traces", json=_genai_file_payload()) as response:
             assert response.status == 200 and await response.json() == {}
         async with http.post(server.url + "/v1/traces", data=b"x", headers={"Content-Type": "text/plain"}) as r:
-            assert r.status == 400 and "application/x-protobuf" in (await r.json())["error"]["message"]
+            assert r.status == 415 and "application/x-protobuf" in (await r.json())["error"]["message"]
         _check_weather(await _imported(store))
 
 

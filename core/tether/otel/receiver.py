@@ -11,7 +11,8 @@ Answers, as OTLP/HTTP specifies:
 - 200 with an empty response when every trace was written;
 - 200 with ``partial_success`` (``rejected_spans``, ``error_message``) when the store refused some traces
   (the others were written);
-- 400 for a body that is not an OTLP trace export (never retried by exporters), 415 for another content type;
+- 400 for a body that is not an OTLP trace export (never retried by exporters), 415 for another content type
+  (the store server's middleware refuses those first: ``tether._net.refusal``);
 - 503 when the store failed (say, it is down): the exporter retries, and the retry adds only what is missing.
 
 Parsing and converting run in a worker thread, or for a large body in a worker process that hands the traces
@@ -92,6 +93,8 @@ async def _traces(request: web.Request) -> web.Response:
     except ImportError as exc:
         return _error(415, "Unsupported", str(exc))
     except OtlpError as exc:
+        if content_type not in (_PROTOBUF, _JSON):
+            return _error(415, "Unsupported", str(exc))
         return _error(400, "InvalidInput", str(exc))
     except StoreError as exc:  # not written (or only the traces before): the exporter retries, idempotently
         _log.warning("importing traces failed; asked the exporter to retry: %s", exc)
