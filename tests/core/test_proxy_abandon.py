@@ -125,3 +125,32 @@ def test_backends_wait_far_less_than_600_s_by_default() -> None:
     assert RemoteBackend("http://127.0.0.1:1/v1").timeout_s == DEFAULT_BACKEND_TIMEOUT_S
     assert HttpBackend("http://127.0.0.1:1").timeout_s == DEFAULT_BACKEND_TIMEOUT_S
     assert RemoteBackend("http://127.0.0.1:1/v1", timeout_s=5).timeout_s == 5
+
+
+async def test_a_call_whose_span_the_store_could_not_hold_is_refused_on_record() -> None:
+    """Issue 26 item 4: a 40 MB call was answered and its span refused by the store (32 MiB cap), so the agent
+    got an answer whose transition vanished. Now the call gets 413 and a failed-call span says why."""
+    from tether import spans
+    from tether.types import RolloutSpec
+
+    store = MemoryStore()
+    (rollout,) = await store.enqueue([RolloutSpec(input="q")])
+    ((_, attempt),) = await store.dequeue("w")
+    big = {"model": "m", "messages": [{"role": "user", "content": "x" * 300_000}]}
+    async with (
+        FakeLLM(handler=lambda request: text("ok")) as llm,
+        SpanBatcher(store) as batcher,
+        ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, max_span_bytes=200_000) as proxy,
+        proxy.attempt(rollout.rollout_id, attempt.attempt_id) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.post(url + "/chat/completions", json=big) as r:
+            assert r.status == 413
+            error = (await r.json())["error"]
+        assert "max_span_bytes" in error["message"] and error["code"] == "record_too_large"
+        async with http.post(url + "/chat/completions", json=BODY) as r:  # a call that fits is answered
+            assert r.status == 200
+        await batcher.flush()
+    recorded = await store.get_spans(attempt.attempt_id)
+    assert [s.name for s in recorded] == [spans.LLM_CALL_FAILED, spans.LLM_CALL]
+    assert "max_span_bytes" in recorded[0].attributes[spans.ERROR]

@@ -16,6 +16,9 @@ cancellation: the backend's connection is closed), and leaves no span: it was ne
 ``max_concurrent_calls`` calls are in flight to the backend; a call that finds none free within
 ``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that hangs.
 
+A call whose span would be over ``max_span_bytes`` (24 MiB: an HTTP store takes 32 MiB a request) is not
+answered (413), since its transition could not be stored; a failed-call span records why.
+
 A web page cannot use the proxy (``tether._net.refusal``): on loopback a ``Host`` that is not this machine's
 is refused (DNS rebinding), as is a call with a foreign ``Origin`` or a body that is not JSON.
 """
@@ -36,7 +39,7 @@ from tether import spans
 from tether._net import local_address, refusal
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
 from tether.capture.span_batcher import SpanBatcher
-from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
+from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.policies import PolicyMap
 from tether.proxy.capture import completion_json, failed_call_span, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
@@ -50,6 +53,10 @@ log = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _MAX_BODY = 256 * 1024 * 1024
+#: the largest span the proxy records (an estimate: request and answer bytes, token ids): under the HTTP
+#: store's default 32 MiB request cap, with room for JSON's overhead
+DEFAULT_MAX_SPAN_BYTES = 24 * 1024 * 1024
+_TRUNCATED = orjson.dumps({"messages": [{"role": "user", "content": "[not recorded: the request was too large]"}]})
 #: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
 #: training temperature); others in the mapping are ignored
 _SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
@@ -85,6 +92,7 @@ class ProxyServer:
         policies: PolicyMap | None = None,
         max_concurrent_calls: int = 512,
         queue_timeout_s: float = 10.0,
+        max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
     ) -> None:
         if max_concurrent_calls < 1:
             raise ValueError(f"max_concurrent_calls must be >= 1, got {max_concurrent_calls}")
@@ -103,6 +111,7 @@ class ProxyServer:
         self._system_messages: dict[tuple[str, str], Rule] = {}
         self.max_concurrent_calls = max_concurrent_calls
         self.queue_timeout_s = queue_timeout_s
+        self.max_span_bytes = max_span_bytes
         self._upstream = asyncio.Semaphore(max_concurrent_calls)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
@@ -305,6 +314,23 @@ class ProxyServer:
                 )
             return self._error(status, message, kind=kind)
         latency_ms = (time.perf_counter() - started) * 1000.0
+        size = _span_size(raw, payload, result) if key is not None else 0
+        if key is not None and size > self.max_span_bytes:
+            # its span would be refused by the store (an HTTP store takes 32 MiB a request): the agent would
+            # get an answer whose transition silently vanishes. Refuse the call instead, on record.
+            message = (
+                f"the call's record would be about {size / 2**20:.1f} MiB, over this "
+                f"proxy's max_span_bytes ({self.max_span_bytes / 2**20:.0f} MiB): it is not answered, since its "
+                "transition could not be stored. Send less context per call, or raise max_span_bytes if the store "
+                "takes bigger requests (tether store serve --max-body-mb)"
+            )
+            self.batcher.submit(
+                failed_call_span(
+                    rollout_id=key[0], attempt_id=key[1], agent_name=agent_name, call_id=call_id,
+                    raw_request=_TRUNCATED, error=message, status=413, start_time=start_time,
+                )
+            )  # fmt: skip
+            return self._error(413, message, code="record_too_large")
         if key is not None:
             span = llm_span(
                 rollout_id=key[0],
@@ -368,6 +394,14 @@ class ProxyServer:
             f"{request.method} {request.path}: this endpoint takes {allow.replace(',', ' or ')}; {_ENDPOINTS}"
         )
         return self._error(405, message, code="method_not_allowed", headers={"Allow": allow})
+
+
+def _span_size(raw: bytes, payload: bytes, result: ChatResult) -> int:
+    """About how many bytes of JSON a call's span takes: its request and answer, and its token ids."""
+    ids = len(result.prompt_token_ids or ())
+    for choice in result.choices:
+        ids += len(choice.response_token_ids or ()) * 2  # ids and logprobs
+    return len(raw) + len(payload) + 8 * ids
 
 
 def _make_request(
