@@ -41,6 +41,7 @@ from tether.spans import (
     WEIGHTS_VERSION,
     ProxyLLMAttributes,
     is_proxy_llm_span,
+    proxy_llm_problem,
 )
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
@@ -91,6 +92,7 @@ def build_transitions(
             if current is not None and span.attributes.get(TOOL_ERROR) is not None:
                 current.failed_tools += 1
     _set_targets(report, rollout)
+    report.problems.extend(p for p in map(proxy_llm_problem, ordered) if p is not None)
     failed = [s for s in ordered if s.kind == SpanKind.LLM and s.name == LLM_CALL_FAILED]
     if failed:
         calls = len(failed) + len(report.transitions)
