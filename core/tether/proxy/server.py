@@ -24,7 +24,7 @@ import orjson
 from aiohttp import web
 
 from tether import spans
-from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
 from tether.policies import PolicyMap
@@ -226,7 +226,7 @@ class ProxyServer:
             for name, value in sampling.items():
                 setattr(chat, name, value)
         call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
-        agent_name = request.headers.get(AGENT_HEADER) or None
+        agent_name = decode_agent_header(request.headers.get(AGENT_HEADER))
         policy: str | None = None
         if self.policies is not None:
             policy = self.policies.policy_of(agent_name)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from tether import _json
-from tether.policies import PolicyMap
+from tether.policies import PolicyMap, agent_key
 from tether.spans import (
     ERROR,
     LLM_CALL_FAILED,
@@ -79,6 +79,7 @@ def build_transitions(
     report = TransitionReport()
     ordered = sorted(spans, key=lambda s: s.sequence if s.sequence is not None else 0)
     names_by_request = _adapter_agent_names(ordered)
+    optimize_keys = None if optimize is None else frozenset(agent_key(n) for n in optimize)
     report.target_rewards = final_rewards(ordered)
     current: Transition | None = None
     for span in ordered:
@@ -89,7 +90,7 @@ def build_transitions(
                 if current.policy is None:  # (the proxy records it; older spans may lack it)
                     current.policy = policies.policy_of(current.agent_name)
             else:
-                current.trainable = optimize is None or (current.agent_name in optimize)
+                current.trainable = optimize_keys is None or agent_key(current.agent_name) in optimize_keys
             report.transitions.append(current)
             if current.agent_name:
                 report.agent_names.add(current.agent_name)
@@ -157,15 +158,18 @@ def _reward_owner(calls: list[Transition], target: Any, current: Transition | No
     call (no target); None when there is no such call before it."""
     if not isinstance(target, str) or not target:
         return current
-    return next((t for t in reversed(calls) if target in (t.agent_name, t.policy)), None)
+    key = agent_key(target)
+    return next((t for t in reversed(calls) if key in (agent_key(t.agent_name), t.policy)), None)
 
 
 def _set_rewards(report: TransitionReport, rollout: Rollout) -> None:
     """Each call's target (its sub-agent, else its policy, when the ``reward=`` mapping names it) and target
     reward (that target's final reward, else the rollout's)."""
+    by_key = {agent_key(name): name for name in report.target_rewards}
     for t in report.transitions:
-        if t.agent_name is not None and t.agent_name in report.target_rewards:
-            t.target = t.agent_name
+        named = by_key.get(agent_key(t.agent_name)) if t.agent_name is not None else None
+        if named is not None:
+            t.target = named
         elif t.policy is not None and t.policy in report.target_rewards:
             t.target = t.policy
         t.target_reward = report.target_rewards[t.target] if t.target is not None else rollout.reward
@@ -244,10 +248,13 @@ def unknown_optimize_names(optimize: frozenset[str] | None, seen: set[str]) -> s
     """A clear message when ``optimize=`` names sub-agents that never appeared, else None."""
     if optimize is None:
         return None
-    missing = sorted(optimize - seen)
+    seen_keys = {agent_key(name) for name in seen}
+    missing = sorted(name for name in optimize if agent_key(name) not in seen_keys)
     if not missing:
         return None
-    quoted = ", ".join(f"'{m}'" for m in missing)
-    captured = ", ".join(sorted(seen)) or "none (no call carried an agent name)"
+    quoted = ", ".join(repr(m) for m in missing)
+    # repr shows a name's surrounding whitespace, which matching ignores (tether.policies.agent_key)
+    captured = ", ".join(n if n == agent_key(n) else repr(n) for n in sorted(seen))
+    captured = captured or "none (no call carried an agent name)"
     noun = "sub-agent" if len(missing) == 1 else "sub-agents"
     return f"unknown {noun} {quoted} in optimize=; captured agents are: {captured}"
