@@ -106,7 +106,7 @@ def store() -> None:
     "store_url",
     default=None,
     help="The backend to expose: memory:, sqlite:///relative/path.db, sqlite:////absolute/path.db or "
-    "postgresql://user:password@host:port/database (pip install \"tether[postgres]\") "
+    'postgresql://user:password@host:port/database (pip install "tether[postgres]") '
     "[default: sqlite:///runs/tether.db, under the current folder].",
 )
 @click.option(
@@ -223,7 +223,9 @@ def import_traces(files: tuple[str, ...], store_url: str) -> None:
     try:
         traces = convert(items)
     except (OtlpError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise click.ClickException(f"the spans in {', '.join(files)} could not be read as traces ({exc})") from None
+        raise click.ClickException(
+            f"the spans in {', '.join(files)} could not be read as traces ({exc})"
+        ) from None
 
     async def _run() -> list[str]:
         store = open_store(store_url)

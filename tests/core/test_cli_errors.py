@@ -118,6 +118,7 @@ def test_the_store_servers_routes_are_documented() -> None:
     doc = (ROOT / "docs" / "store.md").read_text()
     for method, path, _ in http_server._ROUTES:
         shown = re.sub(r"\{(\w+):[^}]*\}", r"{\1}", path)
-        assert re.search(rf"\| {method} \|[^\n]*`{re.escape(shown)}`", doc), f"{method} {shown} not in docs/store.md"
+        assert re.search(rf"\| {method} \|[^\n]*`{re.escape(shown)}`", doc), (
+            f"{method} {shown} not in docs/store.md"
+        )
     assert "/v1/traces" in doc and "/dashboard/" in doc
-

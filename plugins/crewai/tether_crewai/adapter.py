@@ -16,8 +16,8 @@ It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
 and the raw ``CrewOutput`` as ``.crew_output``. ``str(output)`` is the final text.
 
 Calls converting an agent's answer to a task's ``output_json`` / ``output_pydantic`` are named
-``"<agent role>.converter"``. Capture is in ``tether_crewai.capture``; model requests reach tether's proxy through tether's endpoint
-redirect (CrewAI's native OpenAI provider is an ``openai`` SDK client).
+``"<agent role>.converter"``. Capture is in ``tether_crewai.capture``; model requests reach tether's proxy
+through tether's endpoint redirect (CrewAI's native OpenAI provider is an ``openai`` SDK client).
 """
 
 from __future__ import annotations

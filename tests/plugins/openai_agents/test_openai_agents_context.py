@@ -90,7 +90,9 @@ async def test_a_context_that_cannot_be_built_names_the_fix() -> None:
     front = Agent[Booking](
         name="front",
         instructions="You are a triage agent.",
-        handoffs=[handoff(agent=desk, tool_name_override="transfer_to_seat_booking_agent", on_handoff=_needs_booking)],
+        handoffs=[
+            handoff(agent=desk, tool_name_override="transfer_to_seat_booking_agent", on_handoff=_needs_booking)
+        ],
     )
     report = await _dev(tether.wrap(front), [TASKS[2]])
     (rollout,) = report.rollouts
@@ -106,7 +108,9 @@ async def test_an_untyped_agent_reading_a_missing_context_names_the_fix() -> Non
     front = Agent(
         name="front",
         instructions="You are a triage agent.",
-        handoffs=[handoff(agent=desk, tool_name_override="transfer_to_seat_booking_agent", on_handoff=_needs_booking)],
+        handoffs=[
+            handoff(agent=desk, tool_name_override="transfer_to_seat_booking_agent", on_handoff=_needs_booking)
+        ],
     )
     report = await _dev(tether.wrap(front), [TASKS[2]])
     (rollout,) = report.rollouts
