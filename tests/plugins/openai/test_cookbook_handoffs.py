@@ -122,7 +122,8 @@ def test_an_async_agent_calling_exit_on_tethers_loop_fails_its_rollout() -> None
 
 
 _CTRL_C_SCRIPT = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores SIGINT)
 sys.path.insert(0, {here!r})
 import cookbook_handoffs
 import tether
