@@ -208,7 +208,7 @@ def import_traces(files: tuple[str, ...], store_url: str) -> None:
     import asyncio
     from pathlib import Path
 
-    from tether.otel.ingest import convert
+    from tether.otel.ingest import ImportOutcome, convert
     from tether.otel.ingest import import_traces as write
     from tether.otel.otlp import OtlpError, parse_json
     from tether.store import StoreError, open_store
@@ -227,7 +227,7 @@ def import_traces(files: tuple[str, ...], store_url: str) -> None:
             f"the spans in {', '.join(files)} could not be read as traces ({exc})"
         ) from None
 
-    async def _run() -> list[str]:
+    async def _run() -> ImportOutcome:
         store = open_store(store_url)
         try:
             return await write(store, traces)
@@ -235,7 +235,11 @@ def import_traces(files: tuple[str, ...], store_url: str) -> None:
             await store.close()
 
     try:
-        ids = asyncio.run(_run())
+        outcome = asyncio.run(_run())
     except (OtlpError, StoreError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"imported {len(ids)} rollout(s) into {store_url}")
+    click.echo(f"imported {len(set(outcome.rollout_ids))} rollout(s) into {store_url}")
+    for trace_id, why in outcome.rejected.items():
+        click.echo(f"refused trace {trace_id}: {why}", err=True)
+    if outcome.rejected:
+        raise SystemExit(1)
