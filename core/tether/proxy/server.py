@@ -38,7 +38,7 @@ from aiohttp import web
 from tether import spans
 from tether._net import local_address, refusal
 from tether._seeds import derive_seed
-from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.policies import PolicyMap
@@ -272,7 +272,7 @@ class ProxyServer:
                 self._calls[key] = index + 1
                 chat.seed = derive_seed(sampling["seed"], index)
         call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
-        agent_name = request.headers.get(AGENT_HEADER) or None
+        agent_name = decode_agent_header(request.headers.get(AGENT_HEADER))
         policy: str | None = None
         if self.policies is not None:
             policy = self.policies.policy_of(agent_name)

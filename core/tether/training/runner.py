@@ -268,7 +268,11 @@ class Runner:
                 rollout_id, attempt_id, AttemptStatus.SUCCEEDED, output=jsonable(output), reward=reward
             )
             self.stats.succeeded += 1
-        except Exception as exc:
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            # an agent's SystemExit (a tool calling exit()), KeyboardInterrupt or GeneratorExit fails its rollout
+            # and goes no further: raised out of this task it would stop tether's event loop (tether._loop)
             self.sink.pop_rewards(attempt_id)
             if isinstance(exc, TimeoutError) and deadline.expired():
                 error = f"attempt timed out after {rollout.timeout_s:g} s"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from tether import _json
-from tether.policies import PolicyMap
+from tether.policies import PolicyMap, agent_key
 from tether.spans import (
     ERROR,
     LLM_CALL_FAILED,
@@ -124,15 +124,18 @@ def _reward_owner(calls: list[Transition], target: Any, current: Transition | No
     call (no target); None when there is no such call before it."""
     if not isinstance(target, str) or not target:
         return current
-    return next((t for t in reversed(calls) if target in (t.agent_name, t.policy)), None)
+    key = agent_key(target)
+    return next((t for t in reversed(calls) if key in (agent_key(t.agent_name), t.policy)), None)
 
 
 def _set_targets(report: TransitionReport, rollout: Rollout) -> None:
     """Each call's target (its sub-agent, else its policy, when the ``reward=`` mapping names it) and target
     reward (that target's final reward, else the rollout's)."""
+    by_key = {agent_key(name): name for name in report.target_rewards}
     for t in report.transitions:
-        if t.agent_name is not None and t.agent_name in report.target_rewards:
-            t.target = t.agent_name
+        named = by_key.get(agent_key(t.agent_name)) if t.agent_name is not None else None
+        if named is not None:
+            t.target = named
         elif t.policy is not None and t.policy in report.target_rewards:
             t.target = t.policy
         t.target_reward = report.target_rewards[t.target] if t.target is not None else rollout.reward
@@ -200,10 +203,13 @@ def unknown_optimize_names(optimize: frozenset[str] | None, seen: set[str]) -> s
     """A clear message when ``optimize=`` names sub-agents that never appeared, else None."""
     if optimize is None:
         return None
-    missing = sorted(optimize - seen)
+    seen_keys = {agent_key(name) for name in seen}
+    missing = sorted(name for name in optimize if agent_key(name) not in seen_keys)
     if not missing:
         return None
-    quoted = ", ".join(f"'{m}'" for m in missing)
-    captured = ", ".join(sorted(seen)) or "none (no call carried an agent name)"
+    quoted = ", ".join(repr(m) for m in missing)
+    # repr shows a name's surrounding whitespace, which matching ignores (tether.policies.agent_key)
+    captured = ", ".join(n if n == agent_key(n) else repr(n) for n in sorted(seen))
+    captured = captured or "none (no call carried an agent name)"
     noun = "sub-agent" if len(missing) == 1 else "sub-agents"
     return f"unknown {noun} {quoted} in optimize=; captured agents are: {captured}"
