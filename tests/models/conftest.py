@@ -85,45 +85,10 @@ def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # -- a tiny hf: checkpoint (random Llama, own BPE tokenizer, ChatML template) ----------------------------
 
-CHATML = (
-    "{%- if tools %}<|im_start|>system\nTools:\n{%- for t in tools %}\n{{ t.function | tojson }}{%- endfor %}"
-    '\nCall one as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n{%- endif %}'
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-    "{%- for c in m.tool_calls or [] %}<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments}"
-    " | tojson }}</tool_call>{%- endfor %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
-
 
 @pytest.fixture(scope="session")
 def chatml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A non-embedded checkpoint: its own tokenizer, ChatML template with tools, Hermes tool calls."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tether.testing import tiny_llama
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = [AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>")]
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(["hello world, the tool call answer is 42"] * 20, trainer=trainer)
-    tok.add_tokens([AddedToken("<tool_call>"), AddedToken("</tool_call>")])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHATML
-    config = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=fast.eos_token_id,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("chatml")
-    LlamaForCausalLM(config).save_pretrained(path)
-    fast.save_pretrained(path)
-    return path
+    return tiny_llama.write(tmp_path_factory.mktemp("chatml"))

@@ -21,7 +21,6 @@ used.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tether.algorithms import grpo_loop
+from tether.algorithms.grpo_defaults import Reference, default_lr
 from tether.models.lora import LoRA
 from tether.training.result import FitResult
 from tether.types import Task, Transition
@@ -66,6 +66,11 @@ class GRPO:
 
     ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
 
+    **Defaults by model.** ``lr=None`` picks the learning rate by what trains: LoRA adapters 5e-4 (2e-4 on a base
+    of 1B parameters or more); all weights 5e-4 under 50M parameters (the embedded model), 1e-5 up to 1B, 1e-6
+    above (``tether.algorithms.grpo_defaults``; the ``lr`` metric says which). ``kl_coef > 0`` holds the policy
+    near its start: with LoRA the base with its adapters off (no copy), with full weights a frozen copy.
+
     **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each policy has its own weights: a
     step's transitions are grouped by policy and each trained policy with transitions gets its own update
     (inside ``backend.policy(name)``, with its own optimizer); metrics are reported per policy as
@@ -76,7 +81,7 @@ class GRPO:
 
     group_size: int = 8
     tasks_per_step: int = 8
-    lr: float = 5e-4
+    lr: float | None = None  # None: by what trains, see tether.algorithms.grpo_defaults
     clip_eps: float = 0.2
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
@@ -94,13 +99,15 @@ class GRPO:
     policies: Sequence[str] | None = None  # the policies this GRPO trains (None: all the agent's)
     _optimizer: Any = field(default=None, init=False, repr=False)
     _policy_optimizers: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
-    _reference: Any = field(default=None, init=False, repr=False)
+    _reference: Reference = field(default_factory=Reference, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
             raise ValueError(f"GRPO needs group_size >= 2 to compare rollouts of a task, got {self.group_size}")
         if self.tasks_per_step < 1:
             raise ValueError(f"tasks_per_step must be >= 1, got {self.tasks_per_step}")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"GRPO needs lr > 0 (or None: a default by what trains), got {self.lr}")
         if self.micro_batch < 1:
             raise ValueError(f"micro_batch must be >= 1 (rows per micro-batch), got {self.micro_batch}")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
@@ -158,7 +165,8 @@ class GRPO:
         held = self._optimizer if policy is None else self._policy_optimizers.get(policy)
         if held is None:
             params = [p for p in model.parameters() if p.requires_grad]
-            held = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+            lr = self.lr if self.lr is not None else default_lr(model)
+            held = torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay)
             if policy is None:
                 self._optimizer = held
             else:
@@ -209,8 +217,8 @@ class GRPO:
         if not batch:
             return metrics
         context_length = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
-        if self.kl_coef > 0 and self._reference is None:
-            self._reference = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.kl_coef > 0:
+            self._reference.prepare(model)
         if self.gradient_checkpointing:
             _enable_checkpointing(model)
         optimizer = self.optimizer_for(model, policy)
@@ -248,6 +256,7 @@ class GRPO:
             kl=sums["kl"] / max(total_tokens, 1),
             response_tokens=float(total_tokens),
             micro_batches=float(len(parts)),
+            lr=float(optimizer.param_groups[0]["lr"]),
             **drift.metrics(),
         )
         return metrics
@@ -279,13 +288,13 @@ class GRPO:
         clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
         per_token = -torch.minimum(ratio * adv[:, None], clipped_ratio * adv[:, None])
         kl_sum = 0.0
-        if self._reference is not None:
-            with torch.no_grad():
-                ref = _token_logprobs(self._reference, ids, self.temperature)
+        if self.kl_coef > 0:
+            with torch.no_grad(), self._reference.model(model) as reference:
+                ref = _token_logprobs(reference, ids, self.temperature)
             log_ratio = ref - new
             kl = torch.exp(log_ratio) - log_ratio - 1
             per_token = per_token + self.kl_coef * kl
-            kl_sum = float((kl * mask).sum())
+            kl_sum = float((kl.detach() * mask).sum())
         loss = (per_token * mask).sum() / total_tokens
         clipped = float((((ratio - clipped_ratio).abs() > 1e-6).float() * mask).sum())
         return loss, clipped, kl_sum

@@ -14,6 +14,7 @@ torch is imported only to write and read checkpoints, so this module loads witho
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import warnings
 from collections.abc import Sequence
@@ -180,6 +181,7 @@ class Loop:
             "transitions": len(batch.transitions),
             "rollouts_per_s": len(batch.results) / max(batch.seconds, 1e-9),
             **update,
+            **_rss(),
         }
 
     def _check_wiring(self, batch: Batch) -> None:
@@ -225,3 +227,12 @@ class Loop:
                     self.algorithm.load_state_dict(model, saved, name)
         self.history = [h for h in self.run.history() if h.get("step", 0) <= self.step]
         return True
+
+
+def _rss() -> dict[str, float]:
+    """``rss_mb``: the process's resident memory after the step (Linux ``/proc``; nothing elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return {"rss_mb": pages * os.sysconf("SC_PAGE_SIZE") / 2**20}
