@@ -66,8 +66,8 @@ def test_the_learning_rate_defaults_by_what_trains() -> None:
     # the optimizer gets it, and the metrics say which; an explicit lr wins
     assert GRPO(group_size=2).update(_llama(32, 1), _batch([1.0, -1.0]))["lr"] == 5e-4
     assert GRPO(group_size=2, lr=1e-3).update(_llama(32, 1), _batch([1.0, -1.0]))["lr"] == 1e-3
-    with pytest.raises(ValueError, match="lr > 0"):
-        GRPO(lr=0.0)
+    with pytest.raises(ValueError, match="lr >= 0"):
+        GRPO(lr=-1e-4)
 
 
 def _logprobs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:

@@ -277,3 +277,28 @@ def test_gradient_checkpointing_with_a_frozen_base_and_lora(nano: EmbeddedModel)
     checkpointed = _gradients(model, GRPO(**settings, gradient_checkpointing=True), batch)  # type: ignore[arg-type]
     assert calls == [2] and any(float(g.abs().max()) > 0 for g in checkpointed)  # adapters learn, recomputed
     _same(plain, checkpointed)
+
+
+async def test_rows_sampled_by_other_weights_are_refused(backend: EmbeddedBackend) -> None:
+    """A row whose recorded logprobs the trainer's weights do not reproduce (as when another policy's adapter
+    answered it) is refused: counted, and the update is the one of the other rows alone."""
+    batch = await _sampled(backend)
+    fresh = copy.deepcopy(backend.model)
+    off = batch[1::4]
+    for t in off:  # a whole nat off on every token: sampled by other weights
+        t.logprobs = [lp - 1.0 for lp in t.logprobs or []]
+    raw = {"lr": 0.0, "max_grad_norm": 1e9}  # the raw gradient in .grad, the weights unchanged
+    metrics = GRPO(group_size=4, **raw).update(backend.model, batch, weights_version=backend.weights_version)
+    assert metrics["drift_refused"] == len(off) and metrics["trained_transitions"] == len(batch) - len(off)
+    kept = [t for t in batch if t not in off]
+    alone = GRPO(group_size=4, **raw).update(fresh, kept)
+    assert alone["drift_refused"] == 0 and metrics["loss"] == pytest.approx(alone["loss"], rel=1e-5)
+    for a, b in zip(backend.model.parameters(), fresh.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-7, rtol=1e-4)
+    allowed = GRPO(group_size=4, max_row_drift=None).update(copy.deepcopy(fresh), batch)
+    assert allowed["drift_refused"] == 0 and allowed["trained_transitions"] == len(batch)
+    everything = GRPO(group_size=4, max_row_drift=1e-9).update(copy.deepcopy(fresh), batch)
+    assert everything["trained_transitions"] == 0 and everything["grad_norm"] == 0.0
+    with pytest.raises(ValueError, match="max_row_drift must be > 0"):
+        GRPO(max_row_drift=0.0)

@@ -56,7 +56,11 @@ class GRPO:
     and the sampler's logprob of each sampled token, ``drift_frac`` the share of tokens where it exceeds
     ``drift_threshold`` (0.1 nats: a 10% disagreement on the token's probability), over the tokens with a
     recorded logprob sampled by the weights being updated (``drift_tokens`` of them). Identical weights and
-    code give ~1e-6 (float rounding); a retokenized response or wrong token ids give whole nats.
+    code give ~1e-6 (float rounding); a retokenized response or wrong token ids give whole nats. With several
+    policies each update reports its own as ``drift_*/<policy>``. A row whose mean drift exceeds
+    ``max_row_drift`` (0.5 nats; None: never) was not sampled by the weights being updated (a request served by
+    another policy's adapter, a retokenised reply): it is refused, counted in ``drift_refused``, and the update
+    is the one of the other rows.
 
     **Memory.** Transitions are sorted by length and packed into micro-batches of at most ``micro_batch`` rows
     and, when ``micro_batch_tokens`` is set, at most that many padded tokens (rows × the longest row); a
@@ -93,6 +97,7 @@ class GRPO:
     # -- data freshness, drift, memory (see the class docstring) -------------------------------------------
     max_staleness: int = 0  # versions a transition's weights may lag the current ones and still train
     drift_threshold: float = 0.1  # |trainer - sampler| logprob above which a token counts in drift_frac
+    max_row_drift: float | None = 0.5  # a row's mean |trainer - sampler| logprob above which it is refused
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
     gradient_checkpointing: bool = False
     lora: LoRA | None = None
@@ -106,8 +111,8 @@ class GRPO:
             raise ValueError(f"GRPO needs group_size >= 2 to compare rollouts of a task, got {self.group_size}")
         if self.tasks_per_step < 1:
             raise ValueError(f"tasks_per_step must be >= 1, got {self.tasks_per_step}")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"GRPO needs lr > 0 (or None: a default by what trains), got {self.lr}")
+        if self.lr is not None and not self.lr >= 0:
+            raise ValueError(f"GRPO needs lr >= 0 (or None: a default by what trains), got {self.lr}")
         if self.micro_batch < 1:
             raise ValueError(f"micro_batch must be >= 1 (rows per micro-batch), got {self.micro_batch}")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
@@ -120,6 +125,8 @@ class GRPO:
             )
         if not self.drift_threshold > 0:
             raise ValueError(f"drift_threshold must be > 0 (nats), got {self.drift_threshold}")
+        if self.max_row_drift is not None and not self.max_row_drift > 0:
+            raise ValueError(f"max_row_drift must be > 0 (nats) or None (refuse no row), got {self.max_row_drift}")
         if self.policies is not None:
             if isinstance(self.policies, str):
                 self.policies = [self.policies]
@@ -225,6 +232,7 @@ class GRPO:
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
         parts = _pack([_row_length(t, context_length) for t in batch], self.micro_batch, self.micro_batch_tokens)
         drift = _Drift(self.drift_threshold)
+        refused: dict[int, int] = {}  # batch index -> response tokens, of rows refused for their drift
         was_training = model.training
         model.train()
         for epoch in range(self.epochs):
@@ -241,15 +249,28 @@ class GRPO:
                     pad_token_id,
                     drift if epoch == 0 else None,
                     on_policy,
+                    _Refusals(refused, indices),
                 )
                 loss.backward()
                 sums["loss"] += float(loss.detach())
                 sums["clipped"] += clipped
                 sums["kl"] += kl
+            kept = total_tokens - sum(refused.values())
+            if kept <= 0:  # every row refused: no step
+                optimizer.zero_grad(set_to_none=True)
+                grad_norm = torch.tensor(0.0)
+                break
+            if refused:  # the loss was divided by every row's tokens: the loss and gradient of the kept rows alone
+                sums["loss"] *= total_tokens / kept
+                for param in model.parameters():
+                    if param.grad is not None:
+                        param.grad.mul_(total_tokens / kept)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
             optimizer.step()
         model.train(was_training)
+        metrics["trained_transitions"] = float(len(batch) - len(refused))
         metrics.update(
+            drift_refused=float(len(refused)),
             loss=sums["loss"],
             grad_norm=float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan"),
             clip_frac=sums["clipped"] / max(total_tokens, 1),
@@ -274,6 +295,7 @@ class GRPO:
         pad_token_id: int,
         drift: _Drift | None = None,
         on_policy: Sequence[bool] = (),
+        refusals: _Refusals | None = None,
     ) -> tuple[torch.Tensor, float, float]:
         ids, mask, old, adv = _assemble(part, context_length, pad_token_id)
         device = next(model.parameters()).device
@@ -283,6 +305,10 @@ class GRPO:
         if drift is not None:
             rows = torch.tensor(list(on_policy), dtype=torch.bool, device=device)[:, None]
             drift.add((new.detach() - old)[recorded & (mask > 0) & rows])
+            if refusals is not None and self.max_row_drift is not None:
+                refusals.judge(new.detach() - old, recorded & (mask > 0) & rows, mask, self.max_row_drift)
+        if refusals is not None:
+            mask = mask * refusals.keep(mask.shape[0], device)[:, None]
         old = torch.where(recorded, old, new.detach())  # no recorded logprob: on-policy ratio of 1
         ratio = torch.exp(new - old)
         clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
@@ -298,6 +324,26 @@ class GRPO:
         loss = (per_token * mask).sum() / total_tokens
         clipped = float((((ratio - clipped_ratio).abs() > 1e-6).float() * mask).sum())
         return loss, clipped, kl_sum
+
+
+class _Refusals:
+    """The rows of one micro-batch refused for their drift: a row whose tokens the trainer scores far from the
+    sampler's recorded logprobs was not sampled by these weights (another policy's adapter, a retokenised
+    reply), so its ratios and advantage would train on a lie. Judged on the first epoch's pass; kept in
+    ``refused`` (batch index -> response tokens) for the later epochs."""
+
+    def __init__(self, refused: dict[int, int], indices: Sequence[int]) -> None:
+        self.refused = refused
+        self.indices = list(indices)
+
+    def judge(self, diff: torch.Tensor, measured: torch.Tensor, mask: torch.Tensor, limit: float) -> None:
+        counts = measured.sum(dim=1)
+        means = (diff.abs() * measured).sum(dim=1) / counts.clamp(min=1)
+        for row in torch.nonzero((counts > 0) & (means > limit)).flatten().tolist():
+            self.refused[self.indices[row]] = int(mask[row].sum())
+
+    def keep(self, rows: int, device: torch.device) -> torch.Tensor:
+        return torch.tensor([float(self.indices[r] not in self.refused) for r in range(rows)], device=device)
 
 
 class _Drift:
