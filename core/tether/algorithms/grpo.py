@@ -30,6 +30,7 @@ import torch
 
 from tether.algorithms import grpo_loop
 from tether.algorithms.grpo_defaults import Reference, default_lr
+from tether.algorithms.grpo_drift import Drift, Refusals
 from tether.models.lora import LoRA
 from tether.training.result import FitResult
 from tether.types import Task, Transition
@@ -231,7 +232,7 @@ class GRPO:
         optimizer = self.optimizer_for(model, policy)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
         parts = _pack([_row_length(t, context_length) for t in batch], self.micro_batch, self.micro_batch_tokens)
-        drift = _Drift(self.drift_threshold)
+        drift = Drift(self.drift_threshold)
         refused: dict[int, int] = {}  # batch index -> response tokens, of rows refused for their drift
         was_training = model.training
         model.train()
@@ -249,7 +250,7 @@ class GRPO:
                     pad_token_id,
                     drift if epoch == 0 else None,
                     on_policy,
-                    _Refusals(refused, indices),
+                    Refusals(refused, indices),
                 )
                 loss.backward()
                 sums["loss"] += float(loss.detach())
@@ -293,9 +294,9 @@ class GRPO:
         total_tokens: int,
         context_length: int,
         pad_token_id: int,
-        drift: _Drift | None = None,
+        drift: Drift | None = None,
         on_policy: Sequence[bool] = (),
-        refusals: _Refusals | None = None,
+        refusals: Refusals | None = None,
     ) -> tuple[torch.Tensor, float, float]:
         ids, mask, old, adv = _assemble(part, context_length, pad_token_id)
         device = next(model.parameters()).device
@@ -324,57 +325,6 @@ class GRPO:
         loss = (per_token * mask).sum() / total_tokens
         clipped = float((((ratio - clipped_ratio).abs() > 1e-6).float() * mask).sum())
         return loss, clipped, kl_sum
-
-
-class _Refusals:
-    """The rows of one micro-batch refused for their drift: a row whose tokens the trainer scores far from the
-    sampler's recorded logprobs was not sampled by these weights (another policy's adapter, a retokenised
-    reply), so its ratios and advantage would train on a lie. Judged on the first epoch's pass; kept in
-    ``refused`` (batch index -> response tokens) for the later epochs."""
-
-    def __init__(self, refused: dict[int, int], indices: Sequence[int]) -> None:
-        self.refused = refused
-        self.indices = list(indices)
-
-    def judge(self, diff: torch.Tensor, measured: torch.Tensor, mask: torch.Tensor, limit: float) -> None:
-        counts = measured.sum(dim=1)
-        means = (diff.abs() * measured).sum(dim=1) / counts.clamp(min=1)
-        for row in torch.nonzero((counts > 0) & (means > limit)).flatten().tolist():
-            self.refused[self.indices[row]] = int(mask[row].sum())
-
-    def keep(self, rows: int, device: torch.device) -> torch.Tensor:
-        return torch.tensor([float(self.indices[r] not in self.refused) for r in range(rows)], device=device)
-
-
-class _Drift:
-    """Sums of |trainer - sampler| logprob differences over the micro-batches of one update."""
-
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
-        self.tokens = 0
-        self.total = 0.0
-        self.largest = 0.0
-        self.over = 0
-
-    def add(self, diff: torch.Tensor) -> None:
-        if diff.numel() == 0:
-            return
-        gap = diff.abs().float()
-        self.tokens += gap.numel()
-        self.total += float(gap.sum())
-        self.largest = max(self.largest, float(gap.max()))
-        self.over += int((gap > self.threshold).sum())
-
-    def metrics(self) -> dict[str, float]:
-        """``drift_tokens`` always; the figures only when some token had a recorded logprob."""
-        if not self.tokens:
-            return {"drift_tokens": 0.0}
-        return {
-            "drift_tokens": float(self.tokens),
-            "drift_mean": self.total / self.tokens,
-            "drift_max": self.largest,
-            "drift_frac": self.over / self.tokens,
-        }
 
 
 def _enable_checkpointing(model: torch.nn.Module) -> None:
