@@ -155,7 +155,12 @@ class LangChainHandler(BaseCallbackHandler):
         if call is None or sink is None:
             return
         start, agent, name, arguments, call_id = call
-        attributes = {spans.TOOL_NAME: name, spans.TOOL_ARGUMENTS: arguments, spans.TOOL_CALL_ID: call_id, **outcome}
+        attributes = {
+            spans.TOOL_NAME: name,
+            spans.TOOL_ARGUMENTS: arguments,
+            spans.TOOL_CALL_ID: call_id,
+            **outcome,
+        }
         sink.emit(SpanKind.TOOL, name, attributes, agent_name=agent, start_time=start)
 
 

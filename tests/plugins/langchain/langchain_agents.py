@@ -69,7 +69,9 @@ tool_chain = llm_with_tools | (lambda msg: msg.tool_calls[0]["args"]) | multiply
 # -- sub-agents by name: an LCEL planner feeding an AgentExecutor --------------------------------------------
 
 planner = (
-    ChatPromptTemplate.from_messages([("system", PLANNER_PROMPT), ("human", "{input}")]) | model | StrOutputParser()
+    ChatPromptTemplate.from_messages([("system", PLANNER_PROMPT), ("human", "{input}")])
+    | model
+    | StrOutputParser()
 ).with_config(run_name="planner")
 solver_prompt = ChatPromptTemplate.from_messages(
     [("system", SOLVER_PROMPT), ("human", "{input}"), ("placeholder", "{agent_scratchpad}")]

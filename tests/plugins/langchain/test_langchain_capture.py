@@ -125,15 +125,18 @@ def test_how_a_string_task_is_fed() -> None:
     assert task_input(agents.pipeline, "hi") == {"input": "hi"}  # its one required input key
     assert task_input(agents.tool_chain, "hi") == "hi"
     assert task_input(agents.calc_agent, "hi") == {"messages": [{"role": "user", "content": "hi"}]}
-    assert task_input(agents.agent_executor, {"input": "x", "chat_history": []}) == {"input": "x", "chat_history": []}
+    assert task_input(agents.agent_executor, {"input": "x", "chat_history": []}) == {
+        "input": "x",
+        "chat_history": [],
+    }
 
 
 def test_plugin_import_does_not_import_the_framework() -> None:
     code = (
         "import sys, tether_langchain\n"
         "assert not tether_langchain.LangChainAdapter().accepts(object())\n"
-        "loaded = [m for m in sys.modules if m.split('.')[0] in ('langchain', 'langchain_core', 'langchain_classic',"
-        " 'langgraph', 'langsmith')]\n"
+        "frameworks = ('langchain', 'langchain_core', 'langchain_classic', 'langgraph', 'langsmith')\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in frameworks]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
