@@ -56,6 +56,10 @@ def optimizer_model(request: dict[str, Any]) -> Any:
     return text(f"<prompt>{BETTER}</prompt>")
 
 
+def _right(task: dict[str, Any], output: str) -> float:
+    return float(output == task["answer"])
+
+
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """W&B offline and quiet; MLflow on a file store in tmp_path. Returns the MLflow tracking URI."""
@@ -111,7 +115,7 @@ async def test_an_apo_fit_reaches_tensorboard_wandb_and_mlflow(offline: str, tmp
                 progress=False,
                 report_to=["tensorboard", "wandb", "mlflow"],
             )
-            wrapped = tether.wrap(answer, reward=lambda task, out: float(out == task["answer"]), run=run_with_prompt)
+            wrapped = tether.wrap(answer, reward=_right, run=run_with_prompt)
             result = await trainer.afit(wrapped, train=TASKS, val=TASKS)
         finally:
             await backend.close()
@@ -127,7 +131,7 @@ async def test_an_apo_fit_reaches_tensorboard_wandb_and_mlflow(offline: str, tmp
     _same(curves, want)
 
     info_ml, curves_ml = mlflow_curves(offline, "tether-tests")
-    assert info_ml["run_name"] == "apo-report" and info_ml["status"] == "FINISHED" and info_ml["algorithm"] == "APO"
+    assert (info_ml["run_name"], info_ml["status"], info_ml["algorithm"]) == ("apo-report", "FINISHED", "APO")
     _same(curves_ml, want)
 
 

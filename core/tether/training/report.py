@@ -11,7 +11,7 @@ evaluation, an APO round...) goes to every sink named in ``report_to``, as scala
   ``runs/<name>/wandb/``; W&B's own settings apply (``WANDB_PROJECT``, default ``tether``; ``WANDB_MODE=offline``).
 - ``mlflow`` (``pip install "tether[mlflow]"``): an MLflow run named after the run folder in the experiment
   ``MLFLOW_EXPERIMENT_NAME`` (default ``tether``) of the tracking store ``MLFLOW_TRACKING_URI`` (MLflow's default
-  when unset).
+  when unset); names MLflow refuses have those characters replaced by ``_``.
 
 Nothing is imported until a run that asked for a sink starts; a sink whose package is missing is refused when the
 ``Trainer`` is made, with the ``pip install`` command that adds it.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import math
 import os
 import re
 import time
@@ -165,11 +164,18 @@ _MLFLOW_NAME = re.compile(r"[^\w\-. /:]")
 
 class _MLflow:
     def __init__(self, run_dir: Path, config: dict[str, Any]) -> None:
+        import mlflow
         from mlflow.tracking import MlflowClient
 
         self._client = MlflowClient()
         experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "tether"
-        experiment = self._client.get_experiment_by_name(experiment_name)
+        try:
+            experiment = self._client.get_experiment_by_name(experiment_name)
+        except ModuleNotFoundError as exc:  # mlflow-skinny without its database store's packages
+            raise ImportError(
+                f"MLflow's tracking store {mlflow.get_tracking_uri()} needs {exc.name}: pip install mlflow, or "
+                "set MLFLOW_TRACKING_URI to a tracking server (http://...)"
+            ) from exc
         experiment_id = (
             experiment.experiment_id if experiment is not None else self._client.create_experiment(experiment_name)
         )
@@ -183,11 +189,7 @@ class _MLflow:
         if self._run_id is None:
             return
         stamp = int(wall_time * 1000)
-        metrics = [
-            Metric(_MLFLOW_NAME.sub("_", key), value, stamp, step)
-            for key, value in scalars.items()
-            if math.isfinite(value)  # MLflow's stores refuse NaN and infinities
-        ]
+        metrics = [Metric(_MLFLOW_NAME.sub("_", key), value, stamp, step) for key, value in scalars.items()]
         self._client.log_batch(self._run_id, metrics=metrics)
 
     def close(self) -> None:
