@@ -7,6 +7,8 @@
 - ``pipeline``: sub-agents as named runnables: an LCEL ``planner`` (``.with_config(run_name=...)``) whose plan
   feeds an ``AgentExecutor`` named ``solver``.
 - ``calc_agent``: LangChain 1.x's ``create_agent`` with a ``name=``.
+- ``supervisor``: LangChain's "subagents" pattern: a ``create_agent`` supervisor whose tool runs another
+  ``create_agent`` agent (``math_expert``).
 
 The model client is built at import time with a hard-coded ``base_url`` where nothing listens: tether must
 redirect it.
@@ -32,6 +34,7 @@ EXECUTOR_PROMPT = "You are a careful calculator assistant. Use the tools for ari
 PLANNER_PROMPT = "You plan calculations. Name the tool that answers the question."
 SOLVER_PROMPT = "You solve calculations with the tools. Plan: {plan}"
 AGENT_PROMPT = "You are a calculator agent. Use the tools, then state the result."
+SUPERVISOR_PROMPT = "You are a supervisor. Ask the math expert for any calculation."
 
 
 @tool
@@ -82,3 +85,16 @@ pipeline = {"plan": planner, "input": itemgetter("input")} | solver
 # -- LangChain 1.x's agent ----------------------------------------------------------------------------------
 
 calc_agent = create_agent(model, tools=tools, system_prompt=AGENT_PROMPT, name="calculator")
+
+# -- subagents as tools ---------------------------------------------------------------------------------------
+
+math_expert = create_agent(model, tools=tools, system_prompt=AGENT_PROMPT, name="math_expert")
+
+
+@tool("math", description="Ask the math expert to calculate something")
+def call_math_expert(query: str) -> str:
+    result = math_expert.invoke({"messages": [{"role": "user", "content": query}]})
+    return str(result["messages"][-1].content)
+
+
+supervisor = create_agent(model, tools=[call_math_expert], system_prompt=SUPERVISOR_PROMPT, name="supervisor")

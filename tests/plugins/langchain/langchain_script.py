@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from langchain_agents import AGENT_PROMPT, EXECUTOR_PROMPT, PLANNER_PROMPT
+from langchain_agents import AGENT_PROMPT, EXECUTOR_PROMPT, PLANNER_PROMPT, SUPERVISOR_PROMPT
 
 from tether.testing.fake_llm import Reply, text, tool_call
 
@@ -34,6 +34,12 @@ def reply(request: dict[str, Any], *, delay_s: float = 0.0) -> Reply:
     system = str(messages[0].get("content") or "") if messages and messages[0].get("role") == "system" else ""
     if system.startswith(PLANNER_PROMPT):
         return text("Use the calculator tools.", delay_s=delay_s)
+    if system.startswith(SUPERVISOR_PROMPT):
+        results = [m for m in messages if m.get("role") == "tool"]
+        if results:
+            return text(f"The expert says: {results[-1]['content']}", delay_s=delay_s)
+        users = [str(m.get("content")) for m in messages if m.get("role") == "user"]
+        return tool_call("math", {"query": users[-1]})
     if system.startswith((EXECUTOR_PROMPT, AGENT_PROMPT, "You solve")):
         results = [m for m in messages if m.get("role") == "tool"]
         if results:

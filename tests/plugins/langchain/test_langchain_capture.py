@@ -103,6 +103,19 @@ async def test_create_agent_graph_is_named_by_its_name() -> None:
         assert tool.attributes[schema.TOOL_ARGUMENTS] == {"first_int": total - 7, "second_int": 7}
 
 
+async def test_a_sub_agent_run_by_a_tool_is_named_by_its_own_name() -> None:
+    report = await _dev(agents.supervisor, [question(8)])
+    (dev,) = report.rollouts
+    assert dev.status == RolloutStatus.SUCCEEDED, dev.error
+    assert dev.rollout.output["messages"][-1]["content"] == "The expert says: The result is 56."
+    names = ["supervisor", "math_expert", "math_expert", "supervisor"]
+    assert [t.agent_name for t in dev.transitions] == names
+    assert _proxy_names(dev.spans) == names
+    # the supervisor called its "math" tool; the expert, run inside that tool, called multiply
+    tools = {s.attributes[schema.TOOL_NAME]: s.agent_name for s in _tools(dev.spans)}
+    assert tools == {"math": "supervisor", "multiply": "math_expert"}
+
+
 def test_which_adapter_takes_what() -> None:
     from langgraph.graph import END, START, MessagesState, StateGraph
 
