@@ -81,7 +81,7 @@ class Reporter:
     def __init__(self, sinks: Sequence[Sink]) -> None:
         self.sinks = list(sinks)
 
-    def log(self, row: Mapping[str, Any]) -> None:
+    def log(self, row: dict[str, Any]) -> None:
         values = scalars(row)
         if not values:
             return

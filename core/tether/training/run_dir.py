@@ -16,17 +16,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from tether.training.report import Reporter
+
+class RowSink(Protocol):
+    """Somewhere else metrics rows go (``tether.training.report.Reporter``)."""
+
+    def log(self, row: dict[str, Any]) -> None: ...
 
 
 @dataclass
 class RunDir:
     path: Path
     #: where each metrics row goes besides metrics.jsonl (set while ``Trainer.fit`` runs with ``report_to=``)
-    reporter: Reporter | None = field(default=None, repr=False, compare=False)
+    reporter: RowSink | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def create(cls, root: str | os.PathLike[str], name: str) -> RunDir:

@@ -69,7 +69,7 @@ class LangChainAdapter(Adapter):
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (for ``tether.RayRunners``) without this process's hook: the copy registers its own."""
         state = super().__getstate__()
-        state.update(_tree=RunTree(), _handler=None, _hook_var=None, _hook_entry=None, _registered=False)
+        state.update(_handler=None, _hook_var=None, _hook_entry=None, _registered=False)
         return state
 
     def accepts(self, agent: Any) -> bool:

@@ -38,6 +38,10 @@ class RunTree:
         self._runs: dict[UUID, tuple[UUID | None, str | None]] = {}
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[type[RunTree], tuple[()]]:
+        """Pickled (with its adapter, for ``tether.RayRunners``) empty: open runs belong to this process."""
+        return (RunTree, ())
+
     def start(self, run_id: UUID, parent_run_id: UUID | None, name: str | None, metadata: Any = None) -> None:
         """A run began: it is an agent run (root, or a name of its own), or inherits its parent's agent."""
         meta = metadata if isinstance(metadata, dict) else None

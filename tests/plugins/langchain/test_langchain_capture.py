@@ -6,6 +6,7 @@ hint an unaccepted LangChain agent gets when the plugin's packages are missing."
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -131,6 +132,15 @@ def test_which_adapter_takes_what() -> None:
     assert not adapter.accepts(graph)  # a StateGraph the user built is the langgraph plugin's
     assert tether.wrap(graph).adapter.name == "langgraph"
     assert tether.wrap(agents.calc_agent).adapter.name == "langchain"
+
+
+async def test_the_adapter_pickles_without_this_processs_hook() -> None:
+    # tether.RayRunners sends the wrapped agent's adapter to its actors; one that has run here still pickles
+    adapter = tether.wrap(agents.tool_chain).adapter
+    await _dev(agents.tool_chain, [question(2)])
+    assert adapter.instrumented is False
+    copy = pickle.loads(pickle.dumps(adapter))
+    assert isinstance(copy, LangChainAdapter) and copy._handler is None and len(copy._tree) == 0
 
 
 def test_how_a_string_task_is_fed() -> None:
