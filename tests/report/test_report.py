@@ -191,6 +191,8 @@ def test_a_row_becomes_kind_slash_metric_scalars() -> None:
 def test_bad_names_and_missing_packages_fail_when_the_trainer_is_made() -> None:
     with pytest.raises(ValueError, match="report_to='tensorbored' is not a sink: choose from tensorboard, wandb"):
         tether.Trainer(model="http://127.0.0.1:9/v1", report_to="tensorbored")
+    with pytest.raises(ValueError, match="report_to takes a sink name or a list of them"):
+        tether.Trainer(model="http://127.0.0.1:9/v1", report_to=3)  # type: ignore[arg-type]
     assert tether.Trainer(model="http://127.0.0.1:9/v1", report_to="none").report_to == "none"
     code = (
         "import sys\n"

@@ -51,7 +51,12 @@ def check_report_to(report_to: str | Sequence[str] | None) -> tuple[str, ...]:
     ``ImportError`` naming the ``pip install`` command for a sink whose package is missing."""
     if report_to is None:
         return ()
-    names = [report_to] if isinstance(report_to, str) else list(report_to)
+    if isinstance(report_to, str):
+        names: list[Any] = [report_to]
+    elif isinstance(report_to, list | tuple | set | frozenset):
+        names = list(report_to)
+    else:
+        raise ValueError(f"report_to takes a sink name or a list of them ({', '.join(SINKS)}), got {report_to!r}")
     out: list[str] = []
     for name in names:
         if not isinstance(name, str) or name not in (*SINKS, "none"):
