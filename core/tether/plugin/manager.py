@@ -4,7 +4,8 @@ Plugins come from the ``tether`` entry-point group (bundled framework plugins an
 from ``register()`` calls. Each manager answers which adapter runs an agent from its own plugins: the first
 non-None ``adapter_for`` hook answer, else the one registered adapter whose ``accepts`` claims it. A bundled
 plugin declares ``EXTRA`` (its ``pip install "tether[extra]"`` name) and ``REQUIRES`` (top-level modules of
-its framework); when one is missing the plugin is listed as unavailable with the install hint instead of
+its framework); when one is missing, or an installed package's version is outside what the extra asks for in
+the package metadata (``Requires-Dist``), the plugin is listed as unavailable with the install hint instead of
 loaded, and the others are unaffected. An agent no adapter accepts is told the hint of the unavailable plugin
 of its framework (its class's top-level module among the plugin's ``REQUIRES`` or ``AGENT_MODULES``).
 ``TETHER_DISABLE_PLUGINS=a,b`` blocks plugins by name. A plugin whose hook implementations name no hook (a
@@ -25,6 +26,7 @@ from typing import Any
 import pluggy
 
 from tether.plugin import hookspecs
+from tether.plugin._requirements import unmet as unmet_requirements
 from tether.plugin.adapters import Adapter, Tracer
 from tether.types import Rollout
 
@@ -235,15 +237,21 @@ def _load_entry_point(plugins: Plugins, ep: importlib.metadata.EntryPoint) -> No
         plugins.unavailable.append(UnavailablePlugin(ep.name, f"failed to load: {exc!r}"))
         return
     extra = getattr(module, "EXTRA", None)
+    hint = f'pip install "tether[{extra}]"' if extra else None
     requires = list(getattr(module, "REQUIRES", ()))
+    frameworks = [*requires, *getattr(module, "AGENT_MODULES", ())]
     missing = _missing_modules(requires)
     if missing:
-        hint = f'pip install "tether[{extra}]"' if extra else None
-        frameworks = [*requires, *getattr(module, "AGENT_MODULES", ())]
         plugins.unavailable.append(
             UnavailablePlugin(
                 ep.name, f"not installed: {', '.join(missing)}", hint=hint, missing=missing, frameworks=frameworks
             )
+        )
+        return
+    wrong = unmet_requirements(ep.dist, extra) if extra else []
+    if wrong:
+        plugins.unavailable.append(
+            UnavailablePlugin(ep.name, f"needs {'; '.join(wrong)}", hint=hint, frameworks=frameworks)
         )
         return
     try:
