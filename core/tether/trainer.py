@@ -23,6 +23,7 @@ from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import Credit, CreditRule
 from tether.training.dev_report import DevReport, report
 from tether.training.ray_runners import RayRunners
+from tether.training.report import check_report_to, reporting
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Session, Settings, as_task
@@ -45,6 +46,8 @@ class Trainer:
     without a heartbeat before it counts as its runner's death (ended and retried within ``max_attempts``).
     ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
     (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
+    ``report_to``: where ``fit`` sends its metrics besides ``metrics.jsonl``: ``"tensorboard"``, ``"wandb"``,
+    ``"mlflow"`` or a list of them (``tether.training.report``; each needs its extra, e.g. ``tether[wandb]``).
     """
 
     model: str | ModelBackend = "embedded"
@@ -66,9 +69,11 @@ class Trainer:
     run_root: str = "runs"
     progress: bool = True
     export: OTLPExport | None = None
+    report_to: str | Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         Credit(self.credit, self.tool_error_penalty, self.gamma)  # a bad rule is refused here, not at fit
+        check_report_to(self.report_to)
 
     def dev(
         self,
@@ -212,8 +217,10 @@ class Trainer:
     ) -> FitResult:
         # an algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
         prepare = getattr(algorithm, "prepare_backend", None)
-        async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
-            return await algorithm.fit(session, train, val)
+        config = {"model": str(self.model), "algorithm": type(algorithm).__name__, "steps": self.steps}
+        with reporting(self.report_to, run, config):
+            async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
+                return await algorithm.fit(session, train, val)
 
 
 def _scale_by_std(algorithm: Any) -> bool:

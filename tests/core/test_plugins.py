@@ -260,7 +260,8 @@ def test_import_tether_is_light() -> None:
         "import sys, time; t = time.perf_counter(); import tether, tether.capture.redirect,"
         " tether.training.runner\n"
         "heavy = [m for m in ('torch', 'aiohttp', 'openai', 'langgraph', 'langchain_core', 'autogen_agentchat',"
-        " 'agents', 'crewai', 'transformers', 'vllm') if m in sys.modules]\n"
+        " 'agents', 'crewai', 'transformers', 'vllm', 'langchain', 'langchain_classic', 'tensorboard', 'wandb',"
+        " 'mlflow') if m in sys.modules]\n"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

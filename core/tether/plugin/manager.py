@@ -6,8 +6,10 @@ non-None ``adapter_for`` hook answer, else the one registered adapter whose ``ac
 plugin declares ``EXTRA`` (its ``pip install "tether[extra]"`` name) and ``REQUIRES`` (top-level modules of
 its framework); when one is missing, or an installed package's version is outside what the extra asks for in
 the package metadata (``Requires-Dist``), the plugin is listed as unavailable with the install hint instead of
-loaded, and the others are unaffected. ``TETHER_DISABLE_PLUGINS=a,b`` blocks plugins by name. A plugin whose
-hook implementations name no hook (a misspelling) is rejected with a clear reason.
+loaded, and the others are unaffected. An agent no adapter accepts is told the hint of the unavailable plugin
+of its framework (its class's top-level module among the plugin's ``REQUIRES`` or ``AGENT_MODULES``).
+``TETHER_DISABLE_PLUGINS=a,b`` blocks plugins by name. A plugin whose hook implementations name no hook (a
+misspelling) is rejected with a clear reason.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class UnavailablePlugin:
     reason: str
     hint: str | None = None  # the command that fixes it
     missing: list[str] = field(default_factory=list)
+    #: top-level modules whose objects the plugin runs (its ``REQUIRES`` and ``AGENT_MODULES``)
+    frameworks: list[str] = field(default_factory=list)
 
 
 class Plugins:
@@ -146,7 +150,7 @@ class Plugins:
             fixes = [hint for hint in (a.hint_for(agent) for a in self.adapters()) if hint]
             if fixes:  # an adapter knows this agent: its fix, not every framework's install hint
                 raise AdapterNotFound(f"no adapter accepts {what}: {'; '.join(fixes)}")
-            hints = "".join(f"\n  {u.hint}" for u in self.unavailable if u.hint)
+            hints = "".join(f"\n  {u.hint}" for u in self._unavailable_for(agent) if u.hint)
             raise AdapterNotFound(
                 f'no adapter accepts {what}; pass adapter="..." '
                 f"(loaded: {', '.join(a.name for a in self.adapters()) or 'none'})"
@@ -157,6 +161,16 @@ class Plugins:
     def rollout_contexts(self, rollout: Rollout) -> list[AbstractAsyncContextManager[Any]]:
         results = self._pm.hook.rollout_context(rollout=rollout)
         return [r for r in results if r is not None]
+
+    def _unavailable_for(self, agent: Any) -> list[UnavailablePlugin]:
+        """The unavailable plugins that would run ``agent``: those of the framework its class (or the nearest
+        base class tether knows) comes from; every unavailable plugin when none is known."""
+        for cls in type(agent).__mro__:
+            top = cls.__module__.partition(".")[0]
+            known = [u for u in self.unavailable if top in u.frameworks]
+            if known:
+                return known
+        return self.unavailable
 
     def _hint_for(self, name: str) -> str:
         for u in self.unavailable:
@@ -224,15 +238,21 @@ def _load_entry_point(plugins: Plugins, ep: importlib.metadata.EntryPoint) -> No
         return
     extra = getattr(module, "EXTRA", None)
     hint = f'pip install "tether[{extra}]"' if extra else None
-    missing = _missing_modules(list(getattr(module, "REQUIRES", ())))
+    requires = list(getattr(module, "REQUIRES", ()))
+    frameworks = [*requires, *getattr(module, "AGENT_MODULES", ())]
+    missing = _missing_modules(requires)
     if missing:
         plugins.unavailable.append(
-            UnavailablePlugin(ep.name, f"not installed: {', '.join(missing)}", hint=hint, missing=missing)
+            UnavailablePlugin(
+                ep.name, f"not installed: {', '.join(missing)}", hint=hint, missing=missing, frameworks=frameworks
+            )
         )
         return
     wrong = unmet_requirements(ep.dist, extra) if extra else []
     if wrong:
-        plugins.unavailable.append(UnavailablePlugin(ep.name, f"needs {'; '.join(wrong)}", hint=hint))
+        plugins.unavailable.append(
+            UnavailablePlugin(ep.name, f"needs {'; '.join(wrong)}", hint=hint, frameworks=frameworks)
+        )
         return
     try:
         plugins.register(module, name=ep.name, source="entry point")

@@ -1,5 +1,8 @@
 """A training run's folder (``runs/<name>/``): metrics JSONL, checkpoints, the trainer state and the curve.
 
+Each metrics row also goes to the run's ``reporter`` when it has one (``Trainer(report_to=...)``:
+TensorBoard, W&B, MLflow; ``tether.training.report``).
+
 Checkpoints are written to a temporary folder and renamed into place, so an interrupted save never
 replaces the last good checkpoint.
 """
@@ -11,14 +14,22 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+
+class RowSink(Protocol):
+    """Somewhere else metrics rows go (``tether.training.report.Reporter``)."""
+
+    def log(self, row: dict[str, Any]) -> None: ...
 
 
 @dataclass
 class RunDir:
     path: Path
+    #: where each metrics row goes besides metrics.jsonl (set while ``Trainer.fit`` runs with ``report_to=``)
+    reporter: RowSink | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def create(cls, root: str | os.PathLike[str], name: str) -> RunDir:
@@ -47,8 +58,11 @@ class RunDir:
         return f"sqlite:///{self.path / 'store.db'}"
 
     def log(self, record: dict[str, Any]) -> None:
+        row = {"time": time.time(), **record}
         with self.metrics_path.open("a") as f:
-            f.write(json.dumps({"time": time.time(), **record}) + "\n")
+            f.write(json.dumps(row) + "\n")
+        if self.reporter is not None:
+            self.reporter.log(row)
 
     def history(self) -> list[dict[str, Any]]:
         if not self.metrics_path.exists():

@@ -50,6 +50,13 @@ def node_name() -> str | None:
     return node if isinstance(node, str) and node else None
 
 
+def _made_by_create_agent(agent: Any) -> bool:
+    """A graph returned by ``langchain.agents.create_agent`` (it tags its config's metadata)."""
+    config = getattr(agent, "config", None)
+    metadata = config.get("metadata") if isinstance(config, dict) else None
+    return isinstance(metadata, dict) and metadata.get("ls_integration") == "langchain_create_agent"
+
+
 class LangGraphAdapter(Adapter):
     """Runs compiled LangGraph graphs; captures model and tool calls with the node that made them."""
 
@@ -71,6 +78,8 @@ class LangGraphAdapter(Adapter):
         return state
 
     def accepts(self, agent: Any) -> bool:
+        if _made_by_create_agent(agent):  # LangChain's agent: the langchain plugin's, named by the agent
+            return False
         for module_name, class_name in _GRAPH_TYPES:
             cls = getattr(sys.modules.get(module_name), class_name, None)
             if isinstance(cls, type) and isinstance(agent, cls):

@@ -1,0 +1,154 @@
+"""The adapter for LangChain runnables: LCEL chains, ``AgentExecutor`` (``langchain_classic``), ``create_agent``
+graphs, and any other ``Runnable``.
+
+Capture is LangChain's own seam, installed by ``instrument`` and removed exactly by ``uninstrument``:
+
+- A global callback handler (``tether_langchain.handler``), registered with
+  ``langchain_core.tracers.context.register_configure_hook``: LangChain attaches it to every callback manager
+  it configures (the hook's context variable defaults to the handler). LangChain has no public way to
+  unregister a hook, so ``uninstrument`` removes our entry from its private hook list; should a release move
+  that list, the handler is left inert (no sink) and reused by the next ``instrument``.
+- An agent-name resolver (``tether.capture.context.add_agent_resolver``): during a model call, LangChain's
+  config context variable holds the child callback manager of the enclosing run; its ``parent_run_id`` names
+  that run, whose agent the handler's ``RunTree`` knows. The endpoint redirect puts it in the
+  ``X-Tether-Agent`` header, so the proxy's span of the call (the one with token ids) is named too.
+
+Which adapter takes a LangGraph graph: graphs built with ``langchain.agents.create_agent`` are LangChain's agents
+(this adapter: named by ``create_agent(name=...)``); other compiled graphs are the ``langgraph`` plugin's
+(named by node).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from contextvars import ContextVar
+from typing import Any
+
+from tether.capture import redirect
+from tether.capture.context import add_agent_resolver, remove_agent_resolver
+from tether.plugin.adapters import Adapter, SpanSink
+from tether.types import Resources
+from tether_langchain.naming import RunTree
+
+#: (module, class) of LangGraph's compiled graphs, which the langgraph adapter runs unless create_agent made them
+_GRAPH_TYPES = (("langgraph.pregel.main", "Pregel"), ("langgraph.pregel", "Pregel"))
+#: the metadata create_agent puts on the graphs it returns
+_CREATE_AGENT = "langchain_create_agent"
+
+
+def is_create_agent_graph(agent: Any) -> bool:
+    """True for a graph returned by ``langchain.agents.create_agent`` (it tags its config's metadata)."""
+    config = getattr(agent, "config", None)
+    metadata = config.get("metadata") if isinstance(config, dict) else None
+    return isinstance(metadata, dict) and metadata.get("ls_integration") == _CREATE_AGENT
+
+
+def _is_graph(agent: Any) -> bool:
+    for module_name, class_name in _GRAPH_TYPES:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(cls, type) and isinstance(agent, cls):
+            return True
+    return False
+
+
+class LangChainAdapter(Adapter):
+    """Runs LangChain runnables; captures model and tool calls with the agent run that made them."""
+
+    name = "langchain"
+    extra = "langchain"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tree = RunTree()
+        self._handler: Any = None  # a tether_langchain.handler.LangChainHandler once instrumented
+        self._hook_var: ContextVar[Any | None] | None = None
+        self._hook_entry: tuple[Any, ...] | None = None
+        self._registered = False  # our hook entry is in LangChain's hook list
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (for ``tether.RayRunners``) without this process's hook: the copy registers its own."""
+        state = super().__getstate__()
+        state.update(_handler=None, _hook_var=None, _hook_entry=None, _registered=False)
+        return state
+
+    def accepts(self, agent: Any) -> bool:
+        runnable = getattr(sys.modules.get("langchain_core.runnables.base"), "Runnable", None)
+        if not isinstance(runnable, type) or not isinstance(agent, runnable):
+            return False
+        return not _is_graph(agent) or is_create_agent_graph(agent)
+
+    def agent_name(self) -> str | None:
+        """The agent of the model call running in this context (the resolver behind ``X-Tether-Agent``)."""
+        config_module = sys.modules.get("langchain_core.runnables.config")
+        if config_module is None:
+            return None
+        config = config_module.var_child_runnable_config.get()
+        manager = (config or {}).get("callbacks")
+        return self._tree.agent_of(getattr(manager, "parent_run_id", None))
+
+    def _instrument(self, sink: SpanSink) -> None:
+        from langchain_core.tracers import context as tracers_context
+
+        from tether_langchain.handler import LangChainHandler
+
+        if self._handler is None or self._hook_var is None:
+            self._handler = LangChainHandler(self._tree)
+            self._hook_var = ContextVar("tether_langchain_handler", default=self._handler)
+            self._hook_entry = (self._hook_var, True, None, None)  # what register_configure_hook appends
+        self._handler.sink = sink
+        if not self._registered:
+            tracers_context.register_configure_hook(self._hook_var, inheritable=True)
+            self._registered = True
+        add_agent_resolver(self.agent_name)
+
+    def _repoint(self, sink: SpanSink) -> None:
+        if self._handler is not None:
+            self._handler.sink = sink
+
+    def _uninstrument(self) -> None:
+        remove_agent_resolver(self.agent_name)
+        if self._handler is not None:
+            self._handler.detach()  # inert even if the hook cannot be unlinked below
+        hooks = getattr(sys.modules.get("langchain_core.tracers.context"), "_configure_hooks", None)
+        if isinstance(hooks, list) and self._hook_entry in hooks:
+            hooks.remove(self._hook_entry)
+            self._registered = False
+
+    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
+        """Hold the endpoint redirect, so the runnable's model clients reach the rollout's endpoint."""
+        return redirect.installed()
+
+    async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
+        with self.run_scope(agent):
+            return await agent.ainvoke(task_input(agent, task))
+
+
+def task_input(agent: Any, task: Any) -> Any:
+    """What ``ainvoke`` gets for a task: a dict (or anything not a string) as it is. A string becomes a
+    ``create_agent`` graph's user message; the value of the one input key of a runnable that takes a dict (a
+    chain's one ``input_keys`` entry, the one required property of its input schema); an ``AgentExecutor``'s
+    ``input`` (the key of LangChain's agent prompts); else it is passed as it is (an LCEL chain whose first step
+    takes text or messages)."""
+    if not isinstance(task, str):
+        return task
+    if is_create_agent_graph(agent):
+        return {"messages": [{"role": "user", "content": task}]}
+    keys = getattr(agent, "input_keys", None)  # langchain_classic chains
+    if isinstance(keys, list) and len(keys) == 1 and isinstance(keys[0], str):
+        return {keys[0]: task}
+    required = _required_input_keys(agent)
+    if len(required) == 1:
+        return {required[0]: task}
+    if keys == [] and type(agent).__name__ == "AgentExecutor":  # its agent is a runnable: no declared keys
+        return {"input": task}
+    return task
+
+
+def _required_input_keys(agent: Any) -> list[str]:
+    try:
+        schema = agent.get_input_jsonschema()
+    except Exception:  # a runnable whose input schema cannot be built: feed the task as it is
+        return []
+    required = schema.get("required") if isinstance(schema, dict) and schema.get("type") == "object" else None
+    return [k for k in required if isinstance(k, str)] if isinstance(required, list) else []
