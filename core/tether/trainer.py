@@ -23,6 +23,7 @@ from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import credit_advantages
 from tether.training.dev_report import DevReport, report
 from tether.training.ray_runners import RayRunners
+from tether.training.preflight import run_preflight
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Session, Settings, as_task
@@ -44,6 +45,8 @@ class Trainer:
     ``runners``: where rollouts run: None, ``n_runners`` at a time in this process; ``tether.RayRunners(n=...)``
     in Ray actors (``pip install "tether[ray]"``). ``heartbeat_timeout_s``: how long a rollout attempt may go
     without a heartbeat before it counts as its runner's death (ended and retried within ``max_attempts``).
+    ``stop_after_idle_steps``: ``fit`` stops with a ``tether.FitError`` naming the cause and the fix after this
+    many consecutive training steps trained nothing (None: never).
     ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
     (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     """
@@ -67,6 +70,7 @@ class Trainer:
     run_root: str = "runs"
     progress: bool = True
     export: OTLPExport | None = None
+    stop_after_idle_steps: int | None = 3
 
     def __post_init__(self) -> None:
         check_credit(self.credit, self.tool_error_penalty, self.gamma)
@@ -101,7 +105,7 @@ class Trainer:
             raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
         if repeats > 1:  # a task's repeats share its id: they are its group
             items = [as_task(item) for item in items]
-        async with self.session(agent, model=model) as session:
+        async with self.session(agent, model=model, trains=False) as session:
             batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
         _, stats = credit_advantages(
             batch.results,
@@ -121,25 +125,40 @@ class Trainer:
         return self.dev(agent, tasks, model=model).metrics()
 
     def fit(
-        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None = None, *, resume: bool = False
+        self,
+        agent: WrappedAgent,
+        train: Sequence[Any],
+        val: Sequence[Any] | None = None,
+        *,
+        resume: bool = False,
+        preflight: bool = True,
     ) -> FitResult:
         """Train ``agent`` on ``train`` with the algorithm, evaluating on ``val``.
 
-        Ctrl-C stops after saving nothing half-written and returns a result with ``interrupted=True`` (its
-        ``summary()`` says where the last checkpoint is); ``resume=True`` continues from that checkpoint.
+        Before step 1 a preflight runs the checks ``dev`` makes on a few training tasks
+        (``tether.training.preflight``) and raises ``tether.FitError`` on a problem that would train nothing;
+        ``preflight=False`` skips it. Ctrl-C stops after saving nothing half-written and returns a result with
+        ``interrupted=True`` (its ``summary()`` says where the last checkpoint is); ``resume=True`` continues
+        from that checkpoint.
         """
         algorithm, train_tasks, val_tasks, run = self._prepare(agent, train, val, resume)
         try:
-            return run_sync(self._fit(algorithm, agent, train_tasks, val_tasks, run, resume))
+            return run_sync(self._fit(algorithm, agent, train_tasks, val_tasks, run, resume, preflight))
         except KeyboardInterrupt:
             checkpoint = run.checkpoint_path if run.state_path.exists() else None
             return FitResult(run_dir=run.path, history=run.history(), checkpoint=checkpoint, interrupted=True)
 
     async def afit(
-        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None = None, *, resume: bool = False
+        self,
+        agent: WrappedAgent,
+        train: Sequence[Any],
+        val: Sequence[Any] | None = None,
+        *,
+        resume: bool = False,
+        preflight: bool = True,
     ) -> FitResult:
         algorithm, train_tasks, val_tasks, run = self._prepare(agent, train, val, resume)
-        return await self._fit(algorithm, agent, train_tasks, val_tasks, run, resume)
+        return await self._fit(algorithm, agent, train_tasks, val_tasks, run, resume, preflight)
 
     def session(
         self,
@@ -149,9 +168,10 @@ class Trainer:
         run: RunDir | None = None,
         resume: bool = False,
         before_start: Callable[[ModelBackend], None] | None = None,
+        trains: bool = True,
     ) -> Session:
-        """The ``Session`` that ``dev`` (no run folder) and ``fit`` (with one) open, with this trainer's
-        settings; open it with ``async with``."""
+        """The ``Session`` that ``dev`` (no run folder, ``trains=False``) and ``fit`` (with one) open, with
+        this trainer's settings; open it with ``async with``."""
         return Session(
             agent,
             model or self.model,
@@ -162,6 +182,7 @@ class Trainer:
             before_start=before_start,
             export=self.export or OTLPExport.from_env(),
             runners=self.runners,
+            trains=trains,
         )
 
     def settings(self) -> Settings:
@@ -180,6 +201,7 @@ class Trainer:
             steps=self.steps,
             eval_every=self.eval_every,
             progress=self.progress,
+            stop_after_idle_steps=self.stop_after_idle_steps,
         )
 
     def _prepare(
@@ -215,8 +237,11 @@ class Trainer:
         val: list[Task],
         run: RunDir,
         resume: bool,
+        preflight: bool = True,
     ) -> FitResult:
         # an algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
         prepare = getattr(algorithm, "prepare_backend", None)
         async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
+            if preflight and not resume and train:
+                await run_preflight(session, algorithm, train)
             return await algorithm.fit(session, train, val)
