@@ -262,7 +262,7 @@ def _what_trained(
     if errors:
         out["top_error"] = errors[0][0]
     if not trainable:
-        out["idle"] = idle_reason(batch, stats)
+        out["idle"] = idle_reason(batch.results, stats)
     elif not trained:
         out["idle"] = (
             f"the update dropped all {len(trainable)} transitions with an advantage "

@@ -14,20 +14,33 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tether.policies import PolicyMap
-from tether.types import Rollout, RolloutStatus
-
-if TYPE_CHECKING:
-    from tether.training.credit import CreditStats
-    from tether.training.session import Batch
+from tether.training.credit import CreditStats
+from tether.types import Rollout, RolloutStatus, Transition
 
 FAILURES_FILE = "failures.jsonl"
 #: the fix for a batch whose every group scored the same
 FLAT_FIX = (
     "rewards must vary within a task's group — check the reward, raise group_size or the temperature"
 )
+
+
+class _Result(Protocol):
+    """A finished rollout of a batch (``tether.training.session.RolloutResult``)."""
+
+    @property
+    def rollout(self) -> Rollout: ...
+
+    @property
+    def transitions(self) -> list[Transition]: ...
+
+    @property
+    def problems(self) -> list[str]: ...
+
+    @property
+    def succeeded(self) -> bool: ...
 
 
 class FitError(RuntimeError):
@@ -68,9 +81,8 @@ def top_errors(rollouts: Iterable[Rollout], limit: int = 3) -> list[tuple[str, i
     return counts.most_common(limit)
 
 
-def idle_reason(batch: Batch, stats: CreditStats) -> str:
-    """Why a training batch gave the update nothing to train on, with the fix."""
-    results = batch.results
+def idle_reason(results: Sequence[_Result], stats: CreditStats) -> str:
+    """Why a training batch (its results) gave the update nothing to train on, with the fix."""
     if not results:
         return "the step ran no rollout"
     failed = [r.rollout for r in results if not r.succeeded]

@@ -32,7 +32,11 @@ async def run_preflight(session: Session, algorithm: Any, train: Sequence[Task])
     tasks = list(train[:PREFLIGHT_TASKS])
     if not tasks or not getattr(algorithm, "uses_train_tasks", True):
         return DevReport()
+    if await _prompts_missing(session, algorithm):
+        return DevReport()  # the prompt search says what it needs better than its rollouts' KeyError would
     weights = _weights_part(algorithm)
+    if weights is not None and not isinstance(session.backend, TrainableBackend):
+        return DevReport()  # the algorithm refuses this backend in its own words, before any rollout
     repeats = max(2, min(int(getattr(weights, "group_size", 2)), 8))
     temperature = float(getattr(weights, "temperature", 1.0))
     batch = await session.run_batch(
@@ -60,6 +64,16 @@ def _weights_part(algorithm: Any) -> Any:
         if hasattr(part, "group_size"):
             return part
     return None
+
+
+async def _prompts_missing(session: Session, algorithm: Any) -> bool:
+    """Whether a prompt search that reads its starting prompts from the store finds none there."""
+    parts = [algorithm, *(getattr(algorithm, "parts", None) or {}).values()]
+    reads_store = any(hasattr(part, "prompts") and getattr(part, "prompts") is None for part in parts)
+    if not reads_store or _start_prompts(algorithm) is not None:
+        return False
+    latest = await session.store.get_resources()
+    return latest is None or not latest.prompts
 
 
 def _start_prompts(algorithm: Any) -> dict[str, PromptTemplate] | None:
@@ -114,7 +128,7 @@ def _problem(session: Session, algorithm: Any, batch: Batch, found: DevReport) -
             gamma=settings.gamma,
         )
         if not trainable:
-            return f"nothing would be trained: {idle_reason(batch, stats)} ({_SKIP})"
+            return f"nothing would be trained: {idle_reason(batch.results, stats)} ({_SKIP})"
     return None
 
 
