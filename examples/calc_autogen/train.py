@@ -146,16 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         val=[p.task() for p in problems["test"]],
         resume=args.resume,
     )
-    _summary(result, demo_accuracy, len(problems["test"]))
+    _summary(result, demo_accuracy)
     return 0
 
 
-def _summary(result: Any, demo_accuracy: float, n_test: int) -> None:
+def _summary(result: Any, demo_accuracy: float) -> None:
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
         return
-    print(f"\nheld-out problems: {n_test} (never trained on)")
-    print(f"demonstrations used for the warm start: {demo_accuracy:.0%} right")
+    print(f"\nheld-out problems: never trained on; demonstrations used for the warm start: {demo_accuracy:.0%} right")
     rows = {
         "greedy_accuracy": "accuracy (greedy)",
         "sampled_accuracy": "accuracy (T=1)",

@@ -111,6 +111,7 @@ async def evaluate(
         record[f"{label}_accuracy"] = batch.mean_reward
         # each task's reward, in task order: the before/after table's intervals pair them over the same tasks
         record[f"{label}_rewards"] = [r.rollout.reward or 0.0 for r in batch.results]
+        record[f"{label}_tools"] = [int(r.used_tools) for r in batch.results]
         record[f"{label}_tool_rate"] = batch.tool_rate
         record[f"{label}_failed"] = batch.failed
         for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own

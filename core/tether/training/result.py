@@ -105,9 +105,11 @@ class FitResult:
 
 
 def _per_task(record: dict[str, Any], key: str) -> list[float]:
-    """The per-task rewards an eval record kept for ``key`` (``greedy_accuracy`` -> ``greedy_rewards``)."""
+    """The per-task values an eval record kept for ``key`` (``greedy_accuracy`` -> ``greedy_rewards``,
+    ``greedy_tool_rate`` -> ``greedy_tools``); empty when it kept none."""
     prefix, _, rest = key.partition("_")
-    values = record.get(f"{prefix}_rewards") if rest == "accuracy" else None
+    per_task = {"accuracy": "rewards", "tool_rate": "tools"}.get(rest)
+    values = record.get(f"{prefix}_{per_task}") if per_task else None
     return [float(v) for v in values] if isinstance(values, list) else []
 
 
