@@ -78,7 +78,9 @@ def main() -> None:
     print(f"{'rollouts':>9} {'RSS MiB':>9} {'held':>6}")
     for done, rss, held in points:
         print(f"{done:>9} {rss:>9.1f} {held:>6}")
-    first_full = next((rss for done, rss, _ in points if done >= 2 * int(args.keep)), None) if args.keep != "all" else None
+    first_full = (
+        next((rss for done, rss, _ in points if done >= 2 * int(args.keep)), None) if args.keep != "all" else None
+    )
     if first_full is not None:
         print(f"RSS growth after the window filled twice: {points[-1][1] - first_full:+.1f} MiB")
 

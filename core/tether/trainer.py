@@ -22,8 +22,8 @@ from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import credit_advantages
 from tether.training.dev_report import DevReport, report
-from tether.training.ray_runners import RayRunners
 from tether.training.preflight import run_preflight
+from tether.training.ray_runners import RayRunners
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Session, Settings, as_task

@@ -119,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runners", type=int, default=16, help="rollouts run concurrently")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (which stops a run whose first rollouts would train nothing, e.g. all wrong)",
+    )
     args = parser.parse_args(argv)
 
     from agent import agent  # the user's AutoGen agent, unchanged
@@ -140,12 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         sampling={"max_tokens": 48},
     )
     wrapped = tether.wrap(agent, reward=data.reward)
-    result = trainer.fit(
-        wrapped,
-        train=[p.task() for p in problems["train"]],
-        val=[p.task() for p in problems["test"]],
-        resume=args.resume,
-    )
+    try:
+        result = trainer.fit(
+            wrapped,
+            train=[p.task() for p in problems["train"]],
+            val=[p.task() for p in problems["test"]],
+            resume=args.resume,
+            preflight=not args.no_preflight,
+        )
+    except tether.FitError as exc:  # it trained nothing and says why: no traceback
+        print(f"training stopped: {exc}", file=sys.stderr)
+        return 1
     _summary(result, demo_accuracy)
     return 0
 
@@ -154,7 +164,9 @@ def _summary(result: Any, demo_accuracy: float) -> None:
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
         return
-    print(f"\nheld-out problems: never trained on; demonstrations used for the warm start: {demo_accuracy:.0%} right")
+    print(
+        f"\nheld-out problems: never trained on; demonstrations used for the warm start: {demo_accuracy:.0%} right"
+    )
     rows = {
         "greedy_accuracy": "accuracy (greedy)",
         "sampled_accuracy": "accuracy (T=1)",

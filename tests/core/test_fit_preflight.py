@@ -59,7 +59,9 @@ async def _fit(tmp_path: Path, agent: Any, probe: Probe, url: str | None = None,
     async with FakeLLM(handler=_model) as llm:
         backend = RemoteBackend(url or llm.base_url)
         try:
-            trainer = tether.Trainer(model=backend, algorithm=probe, run_root=str(tmp_path), name="r", progress=False)
+            trainer = tether.Trainer(
+                model=backend, algorithm=probe, run_root=str(tmp_path), name="r", progress=False
+            )
             return await trainer.afit(agent, train=TASKS, **fit)
         finally:
             await backend.close()
@@ -90,7 +92,7 @@ async def test_a_reward_that_raises_stops_fit_before_training_with_its_error(tmp
 
 
 async def test_no_reward_stops_fit_and_preflight_false_skips_the_check(tmp_path: Path) -> None:
-    with pytest.raises(tether.FitError, match="has no reward: pass reward= to tether.wrap"):
+    with pytest.raises(tether.FitError, match=r"has no reward: pass reward= to tether\.wrap"):
         await _fit(tmp_path, tether.wrap(answer), Probe())
     probe = Probe()
     await _fit(tmp_path, tether.wrap(answer), probe, preflight=False)
@@ -127,7 +129,9 @@ async def test_a_reward_for_an_unknown_sub_agent_is_an_error_naming_the_known_on
 
 async def test_unknown_optimize_names_and_a_dead_model_stop_fit(tmp_path: Path) -> None:
     nobody = tether.wrap(answer, reward=right, optimize=["nobody"])
-    with pytest.raises(tether.FitError, match="unknown sub-agent 'nobody' in optimize=; captured agents are: answer"):
+    with pytest.raises(
+        tether.FitError, match="unknown sub-agent 'nobody' in optimize=; captured agents are: answer"
+    ):
         await _fit(tmp_path, nobody, Probe())
     with pytest.raises(tether.FitError, match="8 of 8 rollouts failed") as caught:
         await _fit(tmp_path, tether.wrap(answer, reward=right), Probe(), url="http://127.0.0.1:9/v1")

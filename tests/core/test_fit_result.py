@@ -103,7 +103,10 @@ def test_a_run_that_trained_nothing_says_no_update_happened_and_names_its_failur
     ]
     rows = ["ValueError: bad", "KeyError: 'x'", "KeyError: 'x'"]
     (tmp_path / "failures.jsonl").write_text(
-        "".join(json.dumps({"rollout_id": f"ro-{i}", "error": f"Traceback ...\n{e}"}) + "\n" for i, e in enumerate(rows))
+        "".join(
+            json.dumps({"rollout_id": f"ro-{i}", "error": f"Traceback ...\n{e}"}) + "\n"
+            for i, e in enumerate(rows)
+        )
     )
     table = FitResult(run_dir=tmp_path, history=history).summary()
     assert f"no update happened: none of the 2 steps trained anything ({idle})" in table

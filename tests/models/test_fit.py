@@ -125,7 +125,9 @@ def test_a_constant_reward_stops_fit_before_training(warm_start: Path, tmp_path:
     assert not (tmp_path / "toy" / "checkpoint").exists(), "nothing trained, nothing saved"
 
 
-def test_steps_that_train_nothing_stop_the_run_with_the_cause_and_the_fix(warm_start: Path, tmp_path: Path) -> None:
+def test_steps_that_train_nothing_stop_the_run_with_the_cause_and_the_fix(
+    warm_start: Path, tmp_path: Path
+) -> None:
     constant = tether.wrap(pick_letter, reward=lambda task, output: output == "never")  # always False
     trainer = _trainer(warm_start, tmp_path, steps=10, stop_after_idle_steps=2)
     with pytest.raises(tether.FitError) as caught:
@@ -134,5 +136,8 @@ def test_steps_that_train_nothing_stop_the_run_with_the_cause_and_the_fix(warm_s
     assert message.startswith("2 steps in a row trained nothing (the last, step 2): every group scored the same")
     assert "rewards must vary within a task's group" in message and "stop_after_idle_steps=None" in message
     steps = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
-    assert [(h["step"], h["trained"], h["flat_groups"], h["groups"]) for h in steps] == [(1, 0, 4, 4), (2, 0, 4, 4)]
+    assert [(h["step"], h["trained"], h["flat_groups"], h["groups"]) for h in steps] == [
+        (1, 0, 4, 4),
+        (2, 0, 4, 4),
+    ]
     assert all(h["idle"].startswith("every group scored the same (4 of 4 flat)") for h in steps)

@@ -49,7 +49,6 @@ from tether.types import (
     new_id,
 )
 
-
 DEFAULT_KEEP_ROLLOUTS = 10_000
 
 

@@ -22,9 +22,7 @@ from tether.types import Rollout, RolloutStatus, Transition
 
 FAILURES_FILE = "failures.jsonl"
 #: the fix for a batch whose every group scored the same
-FLAT_FIX = (
-    "rewards must vary within a task's group — check the reward, raise group_size or the temperature"
-)
+FLAT_FIX = "rewards must vary within a task's group — check the reward, raise group_size or the temperature"
 
 
 class _Result(Protocol):
@@ -58,8 +56,9 @@ def is_reward_error(text: str | None) -> bool:
     return "RewardError: " in last_line(text)
 
 
-def unknown_reward_targets(targets: Iterable[str], agent_names: set[str], policies: PolicyMap,
-                           optimize: frozenset[str] | None) -> str | None:
+def unknown_reward_targets(
+    targets: Iterable[str], agent_names: set[str], policies: PolicyMap, optimize: frozenset[str] | None
+) -> str | None:
     """The error for a ``reward=`` mapping that names neither a sub-agent (captured in the rollout or named
     in ``optimize=``) nor a policy, naming the known ones; None when every name is known."""
     known_agents = set(agent_names) | set(optimize or ())

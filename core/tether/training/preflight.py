@@ -69,7 +69,7 @@ def _weights_part(algorithm: Any) -> Any:
 async def _prompts_missing(session: Session, algorithm: Any) -> bool:
     """Whether a prompt search that reads its starting prompts from the store finds none there."""
     parts = [algorithm, *(getattr(algorithm, "parts", None) or {}).values()]
-    reads_store = any(hasattr(part, "prompts") and getattr(part, "prompts") is None for part in parts)
+    reads_store = any(hasattr(part, "prompts") and part.prompts is None for part in parts)
     if not reads_store or _start_prompts(algorithm) is not None:
         return False
     latest = await session.store.get_resources()
@@ -95,7 +95,8 @@ def _problem(session: Session, algorithm: Any, batch: Batch, found: DevReport) -
         first = reward_failures[0]
         return (
             f"the reward function failed on {len(reward_failures)} of {len(results)} rollouts: "
-            f"{_strip_type(last_line(first.error))}\nfirst failing rollout {first.rollout_id}:\n{_tail(first.error)}"
+            f"{_strip_type(last_line(first.error))}\n"
+            f"first failing rollout {first.rollout_id}:\n{_tail(first.error)}"
         )
     if failed and len(failed) == len(results):
         first = failed[0]

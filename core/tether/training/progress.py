@@ -29,13 +29,20 @@ class FitProgress:
         self._total = total
         self._start = start
         self._enabled = enabled
-        self._fields: dict[str, Any] = {"reward": "-", "trained": "-", "val": "-", "rate": "-", "drift": "-", "loss": "-"}
+        self._fields: dict[str, Any] = {
+            "reward": "-",
+            "trained": "-",
+            "val": "-",
+            "rate": "-",
+            "drift": "-",
+            "loss": "-",
+        }
 
     def __enter__(self) -> FitProgress:
         if self._enabled:
             text = (
-                "reward {task.fields[reward]}  {task.fields[trained]}  val {task.fields[val]}  {task.fields[rate]} rollouts/s  "
-                "drift {task.fields[drift]}"
+                "reward {task.fields[reward]}  {task.fields[trained]}  val {task.fields[val]}  "
+                "{task.fields[rate]} rollouts/s  drift {task.fields[drift]}"
             )
             if self._kind == "sft":
                 text = "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"

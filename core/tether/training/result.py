@@ -3,8 +3,9 @@
 Every algorithm returns a ``FitResult`` (or a subclass with more, such as ``APOResult``). ``summary`` is the
 before/after table the examples print — with the held-out sample size, 95 % intervals for each accuracy and
 for the gain (paired over the same tasks, ``tether.training.gains``), "within noise" where the gain's interval
-holds 0, "no update happened" when no step trained anything, and the commonest errors of failed rollouts; a run stopped by Ctrl-C is ``interrupted`` and its summary says where
-the last checkpoint is and how to continue — the library itself prints nothing.
+holds 0, "no update happened" when no step trained anything, and the commonest errors of failed rollouts; a
+run stopped by Ctrl-C is ``interrupted`` and its summary says where the last checkpoint is and how to
+continue — the library itself prints nothing.
 """
 
 from __future__ import annotations
@@ -72,7 +73,6 @@ class FitResult:
         lines += ["", f"curve: {self.plot}", f"checkpoint: {self.checkpoint}"]
         lines.append(f"metrics: {self.run_dir / 'metrics.jsonl'}")
         return "\n".join(lines)
-
 
     def _row(self, key: str, before: dict[str, Any], after: dict[str, Any]) -> str:
         """``  12% [6–22]   73% [60–83]   +61p [+48, +74]`` (intervals where the per-task rewards were kept)."""
