@@ -154,3 +154,9 @@ async def test_dev_metrics_name_counts_and_rates() -> None:
     assert metrics["rollouts"] == 4.0 and metrics["succeeded"] == 1.0 and metrics["failed"] == 3.0
     assert metrics["success_rate"] == 0.25
     assert all(isinstance(v, float) for v in metrics.values())
+
+
+async def test_an_agent_that_never_calls_the_model_stops_fit(tmp_path: Path) -> None:
+    offline = tether.wrap(lambda task: "yes", reward=right)
+    with pytest.raises(tether.FitError, match="made no LLM call through tether's endpoint"):
+        await _fit(tmp_path, offline, Probe())

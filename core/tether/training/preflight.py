@@ -111,6 +111,8 @@ def _problem(session: Session, algorithm: Any, batch: Batch, found: DevReport) -
     targets = [p for r in succeeded for p in r.problems if "in reward=" in p]
     if targets:
         return targets[0]
+    if succeeded and not any(r.transitions for r in succeeded):  # nothing reached the model through tether
+        return next((p for r in succeeded for p in r.problems), "no LLM call was captured")
     rewards = {r.rollout.reward for r in succeeded}
     if len(succeeded) > 1 and len(rewards) == 1 and _trains_weights(session, algorithm):
         (value,) = rewards
