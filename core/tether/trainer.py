@@ -242,6 +242,9 @@ class Trainer:
         # an algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
         prepare = getattr(algorithm, "prepare_backend", None)
         async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
+            check = getattr(algorithm, "check_session", None)  # the algorithm's own refusals come first
+            if check is not None:
+                check(session)
             if preflight and not resume and train:
                 await run_preflight(session, algorithm, train)
             return await algorithm.fit(session, train, val)
