@@ -137,6 +137,7 @@ def train_grpo(agent_module: Any, problems: dict[str, list[data.Request]], args:
         train=[r.task() for r in problems["train"]],
         val=[r.task() for r in problems["test"]],
         resume=args.resume,
+        preflight=not args.no_preflight,
     )
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
@@ -203,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     grpo.add_argument("--sft-lr", type=float, default=3e-3)
     grpo.add_argument("--preset", default="tiny")
     grpo.add_argument("--resume", action="store_true")
+    grpo.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing)",
+    )
     apo = parser.add_argument_group("APO on the system prompt")
     apo.add_argument("--apo", action="store_true", help="optimize the system prompt instead of the weights")
     apo.add_argument("--agent-model", help="the agent's model: an OpenAI-compatible URL")

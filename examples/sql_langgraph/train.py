@@ -170,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--name", default=None, help="the run's folder under --run-dir (default: grpo / grpo-two)")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing)",
+    )
     parser.add_argument("--warm-start-only", action="store_true", help="build (or reuse) the warm start and stop")
     args = parser.parse_args(argv)
 
@@ -205,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         train=[q.task() for q in questions["train"]],
         val=[q.task() for q in questions["test"]],
         resume=args.resume,
+        preflight=not args.no_preflight,
     )
     _summary(result, demo_accuracy, len(questions["test"]), args.policies)
     if result.checkpoint is not None:
