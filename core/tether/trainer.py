@@ -22,6 +22,7 @@ from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import credit_advantages
 from tether.training.dev_report import DevReport, report
+from tether.training.health import check_idle_limit
 from tether.training.preflight import run_preflight
 from tether.training.ray_runners import RayRunners
 from tether.training.result import FitResult
@@ -74,6 +75,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         check_credit(self.credit, self.tool_error_penalty, self.gamma)
+        check_idle_limit(self.stop_after_idle_steps)
 
     def dev(
         self,

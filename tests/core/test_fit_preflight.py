@@ -160,3 +160,10 @@ async def test_an_agent_that_never_calls_the_model_stops_fit(tmp_path: Path) -> 
     offline = tether.wrap(lambda task: "yes", reward=right)
     with pytest.raises(tether.FitError, match="made no LLM call through tether's endpoint"):
         await _fit(tmp_path, offline, Probe())
+
+
+def test_stop_after_idle_steps_must_be_a_positive_int_or_none() -> None:
+    assert tether.Trainer(stop_after_idle_steps=None).stop_after_idle_steps is None
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="stop_after_idle_steps must be an int >= 1 or None"):
+            tether.Trainer(stop_after_idle_steps=bad)  # type: ignore[arg-type]

@@ -45,6 +45,12 @@ class FitError(RuntimeError):
     """``Trainer.fit`` stopped because it would train nothing: the message names the cause and the fix."""
 
 
+def check_idle_limit(value: object) -> None:
+    """``stop_after_idle_steps`` must be an int >= 1 or None; ``ValueError`` naming the fix otherwise."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"stop_after_idle_steps must be an int >= 1 or None (never stop), got {value!r}")
+
+
 def last_line(text: str | None) -> str:
     """The last line of an error's traceback (its type and message)."""
     lines = (text or "").strip().splitlines()
