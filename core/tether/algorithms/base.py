@@ -7,8 +7,8 @@ templates in the store's resources, ...), records metrics in ``session.run`` and
 ``Trainer`` knows nothing else about it, so a new algorithm is one class and no change to tether. An algorithm may
 also implement ``evaluate(session, tasks)`` for its own evaluation (GRPO's greedy and T=1 accuracy),
 ``check_session(session)``, which ``Trainer.fit`` calls before its preflight rollouts (what the algorithm would
-refuse is said first), and ``prepare_backend(backend)``, which ``Trainer.fit`` calls before the backend starts (GRPO with ``lora=`` attaches
-the adapters there, so a vLLM server starts with LoRA enabled).
+refuse is said first), and ``prepare_backend(backend)``, which ``Trainer.fit`` calls before the backend starts
+(GRPO with ``lora=`` attaches the adapters there, so a vLLM server starts with LoRA enabled).
 """
 
 from __future__ import annotations
