@@ -187,5 +187,34 @@ def adapter_llm_attributes(
 
 
 def is_proxy_llm_span(span: Span) -> bool:
-    """True for the proxy's span of an answered model call (the source of transitions), not an adapter's view."""
-    return span.kind == SpanKind.LLM and span.name == LLM_CALL and "choices" in span.attributes
+    """True for the proxy's span of an answered model call (the source of transitions), not an adapter's view,
+    laid out as ``ProxyLLMAttributes`` says (a malformed one, from an import or an old store, is not: see
+    ``proxy_llm_problem``)."""
+    return (
+        span.kind == SpanKind.LLM
+        and span.name == LLM_CALL
+        and "choices" in span.attributes
+        and proxy_llm_problem(span) is None
+    )
+
+
+def proxy_llm_problem(span: Span) -> str | None:
+    """What is wrong with the layout of a proxy ``llm`` span (``LLM_CALL``), or None when it is readable."""
+    if span.kind != SpanKind.LLM or span.name != LLM_CALL:
+        return None
+    a = span.attributes
+    request, choices = a.get("request"), a.get("choices")
+    why = None
+    if not isinstance(request, dict):
+        why = f"'request' is {type(request).__name__}, not an object"
+    elif not isinstance(request.get("messages") or [], list):
+        why = "'request.messages' is not a list"
+    elif not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        why = "'choices' is not a list of objects"
+    elif not all(isinstance(c.get("message") or {}, dict) for c in choices):
+        why = "a choice's 'message' is not an object"
+    elif not all(isinstance(c.get(k) or [], list) for c in choices for k in ("response_token_ids", "logprobs")):
+        why = "a choice's 'response_token_ids' or 'logprobs' is not a list"
+    elif not isinstance(a.get("prompt_token_ids") or [], list) or not isinstance(a.get("usage") or {}, dict):
+        why = "'prompt_token_ids' is not a list or 'usage' not an object"
+    return None if why is None else f"span {span.span_id} ({LLM_CALL}) is malformed, so it is skipped: {why}"

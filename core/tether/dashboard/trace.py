@@ -16,7 +16,7 @@ from typing import Any
 
 from tether import _json, spans
 from tether.algorithms.advantages import group_advantages
-from tether.spans import is_proxy_llm_span
+from tether.spans import is_proxy_llm_span, proxy_llm_problem
 from tether.store.base import Store
 from tether.training.transitions import build_transitions
 from tether.types import Attempt, Mode, Rollout, Span, SpanKind
@@ -104,15 +104,15 @@ def build_tree(found: Sequence[Span]) -> list[dict[str, Any]]:
         if span.kind == SpanKind.LLM and not is_proxy_llm_span(span):
             if _key(span.attributes.get(spans.REQUEST_MESSAGES)) in proxy_requests:
                 continue  # the framework's view of a call the proxy recorded: it only adds the agent name
-        node = _node(span)
-        nodes[span.span_id] = node
-        for call_id in node.get("tool_call_ids", ()):
-            by_tool_call[call_id] = node
+        node = _safe_node(span)
         parent = None
         if span.kind == SpanKind.TOOL:
             parent = by_tool_call.get(str(span.attributes.get(spans.TOOL_CALL_ID)))
         if parent is None and span.parent_id:
-            parent = nodes.get(span.parent_id)
+            parent = nodes.get(span.parent_id)  # only spans before this one: no span is its own ancestor
+        nodes.setdefault(span.span_id, node)
+        for call_id in node.get("tool_call_ids", ()):
+            by_tool_call[call_id] = node
         if parent is not None:
             parent["children"].append(node)
         else:
@@ -143,6 +143,21 @@ def _group_by_agent(top: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _count_tools(node: dict[str, Any]) -> int:
     own = 1 if node["type"] == "tool" else 0
     return own + sum(_count_tools(c) for c in node.get("children", ()))
+
+
+def _safe_node(span: Span) -> dict[str, Any]:
+    """``_node``, or for a span whose attributes are not laid out as its kind says, a node showing the problem."""
+    problem = proxy_llm_problem(span)
+    if problem is None:
+        try:
+            return _node(span)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            problem = f"span {span.span_id} is malformed ({type(exc).__name__}: {exc})"
+    return {
+        "span_id": span.span_id, "sequence": span.sequence, "name": span.name, "agent": span.agent_name,
+        "start_time": span.start_time, "end_time": span.end_time, "children": [], "type": "other",
+        "attributes": span.attributes, "error": problem,
+    }  # fmt: skip
 
 
 def _node(span: Span) -> dict[str, Any]:

@@ -275,16 +275,23 @@ class Session:
     ) -> RayPool:
         """Serve the store (unless the actors can open its URL themselves) and the backend to ``runners``
         and start them."""
-        from tether.models.http_backend import BackendServer
+        import secrets
+
+        from tether.models.http_backend import TOKEN_ENV, BackendServer
         from tether.store.http_server import start_server
 
+        # each server gets a token of this session's, handed to the actors in their runtime env: beyond
+        # loopback the bind rule needs one, and on loopback it keeps other local users out
+        env: dict[str, str] = {}
         store_url = self.store_url
         if not store_url.startswith(("http://", "https://", "postgresql://", "postgres://")):
-            server = await start_server(store, host=runners.host)
+            env["TETHER_STORE_TOKEN"] = secrets.token_urlsafe(32)
+            server = await start_server(store, host=runners.host, token=env["TETHER_STORE_TOKEN"])
             stack.push_async_callback(server.stop)
             store_url = server.url
-        served = await stack.enter_async_context(BackendServer(backend, host=runners.host))
-        pool = await runners.start(self.agent, store, store_url=store_url, backend_url=served.url)
+        env[TOKEN_ENV] = secrets.token_urlsafe(32)
+        served = await stack.enter_async_context(BackendServer(backend, host=runners.host, token=env[TOKEN_ENV]))
+        pool = await runners.start(self.agent, store, store_url=store_url, backend_url=served.url, env=env)
         stack.push_async_callback(pool.close)
         return pool
 

@@ -41,6 +41,7 @@ from tether.spans import (
     WEIGHTS_VERSION,
     ProxyLLMAttributes,
     is_proxy_llm_span,
+    proxy_llm_problem,
 )
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
@@ -107,6 +108,7 @@ def build_transitions(
     _set_rewards(report, rollout)
     for t in report.transitions:
         t.reward = call_value(t, len(report.transitions), credit, gamma, tool_error_penalty)
+    report.problems.extend(p for p in map(proxy_llm_problem, ordered) if p is not None)
     failed = [s for s in ordered if s.kind == SpanKind.LLM and s.name == LLM_CALL_FAILED]
     if failed:
         calls = len(failed) + len(report.transitions)

@@ -382,7 +382,8 @@ async function renderRollout(main, source, id, params) {
   const attempt = d.attempts.find((a) => a.attempt_id === d.attempt_id);
   const started = d.attempts.length ? d.attempts[0].started_at : null;
   const ended = d.attempts.length ? d.attempts[d.attempts.length - 1].finished_at : null;
-  const back = params.back || href(source.name, "rollouts");
+  // only a route of this page (``#/...``): never a javascript: or another site's address
+  const back = typeof params.back === "string" && params.back.startsWith("#/") ? params.back : href(source.name, "rollouts");
   const agents = [...new Set(d.tree.flatMap(collectAgents))];
   const head = h("div", {},
     h("div", { class: "crumbs" }, h("a", { href: back }, `← ${source.name} · rollouts`)),
@@ -458,8 +459,8 @@ function treeNode(node) {
     kind = "reward"; kindClass = "k-reward"; title = node.name; preview = fmtNum(node.value, 4); meta = "";
     body = null;
   } else {
-    kind = node.type; kindClass = "k-other"; title = node.name; preview = oneLine(node.attributes, 120); meta = "";
-    body = h("pre", { class: "block boxed" }, json(node.attributes));
+    kind = node.type; kindClass = "k-other"; title = node.name; preview = oneLine(node.error || node.attributes, 120); meta = "";
+    body = h("div", {}, node.error ? h("pre", { class: "block boxed error" }, node.error) : null, h("pre", { class: "block boxed" }, json(node.attributes)));
   }
   const li = h("li", { class: "node", dataset: { type: node.type, span: node.span_id } });
   const row = h("div", { class: "node-row", onclick: () => body && li.classList.toggle("open") },
