@@ -84,9 +84,17 @@ REWARD_FINAL = "reward.final"
 
 #: metadata of a rollout that holds an algorithm's records (claimed by the algorithm, never run)
 RECORD_METADATA = "tether.record"
-#: metadata of a rollout: the sub-agent names its wrapped agent optimizes (``optimize=``), sorted; absent when
-#: every sub-agent is trained (the dashboard rebuilds the transitions' ``trainable`` flags from it)
+#: metadata of a rollout stored by an older tether: the sub-agent names its wrapped agent optimized
+#: (``optimize=``), sorted; absent when every sub-agent trained (``POLICIES_METADATA`` replaces it)
 OPTIMIZE_METADATA = "tether.optimize"
+#: metadata of a rollout: its wrapped agent's policy map (``PolicyMap.to_metadata``), from which the
+#: dashboard rebuilds each call's policy and ``trainable`` flag as training built them
+POLICIES_METADATA = "tether.policies"
+#: metadata of a rollout: the credit rule its run assigns advantages with (``tether.training.credit.Credit``)
+CREDIT_METADATA = "tether.credit"
+#: metadata of a rollout: its seed (an int) when its run is seeded (``Trainer(seed=...)``): each attempt's and
+#: call's sampling seed derives from it (``tether._seeds``)
+SEED_METADATA = "tether.seed"
 #: metadata of a rollout imported from traces (``tether import``, the store's ``/v1/traces``): where from; and,
 #: set True, an attribute of each span it holds
 IMPORTED = "tether.imported"

@@ -16,6 +16,7 @@ import pytest
 
 import tether
 from tether import spans
+from tether._seeds import derive_seed
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.remote import RemoteBackend
 from tether.plugin.adapters import Adapter
@@ -305,21 +306,26 @@ def test_emit_reward_outside_a_rollout_raises() -> None:
 
 
 async def test_runner_sends_the_sampling_once_and_leaves_the_batcher_to_its_owner() -> None:
-    """The rollout's sampling reaches every call through ``proxy.attempt``; the runner flushes the batcher it
-    is given before ending the attempt, and never closes it."""
+    """The rollout's sampling reaches every call through ``proxy.attempt``, each call with its own seed (from
+    the sampling's, or a seeded run's rollout's, and the call's index); the runner flushes the batcher it is
+    given before ending the attempt, and never closes it."""
     store = MemoryStore()
     async with FakeLLM(handler=_echo) as llm, SpanBatcher(store, max_delay_s=3600) as batcher:
         async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
             await store.add_resources(llm=LLMEndpoint(proxy.url, sampling={"temperature": 0.0, "seed": 11}))
-            (rollout,) = await store.enqueue([RolloutSpec(input="q")])
+            rollout, _seeded = await store.enqueue(
+                [RolloutSpec(input="q"), RolloutSpec(input="q", metadata={spans.SEED_METADATA: 5})]
+            )
             agent = tether.wrap({"name": "a", "calls": 2}, reward=lambda t, o: 1.0)
             async with Runner(agent, store, proxy, batcher=batcher, concurrency=1) as runner:
                 stats = await runner.run_until_idle()
-            assert stats.succeeded == 1
+            assert stats.succeeded == 2
             (attempt,) = await store.get_attempts(rollout.rollout_id)
             assert len(await store.get_spans(attempt.attempt_id)) == 2  # flushed before the attempt ended
             batcher.submit(Span(rollout.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still open
-    assert [(r["temperature"], r["seed"]) for r in llm.chat_requests] == [(0.0, 11)] * 2
+    attempt_seed = derive_seed(5, 1)  # the rollout's seed and the attempt's index
+    seeds = [derive_seed(11, 0), derive_seed(11, 1), derive_seed(attempt_seed, 0), derive_seed(attempt_seed, 1)]
+    assert [(r["temperature"], r["seed"]) for r in llm.chat_requests] == [(0.0, seed) for seed in seeds]
     assert len(await store.get_spans(attempt.attempt_id)) == 3
 
 

@@ -91,7 +91,7 @@ def test_a_rollout_as_a_tree(page: Any, dashboard: Served, artifacts: Path) -> N
     expect(first).to_contain_text("triage")
     expect(first).to_contain_text("frozen")  # optimize=["book_meeting"]
     expect(second).to_contain_text("trainable")
-    advantage = second.locator("td").nth(4).inner_text()
+    advantage = second.locator("td").nth(5).inner_text()
     assert re.fullmatch(r"-?\d+(\.\d+)?", advantage), advantage  # group-relative, from the train batch
     _shot(page, artifacts, "rollout")  # the README's docs/dashboard.png
 

@@ -37,7 +37,8 @@ from aiohttp import web
 
 from tether import spans
 from tether._net import local_address, refusal
-from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
+from tether._seeds import derive_seed
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.policies import PolicyMap
@@ -107,6 +108,8 @@ class ProxyServer:
         self._runner: web.BaseRunner | None = None
         #: the open attempts, (rollout id, attempt id) -> the sampling overrides of their calls
         self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
+        #: the open attempts' calls so far (a seeded attempt's n-th call samples with a seed derived from n)
+        self._calls: dict[tuple[str, str], int] = {}
         #: the open attempts' system-message replacements by sub-agent (``tether.proxy.system_messages``)
         self._system_messages: dict[tuple[str, str], Rule] = {}
         self.max_concurrent_calls = max_concurrent_calls
@@ -165,12 +168,14 @@ class ProxyServer:
             raise ValueError(f"attempt {attempt_id!r} of rollout {rollout_id!r} is already open on this proxy")
         url = f"{self.url}/r/{rollout_id}/{attempt_id}/v1"
         self._attempts[key] = {k: sampling[k] for k in _SAMPLING_KEYS if sampling and sampling.get(k) is not None}
+        self._calls[key] = 0
         if system_messages:
             self._system_messages[key] = dict(system_messages)
         try:
             yield url
         finally:
             self._attempts.pop(key, None)
+            self._calls.pop(key, None)
             self._system_messages.pop(key, None)
 
     async def flush(self) -> None:
@@ -262,8 +267,12 @@ class ProxyServer:
         if sampling:
             for name, value in sampling.items():
                 setattr(chat, name, value)
+            if key is not None and "seed" in sampling:  # each call its own seed: the attempt's and its index
+                index = self._calls.get(key, 0)
+                self._calls[key] = index + 1
+                chat.seed = derive_seed(sampling["seed"], index)
         call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
-        agent_name = request.headers.get(AGENT_HEADER) or None
+        agent_name = decode_agent_header(request.headers.get(AGENT_HEADER))
         policy: str | None = None
         if self.policies is not None:
             policy = self.policies.policy_of(agent_name)

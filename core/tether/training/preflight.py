@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.models.base import TrainableBackend
-from tether.training.credit import credit_advantages
 from tether.training.dev_report import DevReport, report
 from tether.training.health import FLAT_FIX, FitError, idle_reason, is_reward_error, last_line
 from tether.training.session import PHASE_METADATA, Batch, Session
@@ -121,17 +120,8 @@ def _problem(session: Session, algorithm: Any, batch: Batch, found: DevReport) -
             f"what the agent does; if the untrained model never succeeds, warm it up or ease the tasks; "
             f"{FLAT_FIX} ({_SKIP})"
         )
-    if _trains_weights(session, algorithm):
-        settings = session.settings
-        trainable, stats = credit_advantages(
-            results,
-            credit=settings.credit,
-            scale_by_std=bool(getattr(algorithm, "scale_by_std", True)),
-            tool_error_penalty=settings.tool_error_penalty,
-            gamma=settings.gamma,
-        )
-        if not trainable:
-            return f"nothing would be trained: {idle_reason(batch.results, stats)} ({_SKIP})"
+    if _trains_weights(session, algorithm) and not batch.trained:  # (the Session credited the batch)
+        return f"nothing would be trained: {idle_reason(batch.results, batch.credit)} ({_SKIP})"
     return None
 
 

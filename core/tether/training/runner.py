@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tether import spans
 from tether._json import jsonable
+from tether._seeds import derive_seed
 from tether.capture import redirect
 from tether.capture.context import RolloutScope, current_sink, rollout_scope
 from tether.capture.emit import record_final_rewards
@@ -244,7 +246,7 @@ class Runner:
             # candidates)
             replacements = system_messages.rule_of(resources.prompts)
             async with self.proxy.attempt(
-                rollout_id, attempt_id, resources.llm.sampling, replacements
+                rollout_id, attempt_id, _sampling(rollout, attempt, resources.llm.sampling), replacements
             ) as base_url:
                 resources.llm.base_url = base_url
                 with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url)):
@@ -266,7 +268,11 @@ class Runner:
                 rollout_id, attempt_id, AttemptStatus.SUCCEEDED, output=jsonable(output), reward=reward
             )
             self.stats.succeeded += 1
-        except Exception as exc:
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            # an agent's SystemExit (a tool calling exit()), KeyboardInterrupt or GeneratorExit fails its rollout
+            # and goes no further: raised out of this task it would stop tether's event loop (tether._loop)
             self.sink.pop_rewards(attempt_id)
             if isinstance(exc, TimeoutError) and deadline.expired():
                 error = f"attempt timed out after {rollout.timeout_s:g} s"
@@ -318,6 +324,15 @@ class Runner:
         llm = resources.llm or LLMEndpoint(base_url="")
         resources.llm = LLMEndpoint(base_url=llm.base_url, model=llm.model, sampling=dict(llm.sampling))
         return resources
+
+
+def _sampling(rollout: Rollout, attempt: Attempt, sampling: dict[str, Any]) -> dict[str, Any]:
+    """The attempt's sampling: the resources' with, in a seeded run, the attempt's own seed (from the rollout's
+    and the attempt's index: a retry samples afresh, the same way in every run)."""
+    seed = rollout.metadata.get(spans.SEED_METADATA) if isinstance(rollout.metadata, dict) else None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return sampling
+    return {**sampling, "seed": derive_seed(seed, attempt.index)}
 
 
 def _beat_every(rollout: Rollout) -> float:
