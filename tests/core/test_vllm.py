@@ -206,7 +206,12 @@ def test_declared_policies_get_one_adapter_each_and_frozen_routes_to_the_base() 
         VLLMBackend("m").attach_lora(tether.LoRA(), name="frozen")
 
 
-async def test_training_without_lora_or_a_local_checkpoint_is_a_clear_error(standin: list[str]) -> None:
+async def test_training_without_lora_or_a_local_checkpoint_is_a_clear_error(
+    standin: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id is looked up in an empty cache, never downloaded
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     backend = VLLMBackend("org/model", command=standin)
     with pytest.raises(RuntimeError, match=r"trains LoRA adapters only(.|\n)*lora=tether.LoRA"):
         with backend.policy():
@@ -214,9 +219,18 @@ async def test_training_without_lora_or_a_local_checkpoint_is_a_clear_error(stan
     with pytest.raises(RuntimeError, match="trains LoRA adapters only"):
         backend.pad_token_id  # noqa: B018
     backend.attach_lora(tether.LoRA())
-    with pytest.raises(BackendError, match="needs a local checkpoint directory"):
-        await backend.start()
+    if importlib.util.find_spec("huggingface_hub") is None:
+        with pytest.raises(ImportError, match=r"vllm:org/model is a hub id.*huggingface_hub"):
+            await backend.start()
+    else:
+        with pytest.raises(FileNotFoundError, match=r"vllm:org/model .*huggingface-cli download org/model"):
+            await backend.start()
     assert backend.process is None
+    no_config = VLLMBackend(str(tmp_path), command=standin)
+    no_config.attach_lora(tether.LoRA())
+    with pytest.raises(BackendError, match="needs a local checkpoint directory"):
+        await no_config.start()
+    assert no_config.process is None
 
 
 async def test_adapters_on_a_server_without_runtime_lora(standin: list[str]) -> None:

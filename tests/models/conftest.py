@@ -81,3 +81,14 @@ def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = create_embedded([d[0]["content"] for d in demos] + list(LETTERS), preset="nano", seed=0)
     sft(model, demos, epochs=3, lr=3e-3, batch_size=32, seed=0, progress=False)
     return model.save(tmp_path_factory.mktemp("warm"))
+
+
+# -- a tiny hf: checkpoint (random Llama, own BPE tokenizer, ChatML template) ----------------------------
+
+
+@pytest.fixture(scope="session")
+def chatml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A non-embedded checkpoint: its own tokenizer, ChatML template with tools, Hermes tool calls."""
+    from tether.testing import tiny_llama
+
+    return tiny_llama.write(tmp_path_factory.mktemp("chatml"))

@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from tether.models import BadRequest, ChatRequest
 from tether.models.embedded import EmbeddedBackend, EmbeddedModel, create_embedded
@@ -142,46 +140,6 @@ async def test_save_then_serve_from_the_checkpoint(backend: EmbeddedBackend, tmp
 
 # -- hf: -------------------------------------------------------------------------------------------------
 
-CHATML = (
-    "{%- if tools %}<|im_start|>system\nTools:\n{%- for t in tools %}\n{{ t.function | tojson }}{%- endfor %}"
-    '\nCall one as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n{%- endif %}'
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-    "{%- for c in m.tool_calls or [] %}<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments}"
-    " | tojson }}</tool_call>{%- endfor %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
-
-
-@pytest.fixture(scope="module")
-def chatml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A non-embedded checkpoint: its own tokenizer, ChatML template with tools, Hermes tool calls."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = [AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>")]
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(["hello world, the tool call answer is 42"] * 20, trainer=trainer)
-    tok.add_tokens([AddedToken("<tool_call>"), AddedToken("</tool_call>")])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHATML
-    config = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=fast.eos_token_id,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("chatml")
-    LlamaForCausalLM(config).save_pretrained(path)
-    fast.save_pretrained(path)
-    return path
-
 
 async def test_hf_backend_serves_an_embedded_checkpoint_like_the_embedded_backend(
     nano: EmbeddedModel, nano_dir: Path
@@ -223,9 +181,42 @@ async def test_hf_backend_uses_the_checkpoints_own_chat_template(chatml_dir: Pat
 
 
 def test_hf_backend_errors_name_the_fix(tmp_path: Path, chatml_dir: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="never downloads"):
+    with pytest.raises(FileNotFoundError, match="no such directory"):
         HFBackend(str(tmp_path / "nope"))
     hf = HFBackend(str(chatml_dir))
     hf.tokenizer.chat_template = None
     with pytest.raises(BadRequest, match="no chat template"):
         hf.render(USER, None)
+
+
+async def test_the_smollm2_template_writes_and_reads_its_tool_calls(chatml_dir: Path, calc_tool: Any) -> None:
+    """``model="smollm2"``'s template (tools in ``<tools>``, calls as one JSON list in ``<tool_call>``), on a tiny
+    checkpoint: what it renders for a reply is what the parser reads back, several calls included."""
+    from tether.models.smollm2 import TEMPLATE
+
+    hf = HFBackend(str(chatml_dir))
+    hf.tokenizer.chat_template = TEMPLATE
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "calc", "arguments": json.dumps({"expr": e})}}
+        for i, e in enumerate(["1+1", "2*3"])
+    ]
+    messages = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": None, "tool_calls": calls[:1]},
+        {"role": "tool", "tool_call_id": "c0", "content": "2"},
+    ]
+    prompt = hf.tokenizer.decode(hf.render(messages, [calc_tool]))
+    assert prompt.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert f"<tools>{json.dumps(calc_tool['function'])}</tools>" in prompt
+    assert (
+        '<|im_start|>assistant\n<tool_call>[{"name": "calc", "arguments": {"expr": "1+1"}}]</tool_call>' in prompt
+    )
+    assert "<|im_start|>tool\n2<|im_end|>" in prompt and prompt.endswith("<|im_start|>assistant\n")
+    reply = {"role": "assistant", "content": None, "tool_calls": calls}
+    text = hf.decode(hf.render_reply(messages, [calc_tool], reply)).removesuffix("<|im_end|>")
+    parsed = hf.parse(text)
+    assert [c["function"] for c in parsed["tool_calls"]] == [c["function"] for c in calls]
+    assert parsed["content"] is None
+    system = [{"role": "system", "content": "Be brief."}, *messages[:1]]
+    assert hf.tokenizer.decode(hf.render(system, None)).startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    await hf.close()

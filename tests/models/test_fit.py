@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,36 @@ def test_optimize_names_are_checked_after_the_first_rollouts(warm_start: Path, t
     with pytest.warns(UserWarning, match="unknown sub-agent 'ghost'"):
         result = _trainer(warm_start, tmp_path, steps=1, eval_every=1).fit(partly, train=_tasks(4))
     assert result.history[-1]["kind"] == "train"
+
+
+class _RecordingGRPO(tether.GRPO):
+    """GRPO noting the thread each update runs on."""
+
+    def update(self, model: Any, transitions: Any, **kwargs: Any) -> dict[str, float]:
+        self.threads.append(threading.current_thread().name)  # type: ignore[attr-defined]
+        return super().update(model, transitions, **kwargs)
+
+
+def test_every_update_runs_on_one_dedicated_thread(warm_start: Path, tmp_path: Path) -> None:
+    """One thread for all updates (asyncio's pool would spread them over threads, each keeping its own malloc
+    arena of freed activations: resident memory grew step by step), and each step records its RSS."""
+    algo = _RecordingGRPO(group_size=4, tasks_per_step=2, lr=2e-3)
+    algo.threads = []  # type: ignore[attr-defined]
+    trainer = tether.Trainer(
+        model=f"embedded:{warm_start}",
+        algorithm=algo,
+        n_runners=8,
+        steps=4,
+        eval_every=1,
+        name="threads",
+        run_root=str(tmp_path),
+        progress=False,
+        sampling={"max_tokens": 4},
+    )
+    result = trainer.fit(tether.wrap(pick_letter, reward=reward), train=_tasks(8))
+    threads = algo.threads  # type: ignore[attr-defined]
+    assert len(threads) == 4 and len(set(threads)) == 1 and threads[0].startswith("tether-update"), threads
+    assert all(h["rss_mb"] > 0 for h in result.history if h["kind"] == "train")
 
 
 def test_a_constant_reward_stops_fit_before_training(warm_start: Path, tmp_path: Path) -> None:

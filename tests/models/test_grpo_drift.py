@@ -235,7 +235,8 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
 
 def test_token_budget_micro_batches_give_the_one_batch_gradient(nano: EmbeddedModel) -> None:
     batch = _varied(nano)
-    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9, "clip_eps": 10.0}
+    # hand-written logprobs far from the model's: trained all the same here (max_row_drift=None)
+    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9, "clip_eps": 10.0, "max_row_drift": None}
     whole = GRPO(**settings, micro_batch=64)  # type: ignore[arg-type]
     packed = GRPO(**settings, micro_batch=4, micro_batch_tokens=60)  # type: ignore[arg-type]
     one = _gradients(copy.deepcopy(nano.model), whole, batch)
@@ -250,7 +251,7 @@ def test_token_budget_micro_batches_give_the_one_batch_gradient(nano: EmbeddedMo
 
 def test_gradient_checkpointing_gives_the_same_gradient(nano: EmbeddedModel) -> None:
     batch = _varied(nano, count=6)
-    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9}
+    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9, "max_row_drift": None}
     plain_model = copy.deepcopy(nano.model)
     plain_calls = _layer_calls(plain_model)
     plain = _gradients(plain_model, GRPO(**settings), batch)  # type: ignore[arg-type]
@@ -267,7 +268,7 @@ def test_gradient_checkpointing_with_a_frozen_base_and_lora(nano: EmbeddedModel)
     from tether.models.lora import LoRA, attach
 
     batch = _varied(nano, count=6)
-    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9}
+    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9, "max_row_drift": None}
     lora = LoRA(r=4, alpha=8)
     plain_model = attach(copy.deepcopy(nano.model), lora)
     plain = _gradients(plain_model, GRPO(**settings), batch)  # type: ignore[arg-type]
@@ -277,3 +278,55 @@ def test_gradient_checkpointing_with_a_frozen_base_and_lora(nano: EmbeddedModel)
     checkpointed = _gradients(model, GRPO(**settings, gradient_checkpointing=True), batch)  # type: ignore[arg-type]
     assert calls == [2] and any(float(g.abs().max()) > 0 for g in checkpointed)  # adapters learn, recomputed
     _same(plain, checkpointed)
+
+
+async def test_rows_sampled_by_other_weights_are_refused(backend: EmbeddedBackend) -> None:
+    """A row whose recorded logprobs the trainer's weights do not reproduce (as when another policy's adapter
+    answered it) is refused: counted, and the update is the one of the other rows alone."""
+    batch = await _sampled(backend)
+    fresh = copy.deepcopy(backend.model)
+    off = batch[1::4]
+    for t in off:  # a whole nat off on every token: sampled by other weights
+        t.logprobs = [lp - 1.0 for lp in t.logprobs or []]
+    raw = {"lr": 0.0, "max_grad_norm": 1e9}  # the raw gradient in .grad, the weights unchanged
+    metrics = GRPO(group_size=4, **raw).update(backend.model, batch, weights_version=backend.weights_version)
+    assert metrics["drift_refused"] == len(off) and metrics["trained_transitions"] == len(batch) - len(off)
+    kept = [t for t in batch if t not in off]
+    alone = GRPO(group_size=4, **raw).update(fresh, kept)
+    assert alone["drift_refused"] == 0 and metrics["loss"] == pytest.approx(alone["loss"], rel=1e-5)
+    for a, b in zip(backend.model.parameters(), fresh.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-7, rtol=1e-4)
+    allowed = GRPO(group_size=4, max_row_drift=None).update(copy.deepcopy(fresh), batch)
+    assert allowed["drift_refused"] == 0 and allowed["trained_transitions"] == len(batch)
+    everything = GRPO(group_size=4, max_row_drift=1e-9).update(copy.deepcopy(fresh), batch)
+    assert everything["trained_transitions"] == 0 and everything["grad_norm"] == 0.0
+    with pytest.raises(ValueError, match="max_row_drift must be > 0"):
+        GRPO(max_row_drift=0.0)
+
+
+def test_each_policy_reports_its_refused_rows_and_the_step_their_sum() -> None:
+    """With several policies (one adapter each), a step's metrics keep each policy's drift and refusals apart,
+    so rows another policy's adapter answered show on the policy they were sampled for."""
+    from tether.algorithms.grpo_policies import merge_metrics
+
+    writer = {
+        "trained_transitions": 6.0,
+        "drift_refused": 2.0,
+        "drift_tokens": 80.0,
+        "drift_mean": 0.4,
+        "lr": 5e-4,
+    }
+    checker = {
+        "trained_transitions": 8.0,
+        "drift_refused": 0.0,
+        "drift_tokens": 20.0,
+        "drift_mean": 1e-6,
+        "lr": 5e-4,
+    }
+    step = merge_metrics({"writer": writer, "checker": checker})
+    assert (
+        step["drift_refused"] == 2.0 and step["drift_refused/writer"] == 2.0 and step["drift_refused/checker"] == 0
+    )
+    assert step["drift_mean"] == pytest.approx((0.4 * 80 + 1e-6 * 20) / 100) and step["drift_mean/writer"] == 0.4
+    assert step["lr"] == 5e-4

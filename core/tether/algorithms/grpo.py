@@ -21,7 +21,6 @@ used.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tether.algorithms import grpo_loop
+from tether.algorithms.grpo_defaults import Reference, default_lr
+from tether.algorithms.grpo_drift import Drift, Refusals
 from tether.models.lora import LoRA
 from tether.training.result import FitResult
 from tether.types import Task, Transition
@@ -56,7 +57,11 @@ class GRPO:
     and the sampler's logprob of each sampled token, ``drift_frac`` the share of tokens where it exceeds
     ``drift_threshold`` (0.1 nats: a 10% disagreement on the token's probability), over the tokens with a
     recorded logprob sampled by the weights being updated (``drift_tokens`` of them). Identical weights and
-    code give ~1e-6 (float rounding); a retokenized response or wrong token ids give whole nats.
+    code give ~1e-6 (float rounding); a retokenized response or wrong token ids give whole nats. With several
+    policies each update reports its own as ``drift_*/<policy>``. A row whose mean drift exceeds
+    ``max_row_drift`` (0.5 nats; None: never) was not sampled by the weights being updated (a request served by
+    another policy's adapter, a retokenised reply): it is refused, counted in ``drift_refused``, and the update
+    is the one of the other rows.
 
     **Memory.** Transitions are sorted by length and packed into micro-batches of at most ``micro_batch`` rows
     and, when ``micro_batch_tokens`` is set, at most that many padded tokens (rows × the longest row); a
@@ -65,6 +70,11 @@ class GRPO:
     frozen base and LoRA adapters). Neither changes the gradient.
 
     ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
+
+    **Defaults by model.** ``lr=None`` picks the learning rate by what trains: LoRA adapters 5e-4 (2e-4 on a base
+    of 1B parameters or more); all weights 5e-4 under 50M parameters (the embedded model), 1e-5 up to 1B, 1e-6
+    above (``tether.algorithms.grpo_defaults``; the ``lr`` metric says which). ``kl_coef > 0`` holds the policy
+    near its start: with LoRA the base with its adapters off (no copy), with full weights a frozen copy.
 
     **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each policy has its own weights: a
     step's transitions are grouped by policy and each trained policy with transitions gets its own update
@@ -76,7 +86,7 @@ class GRPO:
 
     group_size: int = 8
     tasks_per_step: int = 8
-    lr: float = 5e-4
+    lr: float | None = None  # None: by what trains, see tether.algorithms.grpo_defaults
     clip_eps: float = 0.2
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
@@ -88,19 +98,22 @@ class GRPO:
     # -- data freshness, drift, memory (see the class docstring) -------------------------------------------
     max_staleness: int = 0  # versions a transition's weights may lag the current ones and still train
     drift_threshold: float = 0.1  # |trainer - sampler| logprob above which a token counts in drift_frac
+    max_row_drift: float | None = 0.5  # a row's mean |trainer - sampler| logprob above which it is refused
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
     gradient_checkpointing: bool = False
     lora: LoRA | None = None
     policies: Sequence[str] | None = None  # the policies this GRPO trains (None: all the agent's)
     _optimizer: Any = field(default=None, init=False, repr=False)
     _policy_optimizers: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
-    _reference: Any = field(default=None, init=False, repr=False)
+    _reference: Reference = field(default_factory=Reference, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
             raise ValueError(f"GRPO needs group_size >= 2 to compare rollouts of a task, got {self.group_size}")
         if self.tasks_per_step < 1:
             raise ValueError(f"tasks_per_step must be >= 1, got {self.tasks_per_step}")
+        if self.lr is not None and not self.lr >= 0:
+            raise ValueError(f"GRPO needs lr >= 0 (or None: a default by what trains), got {self.lr}")
         if self.micro_batch < 1:
             raise ValueError(f"micro_batch must be >= 1 (rows per micro-batch), got {self.micro_batch}")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
@@ -113,6 +126,8 @@ class GRPO:
             )
         if not self.drift_threshold > 0:
             raise ValueError(f"drift_threshold must be > 0 (nats), got {self.drift_threshold}")
+        if self.max_row_drift is not None and not self.max_row_drift > 0:
+            raise ValueError(f"max_row_drift must be > 0 (nats) or None (refuse no row), got {self.max_row_drift}")
         if self.policies is not None:
             if isinstance(self.policies, str):
                 self.policies = [self.policies]
@@ -166,7 +181,8 @@ class GRPO:
         held = self._optimizer if policy is None else self._policy_optimizers.get(policy)
         if held is None:
             params = [p for p in model.parameters() if p.requires_grad]
-            held = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+            lr = self.lr if self.lr is not None else default_lr(model)
+            held = torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay)
             if policy is None:
                 self._optimizer = held
             else:
@@ -217,14 +233,15 @@ class GRPO:
         if not batch:
             return metrics
         context_length = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
-        if self.kl_coef > 0 and self._reference is None:
-            self._reference = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.kl_coef > 0:
+            self._reference.prepare(model)
         if self.gradient_checkpointing:
             _enable_checkpointing(model)
         optimizer = self.optimizer_for(model, policy)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
         parts = _pack([_row_length(t, context_length) for t in batch], self.micro_batch, self.micro_batch_tokens)
-        drift = _Drift(self.drift_threshold)
+        drift = Drift(self.drift_threshold)
+        refused: dict[int, int] = {}  # batch index -> response tokens, of rows refused for their drift
         was_training = model.training
         model.train()
         for epoch in range(self.epochs):
@@ -241,21 +258,35 @@ class GRPO:
                     pad_token_id,
                     drift if epoch == 0 else None,
                     on_policy,
+                    Refusals(refused, indices),
                 )
                 loss.backward()
                 sums["loss"] += float(loss.detach())
                 sums["clipped"] += clipped
                 sums["kl"] += kl
+            kept = total_tokens - sum(refused.values())
+            if kept <= 0:  # every row refused: no step
+                optimizer.zero_grad(set_to_none=True)
+                grad_norm = torch.tensor(0.0)
+                break
+            if refused:  # the loss was divided by every row's tokens: the loss and gradient of the kept rows alone
+                sums["loss"] *= total_tokens / kept
+                for param in model.parameters():
+                    if param.grad is not None:
+                        param.grad.mul_(total_tokens / kept)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
             optimizer.step()
         model.train(was_training)
+        metrics["trained_transitions"] = float(len(batch) - len(refused))
         metrics.update(
+            drift_refused=float(len(refused)),
             loss=sums["loss"],
             grad_norm=float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan"),
             clip_frac=sums["clipped"] / max(total_tokens, 1),
             kl=sums["kl"] / max(total_tokens, 1),
             response_tokens=float(total_tokens),
             micro_batches=float(len(parts)),
+            lr=float(optimizer.param_groups[0]["lr"]),
             **drift.metrics(),
         )
         return metrics
@@ -271,8 +302,9 @@ class GRPO:
         total_tokens: int,
         context_length: int,
         pad_token_id: int,
-        drift: _Drift | None = None,
+        drift: Drift | None = None,
         on_policy: Sequence[bool] = (),
+        refusals: Refusals | None = None,
     ) -> tuple[torch.Tensor, float, float]:
         ids, mask, old, adv = _assemble(part, context_length, pad_token_id)
         device = next(model.parameters()).device
@@ -282,52 +314,25 @@ class GRPO:
         if drift is not None:
             rows = torch.tensor(list(on_policy), dtype=torch.bool, device=device)[:, None]
             drift.add((new.detach() - old)[recorded & (mask > 0) & rows])
+            if refusals is not None and self.max_row_drift is not None:
+                refusals.judge(new.detach() - old, recorded & (mask > 0) & rows, mask, self.max_row_drift)
+        if refusals is not None:
+            mask = mask * refusals.keep(mask.shape[0], device)[:, None]
         old = torch.where(recorded, old, new.detach())  # no recorded logprob: on-policy ratio of 1
         ratio = torch.exp(new - old)
         clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
         per_token = -torch.minimum(ratio * adv[:, None], clipped_ratio * adv[:, None])
         kl_sum = 0.0
-        if self._reference is not None:
-            with torch.no_grad():
-                ref = _token_logprobs(self._reference, ids, self.temperature)
+        if self.kl_coef > 0:
+            with torch.no_grad(), self._reference.model(model) as reference:
+                ref = _token_logprobs(reference, ids, self.temperature)
             log_ratio = ref - new
             kl = torch.exp(log_ratio) - log_ratio - 1
             per_token = per_token + self.kl_coef * kl
-            kl_sum = float((kl * mask).sum())
+            kl_sum = float((kl.detach() * mask).sum())
         loss = (per_token * mask).sum() / total_tokens
         clipped = float((((ratio - clipped_ratio).abs() > 1e-6).float() * mask).sum())
         return loss, clipped, kl_sum
-
-
-class _Drift:
-    """Sums of |trainer - sampler| logprob differences over the micro-batches of one update."""
-
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
-        self.tokens = 0
-        self.total = 0.0
-        self.largest = 0.0
-        self.over = 0
-
-    def add(self, diff: torch.Tensor) -> None:
-        if diff.numel() == 0:
-            return
-        gap = diff.abs().float()
-        self.tokens += gap.numel()
-        self.total += float(gap.sum())
-        self.largest = max(self.largest, float(gap.max()))
-        self.over += int((gap > self.threshold).sum())
-
-    def metrics(self) -> dict[str, float]:
-        """``drift_tokens`` always; the figures only when some token had a recorded logprob."""
-        if not self.tokens:
-            return {"drift_tokens": 0.0}
-        return {
-            "drift_tokens": float(self.tokens),
-            "drift_mean": self.total / self.tokens,
-            "drift_max": self.largest,
-            "drift_frac": self.over / self.tokens,
-        }
 
 
 def _enable_checkpointing(model: torch.nn.Module) -> None:

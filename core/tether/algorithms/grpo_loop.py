@@ -18,14 +18,16 @@ torch is imported only to write and read checkpoints, so this module loads witho
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tether.algorithms.grpo_policies import trained_policies, update_policies
 from tether.models.base import TrainableBackend
+from tether.training import memory
 from tether.training.credit import CreditStats
 from tether.training.health import FitError, idle_reason, top_errors
 from tether.training.progress import FitProgress
@@ -34,6 +36,8 @@ from tether.training.run_dir import RunDir
 from tether.training.session import Batch, Session
 from tether.training.transitions import unknown_optimize_names
 from tether.types import Mode, PromptTemplate, Task, Transition
+
+T = TypeVar("T")
 
 
 class PolicyUpdate(Protocol):
@@ -84,16 +88,19 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
     rng = random.Random(f"{settings.seed}:{loop.step}")
     result = FitResult(run_dir=run.path)
     with FitProgress(settings.steps, enabled=settings.progress, start=loop.step) as bar:
-        if val and loop.step == 0:
-            loop.record(await evaluate(session, val, step=loop.step), bar)
-        while loop.step < settings.steps:
-            step = await loop.train_step(train, rng)
-            loop.record(step, bar)
-            loop.check_idle(step, settings.stop_after_idle_steps)
-            if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
-                if val:
-                    loop.record(await evaluate(session, val, step=loop.step), bar)
-                result.checkpoint = await asyncio.to_thread(loop.save)
+        try:
+            if val and loop.step == 0:
+                loop.record(await evaluate(session, val, step=loop.step), bar)
+            while loop.step < settings.steps:
+                step = await loop.train_step(train, rng)
+                loop.record(step, bar)
+                loop.check_idle(step, settings.stop_after_idle_steps)
+                if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
+                    if val:
+                        loop.record(await evaluate(session, val, step=loop.step), bar)
+                    result.checkpoint = await loop.in_update_thread(loop.save)
+        finally:
+            loop.close()
     result.history = loop.history
     result.plot = run.plot(loop.history)
     return result
@@ -132,10 +139,27 @@ class Loop:
         self.step = 0
         self.prompts: dict[str, PromptTemplate] | None = None
         self.last_batch: Batch | None = None
+        # one thread runs every update: asyncio.to_thread's pool may hand them to different threads, each
+        # with its own malloc arena holding freed activations
+        self._updates = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tether-update")
         #: the policies updated one by one (each its own weights); None: the one shared policy
         self.policies: list[str] | None = None
         self._noted: set[str] = set()
         self.idle_steps = 0  # consecutive steps that trained nothing
+
+    async def in_update_thread(self, work: Callable[[], T]) -> T:
+        """``work()`` on the loop's update thread, then freed memory handed back (``memory.release``)."""
+
+        def run() -> T:
+            try:
+                return work()
+            finally:
+                memory.release()
+
+        return await asyncio.get_running_loop().run_in_executor(self._updates, run)
+
+    def close(self) -> None:
+        self._updates.shutdown(wait=False)
 
     def _note(self, notes: list[str]) -> None:
         """Warn once per run of each credit rule that could not apply."""
@@ -170,7 +194,7 @@ class Loop:
                     model, trainable, pad_token_id=pad, weights_version=self.backend.weights_version
                 )
 
-        update = await asyncio.to_thread(_update)
+        update = await self.in_update_thread(_update)
         self.step += 1
         return {
             **_what_trained(batch, stats, trainable, update),
@@ -185,6 +209,7 @@ class Loop:
             "transitions": len(batch.transitions),
             "rollouts_per_s": len(batch.results) / max(batch.seconds, 1e-9),
             **update,
+            **({"rss_mb": rss} if (rss := memory.rss_mb()) is not None else {}),
         }
 
     def check_idle(self, record: dict[str, Any], limit: int | None) -> None:

@@ -17,8 +17,16 @@ from tether.policies import DEFAULT_POLICY, FROZEN_POLICY, PolicyMap
 from tether.types import Transition
 
 #: metrics summed over policies; ``_MAXIMA`` take the largest; the rest are weighted by response tokens
-_SUMS = ("trained_transitions", "stale_dropped", "drift_tokens", "response_tokens", "micro_batches", "loss")
-_MAXIMA = ("grad_norm", "drift_max")
+_SUMS = (
+    "trained_transitions",
+    "stale_dropped",
+    "drift_tokens",
+    "drift_refused",
+    "response_tokens",
+    "micro_batches",
+    "loss",
+)
+_MAXIMA = ("grad_norm", "drift_max", "lr")
 
 
 class _Updates(Protocol):

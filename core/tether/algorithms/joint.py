@@ -33,7 +33,6 @@ the APO round count starts again.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -227,12 +226,13 @@ class _JointRun:
                             loop.record(
                                 await grpo_loop.evaluate(session, val, step=loop.step, prompts=loop.prompts), bar
                             )
-                        checkpoint = await asyncio.to_thread(loop.save)
+                        checkpoint = await loop.in_update_thread(loop.save)
                         search.write_result(beam[0], beam[0].resources_version or 0)
             best = beam[0]
             final = await session.store.add_resources(prompts=best.prompts)
             await search.close_record(best, final.version)
         finally:
+            loop.close()
             if owned:
                 await optimizer.close()
         prompt_result = search.write_result(best, final.version)

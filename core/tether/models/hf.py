@@ -1,10 +1,12 @@
-"""``model="hf:<path>"``: any local transformers causal-LM checkpoint, served in-process.
+"""``model="hf:<model>"``: any transformers causal LM, served in-process. ``<model>`` is a local checkpoint
+directory or a hub id, found as transformers finds it (``tether.models._hub``: the Hugging Face cache, else a
+download unless ``HF_HUB_OFFLINE=1``).
 
 Prompts are rendered with the checkpoint's own chat template (``tokenizer.chat_template``, tools passed to
 ``apply_chat_template``); checkpoints written by the embedded model use its compact template. Replies are
 parsed for tool calls in the Hermes/Qwen form ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
-or in the embedded form. Sampling, batching and in-place weight updates are shared with the embedded
-backend (``tether.models._local``). Nothing is downloaded: the path must be a local directory.
+(SmolLM2 writes a JSON list of such calls in one block) or in the embedded form. Sampling, batching and
+in-place weight updates are shared with the embedded backend (``tether.models._local``).
 
 The model runs on CUDA in bf16 when a GPU is visible, else on CPU in float32 (``device=``/``dtype=`` override:
 ``HFBackend(path, device="cuda:1", dtype="float16")`` or ``"hf:<path>?device=cuda:1&dtype=float16"``). A path
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any, cast
 
 import jinja2
@@ -23,6 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tether.models._device import pick_device, pick_dtype
+from tether.models._hub import locate
 from tether.models._local import LocalBackend
 from tether.models._quiet import quiet
 from tether.models.base import BadRequest
@@ -39,28 +41,38 @@ def parse_hermes(text: str) -> dict[str, Any]:
     calls = []
     for body in _HERMES.findall(text):
         try:
-            value = json.loads(body)
+            parsed = json.loads(body)
         except ValueError:
             return {"role": "assistant", "content": text}
-        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        # Hermes/Qwen: one object per block; SmolLM2: a list of them in one block
+        values = parsed if isinstance(parsed, list) else [parsed]
+        if not values or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in values):
             return {"role": "assistant", "content": text}
-        args = value.get("arguments", value.get("parameters", {}))
-        if isinstance(args, str):
-            try:
-                json.loads(args)
-            except ValueError:
+        for value in values:
+            call = _hermes_call(value)
+            if call is None:
                 return {"role": "assistant", "content": text}
-        else:
-            args = json.dumps(args, ensure_ascii=False)
-        calls.append(
-            {
-                "id": template.new_call_id(),
-                "type": "function",
-                "function": {"name": value["name"], "arguments": args},
-            }
-        )
+            calls.append(call)
     content = _HERMES.sub("", text).strip()
     return {"role": "assistant", "content": content or None, "tool_calls": calls}
+
+
+def _hermes_call(value: dict[str, Any]) -> dict[str, Any] | None:
+    """One ``{"name": ..., "arguments": ...}`` object → an OpenAI tool call; None when its arguments are not
+    JSON."""
+    args = value.get("arguments", value.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            json.loads(args)
+        except ValueError:
+            return None
+    else:
+        args = json.dumps(args, ensure_ascii=False)
+    return {
+        "id": template.new_call_id(),
+        "type": "function",
+        "function": {"name": value["name"], "arguments": args},
+    }
 
 
 def parse_reply(text: str) -> dict[str, Any]:
@@ -106,15 +118,15 @@ class HFBackend(LocalBackend):
         default_max_tokens: int = 256,
     ) -> None:
         super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
-        where = Path(path).expanduser()
+        where = locate(path)
         adapter = None
         if not (where / "config.json").is_file():
             from tether.models.lora import base_of, is_adapter_dir
 
             if not is_adapter_dir(where):
                 raise FileNotFoundError(
-                    f"hf:{path} is not a local checkpoint directory (no config.json); tether never downloads "
-                    "models: save one with save_pretrained and pass its path"
+                    f"hf:{path} is neither a transformers checkpoint (no config.json) nor a LoRA adapter: pass a "
+                    "folder written by save_pretrained, or a hub id"
                 )
             adapter, where = where, base_of(where)
         self.path = str(adapter or where)

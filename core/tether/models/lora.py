@@ -133,6 +133,11 @@ def base_of(adapter_dir: str | Path) -> Path:
         for candidate in (beside, Path(recorded)):
             if (candidate / "config.json").is_file():
                 return candidate
+        from tether.models._hub import cached, is_hub_id
+
+        snapshot = cached(recorded) if is_hub_id(recorded) else None  # a base recorded by its hub id
+        if snapshot is not None:
+            return snapshot
     raise FileNotFoundError(
         f"the base checkpoint {recorded!r} of the adapter in {adapter_dir} is not a local directory: "
         "pass the base explicitly (tether merge ... --base <checkpoint dir>, merge(..., base=...))"

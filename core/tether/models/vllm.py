@@ -118,6 +118,7 @@ class VLLMBackend(ModelBackend):
         if max_lora_rank is not None and max_lora_rank not in LORA_RANKS:
             raise ValueError(f"vLLM accepts max_lora_rank in {LORA_RANKS}, got {max_lora_rank}")
         self.model = model
+        self._model_dir: str | None = None  # the folder ``model`` names, once located (``_locate``)
         self.port = port
         self.host = host
         self.gpu_memory_utilization = gpu_memory_utilization
@@ -330,7 +331,15 @@ class VLLMBackend(ModelBackend):
 
     def build_command(self, port: int) -> list[str]:
         """The full argv of the vLLM server for this backend on ``port``."""
-        argv = [*self.executable(), "--model", self.model, "--host", self.host, "--port", str(port)]
+        argv = [
+            *self.executable(),
+            "--model",
+            self._model_dir or self.model,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+        ]
         argv += ["--served-model-name", self.served_model_name]
         training = bool(self._loras)
         utilization = self.gpu_memory_utilization or (0.45 if training and self._trains_on_gpu() else 0.85)
@@ -388,7 +397,11 @@ class VLLMBackend(ModelBackend):
     async def start(self) -> None:
         if self._remote is not None:
             return
-        if self._loras and not (Path(self.model) / "config.json").is_file():
+        if self.command is None:
+            self.executable()  # vLLM missing: say so before looking for the model
+        if self._model_dir is None:
+            self._model_dir = await asyncio.to_thread(self._locate)
+        if self._loras and not (Path(self._model_dir or self.model) / "config.json").is_file():
             raise BackendError(
                 f"LoRA training with vLLM needs a local checkpoint directory (the trainer loads the same "
                 f"weights in torch), but {self.model!r} has no config.json: save the model locally and pass "
@@ -415,13 +428,32 @@ class VLLMBackend(ModelBackend):
             await self.close()
             raise
 
+    def _locate(self) -> str | None:
+        """The folder of ``model`` as transformers finds it (``tether.models._hub``), when tether needs the
+        weights (LoRA training) or runs vLLM itself; None leaves the name to the server (a stand-in ``command``,
+        or no huggingface_hub here to look with: vLLM resolves it the same way)."""
+        from tether.models._hub import is_hub_id, locate
+
+        local = Path(self.model).expanduser()
+        if local.is_dir():
+            return str(local)
+        if not self._loras and (self.command is not None or importlib.util.find_spec("huggingface_hub") is None):
+            return None
+        if not self._loras and not is_hub_id(self.model):
+            return None
+        return str(locate(self.model, prefix="vllm:"))
+
     async def _start_training(self) -> None:
         """Load the base with its adapters in torch (after the server has sized its memory) and serve
         version 0 of each adapter."""
         from tether.models._adapters import AdapterPolicies
 
         self._policies = await asyncio.to_thread(
-            AdapterPolicies, self.model, self._loras, device=self.train_device, dtype=self.train_dtype
+            AdapterPolicies,
+            self._model_dir or self.model,
+            self._loras,
+            device=self.train_device,
+            dtype=self.train_dtype,
         )
         self._adapter_root = Path(tempfile.mkdtemp(prefix="tether-adapters-"))
         frozen = self._adapter_root / FROZEN_START  # saved before any update: B = 0, exactly the base

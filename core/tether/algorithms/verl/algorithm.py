@@ -163,6 +163,15 @@ class VERL:
         return config
 
     def _model_path(self, session: Session) -> str:
+        """The folder of the model verl trains (a hub id found as transformers finds it: ``_hub.locate``)."""
+        name = self._model_name(session)
+        from tether.models._hub import is_hub_id, locate
+
+        if Path(name).expanduser().is_dir() or (is_hub_id(name) and importlib.util.find_spec("huggingface_hub")):
+            return str(locate(name, prefix="tether.VERL model="))
+        return name
+
+    def _model_name(self, session: Session) -> str:
         if self.model:
             return self.model
         model = session.model
