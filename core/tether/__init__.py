@@ -18,6 +18,7 @@ from tether.plugin.manager import AdapterNotFound, get_plugins
 from tether.plugin.wrap import WrappedAgent, wrap
 from tether.store import Store, StoreError, open_store
 from tether.trainer import Trainer
+from tether.training.health import FitError
 from tether.training.ray_runners import RayRunners
 from tether.training.result import FitResult
 from tether.training.session import Batch, Session
@@ -81,6 +82,7 @@ __all__ = [
     "Attempt",
     "AttemptStatus",
     "Batch",
+    "FitError",
     "FitResult",
     "Joint",
     "LLMEndpoint",

@@ -22,6 +22,8 @@ from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import Credit, CreditRule
 from tether.training.dev_report import DevReport, report
+from tether.training.health import check_idle_limit
+from tether.training.preflight import run_preflight
 from tether.training.ray_runners import RayRunners
 from tether.training.report import check_report_to, reporting
 from tether.training.result import FitResult
@@ -44,6 +46,8 @@ class Trainer:
     ``runners``: where rollouts run: None, ``n_runners`` at a time in this process; ``tether.RayRunners(n=...)``
     in Ray actors (``pip install "tether[ray]"``). ``heartbeat_timeout_s``: how long a rollout attempt may go
     without a heartbeat before it counts as its runner's death (ended and retried within ``max_attempts``).
+    ``stop_after_idle_steps``: ``fit`` stops with a ``tether.FitError`` naming the cause and the fix after this
+    many consecutive training steps trained nothing (None: never).
     ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
     (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     ``report_to``: where ``fit`` sends its metrics besides ``metrics.jsonl``: ``"tensorboard"``, ``"wandb"``,
@@ -70,10 +74,12 @@ class Trainer:
     progress: bool = True
     export: OTLPExport | None = None
     report_to: str | Sequence[str] | None = None
+    stop_after_idle_steps: int | None = 3
 
     def __post_init__(self) -> None:
         Credit(self.credit, self.tool_error_penalty, self.gamma)  # a bad rule is refused here, not at fit
         check_report_to(self.report_to)
+        check_idle_limit(self.stop_after_idle_steps)
 
     def dev(
         self,
@@ -105,7 +111,7 @@ class Trainer:
             raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
         if repeats > 1:  # a task's repeats share its id: they are its group
             items = [as_task(item) for item in items]
-        async with self.session(agent, model=model) as session:
+        async with self.session(agent, model=model, trains=False) as session:
             batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
         out = report(batch, agent.optimize)
         out.notes.extend(batch.credit.notes)
@@ -118,25 +124,40 @@ class Trainer:
         return self.dev(agent, tasks, model=model).metrics()
 
     def fit(
-        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None = None, *, resume: bool = False
+        self,
+        agent: WrappedAgent,
+        train: Sequence[Any],
+        val: Sequence[Any] | None = None,
+        *,
+        resume: bool = False,
+        preflight: bool = True,
     ) -> FitResult:
         """Train ``agent`` on ``train`` with the algorithm, evaluating on ``val``.
 
-        Ctrl-C stops after saving nothing half-written and returns a result with ``interrupted=True`` (its
-        ``summary()`` says where the last checkpoint is); ``resume=True`` continues from that checkpoint.
+        Before step 1 a preflight runs the checks ``dev`` makes on a few training tasks
+        (``tether.training.preflight``) and raises ``tether.FitError`` on a problem that would train nothing;
+        ``preflight=False`` skips it. Ctrl-C stops after saving nothing half-written and returns a result with
+        ``interrupted=True`` (its ``summary()`` says where the last checkpoint is); ``resume=True`` continues
+        from that checkpoint.
         """
         algorithm, train_tasks, val_tasks, run = self._prepare(agent, train, val, resume)
         try:
-            return run_sync(self._fit(algorithm, agent, train_tasks, val_tasks, run, resume))
+            return run_sync(self._fit(algorithm, agent, train_tasks, val_tasks, run, resume, preflight))
         except KeyboardInterrupt:
             checkpoint = run.checkpoint_path if run.state_path.exists() else None
             return FitResult(run_dir=run.path, history=run.history(), checkpoint=checkpoint, interrupted=True)
 
     async def afit(
-        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None = None, *, resume: bool = False
+        self,
+        agent: WrappedAgent,
+        train: Sequence[Any],
+        val: Sequence[Any] | None = None,
+        *,
+        resume: bool = False,
+        preflight: bool = True,
     ) -> FitResult:
         algorithm, train_tasks, val_tasks, run = self._prepare(agent, train, val, resume)
-        return await self._fit(algorithm, agent, train_tasks, val_tasks, run, resume)
+        return await self._fit(algorithm, agent, train_tasks, val_tasks, run, resume, preflight)
 
     def session(
         self,
@@ -146,9 +167,10 @@ class Trainer:
         run: RunDir | None = None,
         resume: bool = False,
         before_start: Callable[[ModelBackend], None] | None = None,
+        trains: bool = True,
     ) -> Session:
-        """The ``Session`` that ``dev`` (no run folder) and ``fit`` (with one) open, with this trainer's
-        settings; open it with ``async with``."""
+        """The ``Session`` that ``dev`` (no run folder, ``trains=False``) and ``fit`` (with one) open, with
+        this trainer's settings; open it with ``async with``."""
         return Session(
             agent,
             model or self.model,
@@ -159,6 +181,7 @@ class Trainer:
             before_start=before_start,
             export=self.export or OTLPExport.from_env(),
             runners=self.runners,
+            trains=trains,
         )
 
     def settings(self) -> Settings:
@@ -177,6 +200,7 @@ class Trainer:
             steps=self.steps,
             eval_every=self.eval_every,
             progress=self.progress,
+            stop_after_idle_steps=self.stop_after_idle_steps,
         )
         settings.credit_rule  # noqa: B018 - checked: a bad rule is refused before anything runs
         return settings
@@ -214,12 +238,18 @@ class Trainer:
         val: list[Task],
         run: RunDir,
         resume: bool,
+        preflight: bool = True,
     ) -> FitResult:
         # an algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
         prepare = getattr(algorithm, "prepare_backend", None)
         config = {"model": str(self.model), "algorithm": type(algorithm).__name__, "steps": self.steps}
         with reporting(self.report_to, run, config):
             async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
+                check = getattr(algorithm, "check_session", None)  # the algorithm's own refusals come first
+                if check is not None:
+                    check(session)
+                if preflight and not resume and train:
+                    await run_preflight(session, algorithm, train)
                 return await algorithm.fit(session, train, val)
 
 

@@ -292,6 +292,10 @@ class Transition(_Record):
     failed_tools: int = 0
 
 
+class RewardError(Exception):
+    """The ``reward=`` function raised or returned something that is not a reward; the rollout fails with it."""
+
+
 def check_rewards(value: Any) -> float | dict[str, float]:
     """A ``reward=`` function's value: a finite number, or a non-empty mapping from sub-agent or policy names
     (non-empty strings) to finite numbers (returned as a dict); ``ValueError`` naming what is wrong otherwise."""
@@ -316,8 +320,11 @@ def check_rewards(value: Any) -> float | dict[str, float]:
 
 
 def check_reward(value: Any) -> float:
-    """Return ``value`` as a float, or raise ``ValueError`` if it is not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """Return ``value`` as a float (``True``/``False`` count as 1.0/0.0, the way ``return out == answer``
+    means them), or raise ``ValueError`` if it is not a finite number."""
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, int | float):
         raise ValueError(f"reward must be a finite number, got {type(value).__name__} {value!r}")
     out = float(value)
     if not math.isfinite(out):

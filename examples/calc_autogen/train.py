@@ -143,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a small run that finishes in about a minute (flags given explicitly still win); "
         f"sets {', '.join(f'--{k.replace(chr(95), chr(45))} {v}' for k, v in QUICK.items())}",
     )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing, e.g. all wrong)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         for name, value in QUICK.items():
@@ -172,22 +177,28 @@ def main(argv: list[str] | None = None) -> int:
         sampling={"max_tokens": 48},
     )
     wrapped = tether.wrap(agent, reward=data.reward)
-    result = trainer.fit(
-        wrapped,
-        train=[p.task() for p in problems["train"]],
-        val=[p.task() for p in problems["test"]],
-        resume=args.resume,
-    )
-    _summary(result, demo_accuracy, len(problems["test"]))
+    try:
+        result = trainer.fit(
+            wrapped,
+            train=[p.task() for p in problems["train"]],
+            val=[p.task() for p in problems["test"]],
+            resume=args.resume,
+            preflight=not args.no_preflight,
+        )
+    except tether.FitError as exc:  # it trained nothing and says why: no traceback
+        print(f"training stopped: {exc}", file=sys.stderr)
+        return 1
+    _summary(result, demo_accuracy)
     return 0
 
 
-def _summary(result: Any, demo_accuracy: float, n_test: int) -> None:
+def _summary(result: Any, demo_accuracy: float) -> None:
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
         return
-    print(f"\nheld-out problems: {n_test} (never trained on)")
-    print(f"demonstrations used for the warm start: {demo_accuracy:.0%} right")
+    print(
+        f"\nheld-out problems: never trained on; demonstrations used for the warm start: {demo_accuracy:.0%} right"
+    )
     rows = {
         "greedy_accuracy": "accuracy (greedy)",
         "sampled_accuracy": "accuracy (T=1)",

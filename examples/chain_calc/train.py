@@ -150,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
     parser.add_argument("--warm-start-only", action="store_true", help="build the warm start and stop")
     parser.add_argument("--resume", action="store_true", help="continue the run (e.g. to a larger --steps)")
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing)",
+    )
     args = parser.parse_args(argv)
 
     import agent  # the user's plain-OpenAI agent, unchanged
@@ -183,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         train=[p.task() for p in problems["train"]],
         val=[p.task() for p in problems["test"]],
         resume=args.resume,
+        preflight=not args.no_preflight,
     )
     seconds = time.perf_counter() - started
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line]

@@ -137,6 +137,7 @@ def train_grpo(agent_module: Any, problems: dict[str, list[data.Request]], args:
         train=[r.task() for r in problems["train"]],
         val=[r.task() for r in problems["test"]],
         resume=args.resume,
+        preflight=not args.no_preflight,
     )
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
@@ -206,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     grpo.add_argument("--preset", default="tiny", help="size preset of the embedded model")
     grpo.add_argument(
         "--resume", action="store_true", help="continue the run in its folder (e.g. to a larger --steps)"
+    )
+    grpo.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing, e.g. all wrong)",
     )
     apo = parser.add_argument_group("APO on the system prompt")
     apo.add_argument("--apo", action="store_true", help="optimize the system prompt instead of the weights")

@@ -174,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in its folder (e.g. to a larger --steps)"
     )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing, e.g. all wrong)",
+    )
     parser.add_argument("--warm-start-only", action="store_true", help="build (or reuse) the warm start and stop")
     args = parser.parse_args(argv)
 
@@ -209,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         train=[q.task() for q in questions["train"]],
         val=[q.task() for q in questions["test"]],
         resume=args.resume,
+        preflight=not args.no_preflight,
     )
     _summary(result, demo_accuracy, len(questions["test"]), args.policies)
     if result.checkpoint is not None:

@@ -199,8 +199,12 @@ async def test_agent_reading_a_missing_template_fails_with_its_error(tmp_path: P
         trainer = tether.Trainer(
             model=agent_llm.base_url, algorithm=algorithm, run_root=str(tmp_path), name="apo", progress=False
         )
+        wrapped = tether.wrap(answer, reward=reward, run=run_with_prompt)
+        # fit's preflight runs the starting prompts first, and stops on the agent's error
+        with pytest.raises(tether.FitError, match=r"8 of 8 rollouts failed: KeyError: 'system'"):
+            await trainer.afit(wrapped, train=TASKS)
         with pytest.raises(RuntimeError, match=r"starting prompts failed: KeyError: 'system'"):
-            await trainer.afit(tether.wrap(answer, reward=reward, run=run_with_prompt), train=TASKS)
+            await trainer.afit(wrapped, train=TASKS, preflight=False)
 
 
 def test_bad_parameters_name_the_fix() -> None:

@@ -184,7 +184,13 @@ async def test_emit_reward_scores_a_rollout_without_reward_function() -> None:
 
 
 async def test_a_reward_mapping_scores_each_sub_agent_and_the_rollout_by_their_mean() -> None:
-    agent = tether.wrap({"name": "solver", "calls": 2}, reward=lambda t, o: {"solver": 1.0, "judge": 0.25})
+    # a mapping names sub-agents or policies (here the policy "main" that serves solver; dev runs a policy map
+    # on a remote model)
+    agent = tether.wrap(
+        {"name": "solver", "calls": 2},
+        reward=lambda t, o: {"solver": 1.0, "main": 0.25},
+        optimize={"main": ["solver"]},
+    )
     report = await _dev(agent, ["x", "y"])
     rollout = report.rollouts[0]
     assert rollout.reward == 0.625  # the mean of the mapping's values
@@ -193,10 +199,10 @@ async def test_a_reward_mapping_scores_each_sub_agent_and_the_rollout_by_their_m
         for s in rollout.spans
         if s.kind == SpanKind.REWARD and s.attributes.get(spans.REWARD_FINAL)
     }
-    assert finals == {"solver": 1.0, "judge": 0.25}
+    assert finals == {"solver": 1.0, "main": 0.25}
     assert [(t.target, t.target_reward) for t in rollout.transitions] == [("solver", 1.0)] * 2
     metrics = report.metrics()
-    assert metrics["mean_reward"] == 0.625 and metrics["mean_reward/judge"] == 0.25
+    assert metrics["mean_reward"] == 0.625 and metrics["mean_reward/main"] == 0.25
     assert metrics["mean_reward/solver"] == 1.0
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +74,9 @@ def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
         "--preset",
         "nano",
     ]
-    args += ["--tasks-per-step", "2", "--group-size", "4", "--runners", "8"]
+    # a 1-epoch warm start of the nano model may get every preflight problem wrong: the preflight would rightly
+    # stop it (tests/core/test_fit_preflight.py), so this smoke test of the plumbing skips it
+    args += ["--tasks-per-step", "2", "--group-size", "4", "--runners", "8", "--no-preflight"]
     first = subprocess.run(
         ["tether", "demo", *args, "--steps", "2", "--eval-every", "1"], capture_output=True, text=True, timeout=600
     )
@@ -81,6 +85,12 @@ def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
     assert (tmp_path / "warmstart" / "config.json").exists()
     assert (tmp_path / "grpo" / "checkpoint" / "trainer_state.json").read_text() == '{"step": 2}'
     assert (tmp_path / "grpo" / "curve.png").stat().st_size > 1000
+    # `tether dashboard --runs <run dir>` lists every rollout of the run: the two steps' (2 tasks x 4 each) and
+    # the three evaluations' (8 held-out problems, greedy and sampled)
+    total, modes = asyncio.run(_dashboard_rollouts(tmp_path, "grpo"))
+    assert modes == {"train": 2 * 8, "val": 3 * 2 * 8}, modes
+    assert total == sum(modes.values())
+    assert "held-out tasks: 8" in first.stdout and "95 % intervals" in first.stdout
     second = subprocess.run(
         ["tether", "demo", *args, "--steps", "3", "--eval-every", "1", "--resume"],
         capture_output=True,
@@ -90,3 +100,23 @@ def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stderr[-3000:]
     assert "warm start: reusing" in second.stdout
     assert (tmp_path / "grpo" / "checkpoint" / "trainer_state.json").read_text() == '{"step": 3}'
+
+
+async def _dashboard_rollouts(runs: Path, name: str) -> tuple[int, dict[str, int]]:
+    """How many rollouts the dashboard over ``runs`` lists for the run ``name``, and how many of each mode."""
+    from tether.dashboard.server import start_dashboard
+    from tether.dashboard.sources import Sources
+
+    server = await start_dashboard(Sources(None, str(runs)))
+    try:
+        async with aiohttp.ClientSession() as http:
+            sources = await (await http.get(f"{server.url}api/sources")).json()
+            assert name in [s["name"] for s in sources["sources"]], sources
+            modes = {}
+            for mode in ("train", "val"):
+                params = {"source": name, "mode": mode, "limit": "1"}
+                modes[mode] = (await (await http.get(f"{server.url}api/rollouts", params=params)).json())["total"]
+            everything = await (await http.get(f"{server.url}api/rollouts", params={"source": name})).json()
+    finally:
+        await server.stop()
+    return everything["total"], modes

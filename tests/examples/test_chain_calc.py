@@ -150,7 +150,8 @@ def test_train_script_warm_starts_and_runs_a_per_call_step(
     argv = ["--run-root", str(tmp_path), "--preset", "nano", "--n-train", "16", "--n-test", "4"]
     argv += ["--sft-epochs", "1"]
     argv += ["--credit", "per_call", "--seed", "3", "--steps", "1", "--eval-every", "1", "--tasks-per-step", "2"]
-    argv += ["--group-size", "2", "--runners", "4"]
+    # a 1-epoch warm start of the nano model may score 0 on every preflight rollout, which fit would rightly stop
+    argv += ["--group-size", "2", "--runners", "4", "--no-preflight"]
     assert train.main(argv) == 0
     info = json.loads((tmp_path / "warmstart" / "warmstart.json").read_text())
     assert 0.0 < info["demo_step_accuracy"] < 1.0

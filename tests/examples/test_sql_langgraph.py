@@ -275,7 +275,8 @@ def test_train_script_warm_starts_and_trains_a_grpo_step(
     pytest.importorskip("torch")
     argv = ["--run-dir", str(tmp_path), "--preset", "nano", "--n-train", "12", "--n-test", "4"]
     argv += ["--demo-passes", "1", "--sft-epochs", "1", "--steps", "1", "--eval-every", "1"]
-    argv += ["--tasks-per-step", "2", "--group-size", "2", "--runners", "4"]
+    # a 1-epoch warm start of the nano model may score 0 on every preflight rollout, which fit would rightly stop
+    argv += ["--tasks-per-step", "2", "--group-size", "2", "--runners", "4", "--no-preflight"]
     assert train_script.main(argv) == 0
     info = json.loads((tmp_path / "warmstart" / "warmstart.json").read_text())
     assert info["calls"]["write_query"] == 12 and info["calls"]["check_query"] >= 12

@@ -221,6 +221,9 @@ def test_per_call_without_emitted_rewards_warns_once_per_run(warm_start: Path, t
     agent = tether.wrap(pick_letter, reward=lambda t, o: float(o.strip() in GOOD))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _trainer(warm_start, tmp_path, credit="per_call").fit(agent, train=["Pick a letter, round 1."])
+        # (no preflight: one task's group of a barely trained model may score all 0, which it would stop)
+        _trainer(warm_start, tmp_path, credit="per_call").fit(
+            agent, train=["Pick a letter, round 1."], preflight=False
+        )
     notes = [w for w in caught if "credit='per_call' found no emitted rewards" in str(w.message)]
     assert len(notes) == 1, [str(w.message) for w in caught]

@@ -4,6 +4,7 @@ hard-coded URL) learns a toy preference by GRPO, and a run resumes from its chec
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,13 @@ def test_grpo_through_the_whole_stack_raises_reward(warm_start: Path, tmp_path: 
     lines = (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["kind"] for line in lines].count("eval") == 2
     assert (tmp_path / "toy" / "checkpoint" / "config.json").exists()
+    # every step says what it trained; every rollout of the run stays in its store: the preflight's (4 tasks x 8),
+    # the 20 steps' (4 x 8 each) and the two evaluations' (32 tasks greedy and sampled each)
+    assert all(h["trained"] > 0 and "idle" not in h and h["groups"] == 4 for h in train)
+    with sqlite3.connect(tmp_path / "toy" / "store.db") as db:
+        modes = dict(db.execute("SELECT mode, count(*) FROM rollouts GROUP BY mode").fetchall())
+        spans = db.execute("SELECT count(*) FROM spans").fetchone()[0]
+    assert modes == {"train": 32 + 20 * 32, "val": 2 * 2 * 32} and spans >= 800
 
 
 def test_a_run_resumes_from_its_checkpoint(warm_start: Path, tmp_path: Path) -> None:
@@ -99,10 +107,11 @@ def test_fit_needs_a_torch_backend_and_an_algorithm(tmp_path: Path) -> None:
 
 def test_optimize_names_are_checked_after_the_first_rollouts(warm_start: Path, tmp_path: Path) -> None:
     nobody = tether.wrap(pick_letter, reward=reward, optimize=["nobody"])
-    with pytest.raises(
-        ValueError, match="unknown sub-agent 'nobody' in optimize=; captured agents are: pick_letter"
-    ):
+    message = "unknown sub-agent 'nobody' in optimize=; captured agents are: pick_letter"
+    with pytest.raises(tether.FitError, match=message):  # the preflight's
         _trainer(warm_start, tmp_path, steps=1).fit(nobody, train=_tasks(4))
+    with pytest.raises(ValueError, match=message):  # the first step's
+        _trainer(warm_start, tmp_path, steps=1).fit(nobody, train=_tasks(4), preflight=False)
     # a name on a path the first rollouts did not take is a warning; the named agent that was seen trains
     partly = tether.wrap(pick_letter, reward=reward, optimize=["pick_letter", "ghost"])
     with pytest.warns(UserWarning, match="unknown sub-agent 'ghost'"):
@@ -138,3 +147,28 @@ def test_every_update_runs_on_one_dedicated_thread(warm_start: Path, tmp_path: P
     threads = algo.threads  # type: ignore[attr-defined]
     assert len(threads) == 4 and len(set(threads)) == 1 and threads[0].startswith("tether-update"), threads
     assert all(h["rss_mb"] > 0 for h in result.history if h["kind"] == "train")
+
+
+def test_a_constant_reward_stops_fit_before_training(warm_start: Path, tmp_path: Path) -> None:
+    constant = tether.wrap(pick_letter, reward=lambda task, output: 1.0)
+    with pytest.raises(tether.FitError, match="every reward was 1: training needs rewards that differ"):
+        _trainer(warm_start, tmp_path, steps=2).fit(constant, train=_tasks(8))
+    assert not (tmp_path / "toy" / "checkpoint").exists(), "nothing trained, nothing saved"
+
+
+def test_steps_that_train_nothing_stop_the_run_with_the_cause_and_the_fix(
+    warm_start: Path, tmp_path: Path
+) -> None:
+    constant = tether.wrap(pick_letter, reward=lambda task, output: output == "never")  # always False
+    trainer = _trainer(warm_start, tmp_path, steps=10, stop_after_idle_steps=2)
+    with pytest.raises(tether.FitError) as caught:
+        trainer.fit(constant, train=_tasks(8), preflight=False)
+    message = str(caught.value)
+    assert message.startswith("2 steps in a row trained nothing (the last, step 2): every group scored the same")
+    assert "rewards must vary within a task's group" in message and "stop_after_idle_steps=None" in message
+    steps = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert [(h["step"], h["trained"], h["flat_groups"], h["groups"]) for h in steps] == [
+        (1, 0, 4, 4),
+        (2, 0, 4, 4),
+    ]
+    assert all(h["idle"].startswith("every group scored the same (4 of 4 flat)") for h in steps)

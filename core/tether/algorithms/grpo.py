@@ -141,6 +141,14 @@ class GRPO:
         """Train ``session.backend`` (a ``TrainableBackend``) for ``session.settings.steps`` steps."""
         return await grpo_loop.fit(self, session, train, val)
 
+    def check_session(self, session: Session) -> None:
+        """What ``fit`` would refuse (a backend it cannot train, ``policies=`` the agent lacks), said before
+        any rollout runs: ``Trainer.fit`` calls it before its preflight."""
+        from tether.algorithms.grpo_policies import trained_policies
+
+        grpo_loop.trainable_backend(self, session)
+        trained_policies(self.policies, session.agent.policies)
+
     def prepare_backend(self, backend: ModelBackend) -> None:
         """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any. A vLLM
         backend trains only LoRA adapters (the server cannot take full weights between updates): say so now,

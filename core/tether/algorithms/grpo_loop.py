@@ -8,6 +8,10 @@ rollouts. Validation runs before training, every
 ``eval_every`` steps and at the end, greedy (temperature 0) and sampled (temperature 1). A checkpoint
 (weights, optimizer, step) is written after every evaluation; ``resume=True`` continues from it.
 
+Each step's record says what it trained (``trained``: transitions with a non-zero advantage, flat groups out of
+groups, failed rollouts and their commonest error) and, when it trained nothing, why (``idle``). After
+``stop_after_idle_steps`` such steps in a row the run stops with a ``FitError`` naming the cause and the fix.
+
 torch is imported only to write and read checkpoints, so this module loads without it.
 """
 
@@ -24,6 +28,8 @@ from typing import Any, Protocol, TypeVar
 from tether.algorithms.grpo_policies import trained_policies, update_policies
 from tether.models.base import TrainableBackend
 from tether.training import memory
+from tether.training.credit import CreditStats
+from tether.training.health import FitError, idle_reason, top_errors
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
@@ -86,7 +92,9 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
             if val and loop.step == 0:
                 loop.record(await evaluate(session, val, step=loop.step), bar)
             while loop.step < settings.steps:
-                loop.record(await loop.train_step(train, rng), bar)
+                step = await loop.train_step(train, rng)
+                loop.record(step, bar)
+                loop.check_idle(step, settings.stop_after_idle_steps)
                 if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
                     if val:
                         loop.record(await evaluate(session, val, step=loop.step), bar)
@@ -108,6 +116,9 @@ async def evaluate(
     for label, temperature in (("greedy", 0.0), ("sampled", 1.0)):
         batch = await session.run_batch(tasks, 1, {"temperature": temperature}, Mode.VAL, prompts=prompts)
         record[f"{label}_accuracy"] = batch.mean_reward
+        # each task's reward, in task order: the before/after table's intervals pair them over the same tasks
+        record[f"{label}_rewards"] = [r.rollout.reward or 0.0 for r in batch.results]
+        record[f"{label}_tools"] = [int(r.used_tools) for r in batch.results]
         record[f"{label}_tool_rate"] = batch.tool_rate
         record[f"{label}_failed"] = batch.failed
         for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own
@@ -134,6 +145,7 @@ class Loop:
         #: the policies updated one by one (each its own weights); None: the one shared policy
         self.policies: list[str] | None = None
         self._noted: set[str] = set()
+        self.idle_steps = 0  # consecutive steps that trained nothing
 
     async def in_update_thread(self, work: Callable[[], T]) -> T:
         """``work()`` on the loop's update thread, then freed memory handed back (``memory.release``)."""
@@ -185,6 +197,7 @@ class Loop:
         update = await self.in_update_thread(_update)
         self.step += 1
         return {
+            **_what_trained(batch, stats, trainable, update),
             "kind": "train",
             "step": self.step,
             "reward": batch.mean_reward,
@@ -198,6 +211,19 @@ class Loop:
             **update,
             **({"rss_mb": rss} if (rss := memory.rss_mb()) is not None else {}),
         }
+
+    def check_idle(self, record: dict[str, Any], limit: int | None) -> None:
+        """Count a step that trained nothing; ``FitError`` with its reason after ``limit`` of them in a row."""
+        if record.get("trained", 0):
+            self.idle_steps = 0
+            return
+        self.idle_steps += 1
+        if limit is not None and self.idle_steps >= limit:
+            raise FitError(
+                f"{self.idle_steps} steps in a row trained nothing (the last, step {record['step']}): "
+                f"{record.get('idle')}. Metrics: {self.run.metrics_path}; Trainer(stop_after_idle_steps=None) "
+                "trains on regardless"
+            )
 
     def _check_wiring(self, batch: Batch) -> None:
         optimize = self.session.agent.optimize
@@ -242,3 +268,23 @@ class Loop:
                     self.algorithm.load_state_dict(model, saved, name)
         self.history = [h for h in self.run.history() if h.get("step", 0) <= self.step]
         return True
+
+
+def _what_trained(
+    batch: Batch, stats: CreditStats, trainable: Sequence[Transition], update: dict[str, float]
+) -> dict[str, Any]:
+    """A step's account of itself: transitions trained, failures and their commonest error, and why nothing
+    trained when nothing did."""
+    trained = int(update.get("trained_transitions", len(trainable)))
+    out: dict[str, Any] = {"trained": trained}
+    errors = top_errors(batch.rollouts, 1)
+    if errors:
+        out["top_error"] = errors[0][0]
+    if not trainable:
+        out["idle"] = idle_reason(batch.results, stats)
+    elif not trained:
+        out["idle"] = (
+            f"the update dropped all {len(trainable)} transitions with an advantage "
+            f"({update.get('stale_dropped', 0):g} stale; the rest had no token ids)"
+        )
+    return out

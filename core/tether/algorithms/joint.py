@@ -214,7 +214,9 @@ class _JointRun:
                 if val and loop.step == 0:
                     loop.record(await grpo_loop.evaluate(session, val, step=0, prompts=loop.prompts), bar)
                 while loop.step < settings.steps:
-                    loop.record(await loop.train_step(train, rng), bar)
+                    step = await loop.train_step(train, rng)
+                    loop.record(step, bar)
+                    loop.check_idle(step, settings.stop_after_idle_steps)
                     if rounds < apo.rounds and loop.step % self.joint.apo_every == 0:
                         rounds += 1
                         beam = await self._round(search, beam, loop, apo_val, rounds)

@@ -19,7 +19,7 @@ from tether.plugin._shipping import ship, unship
 from tether.plugin.adapters import Adapter, CannotCopy
 from tether.plugin.manager import get_plugins
 from tether.policies import PolicyMap
-from tether.types import Resources, check_rewards
+from tether.types import Resources, RewardError, check_rewards
 
 #: ``reward(task, output)``: the rollout's reward, or ``{sub-agent or policy name: reward, ...}`` (sync or async)
 RewardFn = Callable[[Any, Any], float | Mapping[str, float] | Awaitable[float | Mapping[str, float]]]
@@ -86,11 +86,14 @@ class WrappedAgent:
         it calls keeps its own endpoint and is never trained."""
         if self.reward is None:
             return None
-        with passthrough(), clients_held(self._passthrough_ids):
-            value = self.reward(task, output)
-            if inspect.isawaitable(value):
-                value = await value
-        return check_rewards(value)
+        try:
+            with passthrough(), clients_held(self._passthrough_ids):
+                value = self.reward(task, output)
+                if inspect.isawaitable(value):
+                    value = await value
+            return check_rewards(value)
+        except Exception as exc:  # said as the reward's fault, so a report tells it from the agent's
+            raise RewardError(f"reward(task, output) raised {type(exc).__name__}: {exc}") from exc
 
     def is_trainable(self, agent_name: str | None) -> bool:
         return self.policies.trains(agent_name)

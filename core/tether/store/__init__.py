@@ -38,7 +38,8 @@ DEFAULT_STORE_URL = "sqlite:///runs/tether.db"
 def open_store(url: str = DEFAULT_STORE_URL, *, token: str | None = None) -> Store:
     """Open the store named by ``url``.
 
-    - ``memory:`` — in this process only.
+    - ``memory:`` — in this process only; it keeps the latest 10,000 finished rollouts
+      (``memory:?keep_rollouts=N``; ``keep_rollouts=all`` keeps every one).
     - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` — a file (created with its folder).
     - ``http://host:port`` — a running ``tether store serve``; ``token`` (or ``TETHER_STORE_TOKEN``) is sent
       as a bearer token.
@@ -47,10 +48,10 @@ def open_store(url: str = DEFAULT_STORE_URL, *, token: str | None = None) -> Sto
     """
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a string, got {type(url).__name__}")
-    if url in ("memory:", "memory://"):
-        from tether.store.memory import MemoryStore
+    if url in ("memory:", "memory://") or url.startswith(("memory:?", "memory://?")):
+        from tether.store.memory import DEFAULT_KEEP_ROLLOUTS, MemoryStore
 
-        return MemoryStore()
+        return MemoryStore(keep_rollouts=_keep_rollouts(url, DEFAULT_KEEP_ROLLOUTS))
     if url.startswith("sqlite://"):
         from tether.store.sqlite import SqliteStore
 
@@ -69,3 +70,20 @@ def open_store(url: str = DEFAULT_STORE_URL, *, token: str | None = None) -> Sto
     raise ValueError(
         f"unknown store URL {url!r}; use memory:, sqlite:///path.db, http://host:port (tether store serve) or postgresql://user@host/db"
     )
+
+
+def _keep_rollouts(url: str, default: int) -> int | None:
+    """The ``keep_rollouts`` of a ``memory:?keep_rollouts=N`` URL (``all``: None, keep every rollout)."""
+    from urllib.parse import parse_qs
+
+    _, _, query = url.partition("?")
+    params = parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(params) - {"keep_rollouts"})
+    if unknown:
+        raise ValueError(f"unknown memory store setting {unknown[0]!r} in {url!r}; it takes keep_rollouts=N")
+    (value,) = params.get("keep_rollouts", [str(default)])[-1:]
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"keep_rollouts must be a whole number >= 1 or 'all', got {value!r} in {url!r}")
+    return int(value)

@@ -3,6 +3,10 @@
 Span attributes are kept frozen (``tether.store._frozen``): a read thaws a fresh copy that shares only the
 immutable leaves, so neither the writer nor a reader can change what the store holds, and reading a span costs
 a few microseconds instead of a JSON round trip.
+
+A long run's memory stays flat: the store keeps the latest ``keep_rollouts`` finished rollouts (10,000 by
+default; ``memory:?keep_rollouts=N``), dropping the oldest finished one (with its attempts and spans) as each
+new one finishes. Queued and running rollouts are never dropped; ``keep_rollouts=None`` keeps everything.
 """
 
 from __future__ import annotations
@@ -49,9 +53,17 @@ from tether.types import (
     new_id,
 )
 
+DEFAULT_KEEP_ROLLOUTS = 10_000
+
 
 class MemoryStore(Store):
-    def __init__(self) -> None:
+    def __init__(self, *, keep_rollouts: int | None = DEFAULT_KEEP_ROLLOUTS) -> None:
+        if keep_rollouts is not None and (
+            isinstance(keep_rollouts, bool) or not isinstance(keep_rollouts, int) or keep_rollouts < 1
+        ):
+            raise ValueError(f"keep_rollouts must be an int >= 1 or None, got {keep_rollouts!r}")
+        self.keep_rollouts = keep_rollouts
+        self._finished: OrderedDict[str, None] = OrderedDict()  # finished rollout ids, oldest first
         self._lock = threading.Lock()
         self._rollouts: dict[str, Rollout] = {}
         self._queue: OrderedDict[str, None] = OrderedDict()  # queued rollout ids, oldest first
@@ -163,6 +175,7 @@ class MemoryStore(Store):
             self._queue.pop(rollout_id, None)
             rollout.status = RolloutStatus.CANCELLED
             rollout.finished_at = time.time()
+            self._finish(rollout_id)
             return _copy_rollout(rollout)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
@@ -282,6 +295,7 @@ class MemoryStore(Store):
                 self._attempts[attempt_id] = attempt
                 self._attempts_of[rollout_id] = [attempt_id]
                 self._spans[attempt_id] = []
+                self._finish(rollout_id)  # an imported rollout is finished: it counts in the window
             else:
                 if rollout.input is None:
                     rollout.input = task_input
@@ -347,6 +361,7 @@ class MemoryStore(Store):
             out = []
             for rid in ids:
                 rollout = self._rollouts.pop(rid)
+                self._finished.pop(rid, None)
                 attempt_ids = self._attempts_of.pop(rid)
                 attempts = [self._attempts.pop(a) for a in attempt_ids]
                 spans = [thawed_span(s) for a in attempt_ids for s in self._spans.pop(a)]
@@ -387,6 +402,7 @@ class MemoryStore(Store):
             rollout.status = RolloutStatus.SUCCEEDED
             rollout.output, rollout.reward, rollout.error = output, reward, None
             rollout.finished_at = now
+            self._finish(rollout.rollout_id)
         elif rollout.attempt_count < rollout.max_attempts:
             rollout.status = RolloutStatus.QUEUED
             rollout.error = error
@@ -395,6 +411,17 @@ class MemoryStore(Store):
             rollout.status = RolloutStatus.FAILED
             rollout.output, rollout.reward, rollout.error = output, reward, error
             rollout.finished_at = now
+            self._finish(rollout.rollout_id)
+
+    def _finish(self, rollout_id: str) -> None:
+        """Count a rollout as finished and drop the oldest finished ones past ``keep_rollouts`` (lock held)."""
+        self._finished[rollout_id] = None
+        while self.keep_rollouts is not None and len(self._finished) > self.keep_rollouts:
+            old, _ = self._finished.popitem(last=False)
+            self._rollouts.pop(old, None)
+            for attempt_id in self._attempts_of.pop(old, []):
+                self._attempts.pop(attempt_id, None)
+                self._spans.pop(attempt_id, None)
 
 
 def timed_out_span(name: str, attempt_id: str, reason: str | None) -> str:

@@ -84,15 +84,18 @@ class DevReport:
         return self.problems + [p for r in self.rollouts for p in r.problems]
 
     def metrics(self) -> dict[str, float]:
-        """Rollouts run, the share that succeeded, how many failed, the mean reward of those with a reward
-        (NaN when none has one: see ``problems`` for why), that of each target of a ``reward=`` mapping
-        (``mean_reward/<target>``), and LLM calls per rollout."""
+        """Counts — ``rollouts`` run, how many ``succeeded`` and ``failed`` — and rates: ``success_rate`` (the
+        share that succeeded), the mean reward of those with a reward (NaN when none has one: see ``problems``
+        for why), that of each target of a ``reward=`` mapping (``mean_reward/<target>``), and LLM calls per
+        rollout. Every value is a float."""
         n = len(self.rollouts) or 1
         rewards = [r.reward for r in self.rollouts if r.reward is not None]
+        succeeded = sum(r.status == RolloutStatus.SUCCEEDED for r in self.rollouts)
         return {
             "rollouts": float(len(self.rollouts)),
-            "succeeded": sum(r.status == RolloutStatus.SUCCEEDED for r in self.rollouts) / n,
+            "succeeded": float(succeeded),
             "failed": float(sum(r.status == RolloutStatus.FAILED for r in self.rollouts)),
+            "success_rate": succeeded / n,
             "mean_reward": sum(rewards) / len(rewards) if rewards else math.nan,
             "llm_calls_per_rollout": sum(len(r.transitions) for r in self.rollouts) / n,
             **{f"mean_reward/{target}": value for target, value in self.target_rewards.items()},

@@ -1,5 +1,7 @@
-"""The progress bar of ``Trainer.fit``: step, train reward, validation accuracy, rollouts per second, and the
-last update's trainer-vs-sampler logprob drift (mean and max absolute difference, ``-`` until measured).
+"""The progress bar of ``Trainer.fit``: step, train reward, what the step trained (transitions, flat groups out
+of groups, failed rollouts with their commonest error, or why it trained nothing), validation accuracy,
+rollouts per second, and the last update's trainer-vs-sampler logprob drift (mean and max absolute difference,
+``-`` until measured).
 ``kind="sft"`` (``tether.SFT``) shows the loss and examples per second instead of reward, rate and drift."""
 
 from __future__ import annotations
@@ -27,13 +29,20 @@ class FitProgress:
         self._total = total
         self._start = start
         self._enabled = enabled
-        self._fields: dict[str, Any] = {"reward": "-", "val": "-", "rate": "-", "drift": "-", "loss": "-"}
+        self._fields: dict[str, Any] = {
+            "reward": "-",
+            "trained": "-",
+            "val": "-",
+            "rate": "-",
+            "drift": "-",
+            "loss": "-",
+        }
 
     def __enter__(self) -> FitProgress:
         if self._enabled:
             text = (
-                "reward {task.fields[reward]}  val {task.fields[val]}  {task.fields[rate]} rollouts/s  "
-                "drift {task.fields[drift]}"
+                "reward {task.fields[reward]}  {task.fields[trained]}  val {task.fields[val]}  "
+                "{task.fields[rate]} rollouts/s  drift {task.fields[drift]}"
             )
             if self._kind == "sft":
                 text = "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"
@@ -57,6 +66,7 @@ class FitProgress:
         if record.get("kind") == "train":
             self._fields["reward"] = f"{record['reward']:.2f}"
             self._fields["rate"] = f"{record['rollouts_per_s']:.1f}"
+            self._fields["trained"] = trained_text(record)
             if "drift_mean" in record:
                 self._fields["drift"] = _drift_text(record)
         elif record.get("kind") == "sft":
@@ -71,3 +81,20 @@ class FitProgress:
 def _drift_text(record: dict[str, Any]) -> str:
     """``2.1e-06 (max 3.8e-05)``: a train record's mean and largest trainer-vs-sampler logprob difference."""
     return f"{record['drift_mean']:.2g} (max {record['drift_max']:.2g})"
+
+
+def trained_text(record: dict[str, Any]) -> str:
+    """``trained 24 · flat 1/4 · failed 2 (ValueError: ...)``, or ``trained nothing: <why>``: what a train
+    record says the step trained."""
+    parts = [f"trained {record.get('trained', 0)}"] if record.get("trained") else []
+    if not parts:
+        parts.append(f"trained nothing: {_clip(str(record.get('idle', '')), 90)}")
+    if record.get("groups"):
+        parts.append(f"flat {record.get('flat_groups', 0)}/{record['groups']}")
+    if record.get("failed"):
+        parts.append(f"failed {record['failed']} ({_clip(str(record.get('top_error', '')), 60)})")
+    return " · ".join(parts)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

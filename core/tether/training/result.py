@@ -1,8 +1,11 @@
 """What ``Trainer.fit`` returns: the run folder, the metrics history, the last checkpoint and curve.
 
 Every algorithm returns a ``FitResult`` (or a subclass with more, such as ``APOResult``). ``summary`` is the
-before/after table the examples print; a run stopped by Ctrl-C is ``interrupted`` and its summary says where
-the last checkpoint is and how to continue — the library itself prints nothing.
+before/after table the examples print — with the held-out sample size, 95 % intervals for each accuracy and
+for the gain (paired over the same tasks, ``tether.training.gains``), "within noise" where the gain's interval
+holds 0, "no update happened" when no step trained anything, and the commonest errors of failed rollouts; a
+run stopped by Ctrl-C is ``interrupted`` and its summary says where the last checkpoint is and how to
+continue — the library itself prints nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tether.training.gains import Interval, accuracy_interval, gain_interval
+from tether.training.health import FAILURES_FILE, read_top_failures
 
 
 @dataclass
@@ -56,13 +62,59 @@ class FitResult:
             return "\n".join([*head, "no evaluation was recorded"])
         labels = labels or _DEFAULT_LABELS
         width = max(len(heading), *(len(label) for label in labels.values())) + 2
-        lines = [*head, f"{heading:{width}}{'before':>8}{'after':>8}{'gain':>8}"]
+        sizes = {len(_per_task(ev, k)) for ev in (before, after) for k in labels} - {0}
+        if sizes:
+            n = "/".join(str(size) for size in sorted(sizes))
+            head.append(f"held-out tasks: {n} · [95 % intervals; the gain's paired over the same tasks]")
+        lines = [*head, f"{heading:{width}}{'before':>14}{'after':>14}{'gain':>8}"]
         for key, label in labels.items():
-            gain = (after[key] - before[key]) * 100
-            lines.append(f"{label:{width}}{before[key]:>8.0%}{after[key]:>8.0%}{gain:>+7.0f}p")
+            lines.append(f"{label:{width}}{self._row(key, before, after)}")
+        lines += self._notes()
         lines += ["", f"curve: {self.plot}", f"checkpoint: {self.checkpoint}"]
         lines.append(f"metrics: {self.run_dir / 'metrics.jsonl'}")
         return "\n".join(lines)
+
+    def _row(self, key: str, before: dict[str, Any], after: dict[str, Any]) -> str:
+        """``  12% [6–22]   73% [60–83]   +61p [+48, +74]`` (intervals where the per-task rewards were kept)."""
+        b, a = _per_task(before, key), _per_task(after, key)
+        cells = [f"{before[key]:.0%}{_span(accuracy_interval(b) if b else None)}"]
+        cells.append(f"{after[key]:.0%}{_span(accuracy_interval(a) if a else None)}")
+        gain = (after[key] - before[key]) * 100
+        interval = gain_interval(b, a) if b and a else None
+        text = f"{gain:>+7.0f}p"
+        if interval is not None:
+            text += f" [{interval.low * 100:+.0f}, {interval.high * 100:+.0f}]"
+            if interval.holds_zero and round(gain) != 0:
+                text += " within noise"
+        elif round(gain) != 0:
+            text += " (no per-task rewards: noise unknown)"
+        return f"{cells[0]:>14}{cells[1]:>14}{text}"
+
+    def _notes(self) -> list[str]:
+        """Lines under the table: whether anything was trained, and the failed rollouts' commonest errors."""
+        out = []
+        steps = [h for h in self.history if h.get("kind") == "train" and "trained" in h]
+        if steps and not any(h["trained"] for h in steps):
+            why = steps[-1].get("idle") or "no step trained a transition"
+            out.append(f"no update happened: none of the {len(steps)} steps trained anything ({why})")
+        count, top = read_top_failures(self.run_dir / FAILURES_FILE)
+        if count:
+            commonest = "; ".join(f"{error} (x{n})" for error, n in top)
+            out.append(f"failed rollouts: {count} (all in {self.run_dir / FAILURES_FILE}); commonest: {commonest}")
+        return out
+
+
+def _per_task(record: dict[str, Any], key: str) -> list[float]:
+    """The per-task values an eval record kept for ``key`` (``greedy_accuracy`` -> ``greedy_rewards``,
+    ``greedy_tool_rate`` -> ``greedy_tools``); empty when it kept none."""
+    prefix, _, rest = key.partition("_")
+    per_task = {"accuracy": "rewards", "tool_rate": "tools"}.get(rest)
+    values = record.get(f"{prefix}_{per_task}") if per_task else None
+    return [float(v) for v in values] if isinstance(values, list) else []
+
+
+def _span(interval: Interval | None) -> str:
+    return "" if interval is None else f" [{interval.low * 100:.0f}–{interval.high * 100:.0f}]"
 
 
 _DEFAULT_LABELS = {"greedy_accuracy": "accuracy (greedy)", "sampled_accuracy": "accuracy (T=1)"}

@@ -4,8 +4,9 @@
 that serves the backend and records each call, the runner that runs the wrapped agent, and the run folder
 (None for ``dev``), with the trainer's settings. An algorithm (``tether.algorithms.base.Algorithm``) gets it
 in ``fit(session, train, val)`` and runs batches of rollouts with ``run_batch``: one resources version is
-published (the sampling, and prompts if given), the tasks are enqueued, run and harvested from the store, and
-the transitions of each rollout's last attempt are built. ``run_jobs`` runs several resources versions in one
+published (the sampling, and prompts if given), the tasks are enqueued, run and read back from the store (where
+they stay, for the dashboard; a failed one's error also goes to the run folder's ``failures.jsonl``), and the
+transitions of each rollout's last attempt are built. ``run_jobs`` runs several resources versions in one
 batch, concurrently (APO scores its prompt candidates that way).
 """
 
@@ -27,6 +28,7 @@ from tether.spans import is_proxy_llm_span
 from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
 from tether.training.credit import Credit, CreditRule, CreditStats, assign_credit
+from tether.training.health import FAILURES_FILE, log_failures, unknown_reward_targets
 from tether.training.run_dir import RunDir
 from tether.training.transitions import build_transitions
 from tether.types import (
@@ -49,6 +51,10 @@ if TYPE_CHECKING:
     from tether.proxy import ProxyServer
     from tether.training.ray_runners import RayPool, RayRunners
     from tether.training.runner import Runner
+
+
+#: the rollout metadata key that says which part of a run a rollout belongs to (``"preflight"``)
+PHASE_METADATA = "tether.phase"
 
 
 def as_task(item: Any) -> Task:
@@ -78,6 +84,8 @@ class Settings:
     steps: int = 20
     eval_every: int = 5
     progress: bool = True
+    #: consecutive steps that trained nothing before ``fit`` stops with a ``FitError`` (None: never)
+    stop_after_idle_steps: int | None = 3
 
     @property
     def credit_rule(self) -> Credit:
@@ -201,6 +209,8 @@ class Session:
     backend starts (``Trainer.fit`` passes the algorithm's ``prepare_backend``: GRPO attaches LoRA adapters).
     ``export`` sends every finished rollout's spans out as OpenTelemetry GenAI spans (``tether.OTLPExport``).
     ``runners`` (``tether.RayRunners``) runs the rollouts in Ray actors instead of this process.
+    ``trains=False`` (``dev``) runs a policy map on a backend that cannot hold policies: every call goes to its
+    one model, and each call still shows the policy it would train.
     """
 
     def __init__(
@@ -215,8 +225,10 @@ class Session:
         before_start: Callable[[ModelBackend], None] | None = None,
         export: OTLPExport | None = None,
         runners: RayRunners | None = None,
+        trains: bool = True,
     ) -> None:
         self.agent = agent
+        self.trains = trains
         self.model = model
         self.store_url = store
         self.run = run
@@ -250,7 +262,7 @@ class Session:
             else:
                 backend = open_backend(self.model)
                 stack.push_async_callback(backend.close)
-            declare_policies(backend, self.agent.policies)
+            declare_policies(backend, self.agent.policies, required=self.trains)
             if self.before_start is not None:
                 self.before_start(backend)
             await backend.start()
@@ -354,18 +366,22 @@ class Session:
         mode: Mode = Mode.TRAIN,
         *,
         prompts: dict[str, PromptTemplate] | None = None,
-        harvest: bool = True,
+        harvest: bool = False,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Batch:
         """Run each task ``repeats`` times with ``sampling`` (and ``prompts``) and return the batch.
 
-        ``tasks`` are ``Task`` objects or raw inputs. ``harvest=False`` leaves the rollouts in the store.
+        ``tasks`` are ``Task`` objects or raw inputs; ``metadata`` is added to each rollout's. The rollouts stay
+        in the store (a ``memory:`` store keeps the latest ``keep_rollouts``); ``harvest=True`` removes them.
         """
         started = time.perf_counter()
         version = await self.publish(sampling, prompts)
-        (batch,) = await self._run([Job(tasks, version, repeats)], mode, harvest, started)
+        (batch,) = await self._run([Job(tasks, version, repeats, metadata or {})], mode, harvest, started)
         return batch
 
-    async def run_jobs(self, jobs: Sequence[Job], mode: Mode = Mode.TRAIN, *, harvest: bool = True) -> list[Batch]:
+    async def run_jobs(
+        self, jobs: Sequence[Job], mode: Mode = Mode.TRAIN, *, harvest: bool = False
+    ) -> list[Batch]:
         """Run every job's rollouts together (enqueued in job order) and return one batch per job."""
         return await self._run(jobs, mode, harvest, time.perf_counter())
 
@@ -384,12 +400,21 @@ class Session:
         if self._exporter is not None:
             self._exporter.export(items)
         by_id = {item.rollout.rollout_id: item for item in items}
+        if len(by_id) < len(ids):
+            raise StoreError(
+                f"{len(ids) - len(by_id)} of the batch's {len(ids)} rollouts left the store before they were "
+                "read: raise the memory store's keep_rollouts (memory:?keep_rollouts=N) above the batch size"
+            )
+
         batches: list[Batch] = []
         position = 0
         for job in jobs:
             count = len(job.tasks) * job.repeats
             batches.append(Batch([self._result(by_id[i]) for i in ids[position : position + count]]))
             position += count
+            if self.run is not None:  # every failure kept, whatever the algorithm does with the batch
+                phase = job.metadata.get(PHASE_METADATA)
+                log_failures(self.run.path / FAILURES_FILE, batches[-1].rollouts, str(phase) if phase else None)
         seconds = time.perf_counter() - started
         for batch in batches:
             batch.seconds = seconds
@@ -432,6 +457,12 @@ class Session:
     def _result(self, item: Harvested) -> RolloutResult:
         last = item.last_attempt_spans()
         built = build_transitions(item.rollout, last, policies=self.agent.policies)
+        unknown = unknown_reward_targets(
+            built.target_rewards, built.agent_names, self.agent.policies, self.agent.optimize
+        )
+        if unknown:  # a reward for nobody: nothing of this rollout trains on it
+            built.problems.insert(0, f"rollout {item.rollout.rollout_id}: {unknown}")
+            built.transitions = []
         return RolloutResult(
             item.rollout,
             last,
@@ -476,12 +507,15 @@ class Session:
         return rollout.rollout_id, claimed[0][1].attempt_id
 
 
-def declare_policies(backend: ModelBackend, policies: PolicyMap) -> None:
+def declare_policies(backend: ModelBackend, policies: PolicyMap, *, required: bool = True) -> None:
     """Tell ``backend`` the trained policies of a non-shared map (one set of weights each, plus the frozen
-    start), or say which backends can hold them. A shared map needs nothing: the backend's one policy serves."""
+    start), or say which backends can hold them. A shared map needs nothing: the backend's one policy serves;
+    neither does a backend that cannot hold policies when nothing trains (``required=False``: ``dev``)."""
     if policies.shared:
         return
     declare = getattr(backend, "declare_policies", None)
+    if declare is None and not required:
+        return
     if declare is None:
         raise ValueError(
             f"optimize={{policy: [sub-agents]}} gives each policy its own weights, which the "
