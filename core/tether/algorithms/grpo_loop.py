@@ -80,7 +80,11 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
     result = FitResult(run_dir=run.path)
     with FitProgress(settings.steps, enabled=settings.progress, start=loop.step) as bar:
         if val and loop.step == 0:
-            loop.record(await evaluate(session, val, step=loop.step), bar)
+            carried = carried_eval(run)
+            if carried is not None:  # a previous stage (a warm start) just evaluated these weights
+                loop.history.append(carried)
+            else:
+                loop.record(await evaluate(session, val, step=loop.step), bar)
         while loop.step < settings.steps:
             loop.record(await loop.train_step(train, rng), bar)
             if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
@@ -107,6 +111,13 @@ async def evaluate(
         for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own
             record[f"{label}_accuracy/{target}"] = value
     return record
+
+
+def carried_eval(run: RunDir) -> dict[str, Any] | None:
+    """The evaluation the previous stage of ``Trainer(algorithm=[...])`` ended with, as this stage's step 0
+    (``tether.algorithms.stages``); None when there is none."""
+    carried = getattr(run, "carried_eval", None)
+    return {**carried, "step": 0} if isinstance(carried, dict) else None
 
 
 class Loop:
