@@ -5,7 +5,9 @@ run folder (``StageRun``) that tags its metrics with the stage's name and carrie
 previous stage stopped, so ``metrics.jsonl`` holds one history and ``curve.png`` one curve. A stage's checkpoint
 records the stage; ``stages.json`` records the stages finished. ``resume=True`` skips the finished stages,
 continues the interrupted one from its own checkpoint, or, when it had none yet, starts it from the weights the
-previous stage left. When a stage ends with an evaluation, the next one does not repeat it at its start.
+previous stage left; a finished last stage continues when it can (GRPO given more ``steps``; not a
+``continues_on_resume = False`` algorithm such as ``WarmStart``). When a stage ends with an evaluation, the next
+one does not repeat it at its start.
 """
 
 from __future__ import annotations
@@ -102,33 +104,40 @@ class Stages:
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         run = session.require_run("Trainer.fit")
         progress = run.path / _PROGRESS
-        done = json.loads(progress.read_text())["done"] if session.resume and progress.exists() else 0
+        saved = json.loads(progress.read_text()) if session.resume and progress.exists() else {}
+        done, offsets = int(saved.get("done", 0)), [int(o) for o in saved.get("offsets", [])]
         if not session.resume:
             progress.unlink(missing_ok=True)
         result = FitResult(run_dir=run.path)
+        last = len(self.stages) - 1
         for index, stage in enumerate(self.stages):
-            if index < done:
+            # a finished stage is skipped; the last one continues when it can (GRPO given more steps)
+            if index < done and not (index == last and getattr(stage, "continues_on_resume", True)):
                 continue
-            history = run.history()
+            history = [h for h in run.history() if h.get("stage") in self.labels[:index]]
             steps = [h["step"] for h in history if isinstance(h.get("step"), int)]
             evals = [h for h in history if h.get("kind") == "eval"]
+            offsets = [*offsets[:index], offsets[index] if index < len(offsets) else max(steps, default=0)]
             view = StageRun(
                 run.path,
                 index=index,
                 label=self.labels[index],
-                offset=max(steps, default=0),
-                carried_eval=evals[-1] if evals and steps and evals[-1]["step"] == max(steps) else None,
+                offset=offsets[index],
+                carried_eval=evals[-1] if evals and evals[-1]["step"] == max(steps) else None,
             )
             resume = session.resume and view.load_state() is not None
             if session.resume and not resume and index > 0 and run.state_path.exists():
                 await _load_weights(session, run)  # the previous stage's last weights
             with _as_stage(session, view, resume):
                 result = await stage.fit(session, train, val)
-            progress.write_text(json.dumps({"done": index + 1, "stages": self.labels}))
+            progress.write_text(
+                json.dumps({"done": max(done, index + 1), "stages": self.labels, "offsets": offsets})
+            )
+        checkpoint = result.checkpoint or (run.checkpoint_path if run.state_path.exists() else None)
         return FitResult(
             run_dir=run.path,
             history=run.history(),
-            checkpoint=result.checkpoint,
+            checkpoint=checkpoint,
             plot=run.plot(run.history()),
             interrupted=result.interrupted,
         )

@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tether.models.base import ModelBackend
 from tether.models.lora import LoRA
@@ -44,11 +44,15 @@ class WarmStart:
     any ``model=`` string, or a ``ModelBackend`` (left open: its owner closes it). The agent's requests go to it
     unchanged, with the trainer's ``sampling`` and ``temperature`` (None: the trainer's). ``rollouts``:
     teacher rollouts, drawn from the training tasks (cycled when there are fewer tasks). ``lr``, ``batch_size``,
-    ``micro_batch``, ``micro_batch_tokens``: the fine-tuning's (``tether.SFT``, warm-up then cosine decay). ``lora=tether.LoRA(...)``:
-    train adapters instead of all the weights (give GRPO the same ``lora=`` when it follows). ``policies``:
-    the policies of ``wrap(optimize={...})`` to train (None: all). ``refit_tokenizer``: retrain a fresh
-    embedded model's tokenizer on the teacher's traffic first (a checkpoint's or a pretrained one is kept).
+    ``micro_batch``, ``micro_batch_tokens``: the fine-tuning's (``tether.SFT``, warm-up then cosine decay).
+    ``lora=tether.LoRA(...)``: train adapters instead of all the weights (give GRPO the same ``lora=`` when it
+    follows). ``policies``: the policies of ``wrap(optimize={...})`` to train (None: all).
+    ``refit_tokenizer``: retrain a fresh embedded model's tokenizer on the teacher's traffic first (a
+    checkpoint's or a pretrained one is kept).
     """
+
+    #: a finished warm start is not redone when its run resumes (``tether.algorithms.stages``)
+    continues_on_resume: ClassVar[bool] = False
 
     teacher: str | ModelBackend
     rollouts: int = 64
@@ -116,7 +120,8 @@ class WarmStart:
             raise ValueError(
                 f"WarmStart: none of the teacher's {record['teacher_rollouts']} finished rollouts reached "
                 f"min_reward={self.min_reward} (their mean reward was {record['teacher_reward']:.3f}; "
-                f"{record['teacher_failed']} failed{': ' + record['problem'] if record['problem'] else ''}): lower "
+                f"{record['teacher_failed']} failed{': ' + record['problem'] if record['problem'] else ''}): "
+                "lower "
                 "min_reward, check the agent's reward against the teacher with Trainer(model=<teacher>).dev(...), "
                 "or use a stronger teacher"
             )
