@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -77,10 +78,12 @@ def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
         ["tether", "demo", *args, "--steps", "2", "--eval-every", "1"], capture_output=True, text=True, timeout=600
     )
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "accuracy (greedy)" in first.stdout and "demonstrations used for the warm start" in first.stdout
-    assert (tmp_path / "warmstart" / "config.json").exists()
-    assert (tmp_path / "grpo" / "checkpoint" / "trainer_state.json").read_text() == '{"step": 2}'
-    assert (tmp_path / "grpo" / "curve.png").stat().st_size > 1000
+    assert "accuracy (greedy)" in first.stdout and "after the warm start alone" in first.stdout
+    assert "warm start: 60 teacher rollouts" in first.stdout
+    run = tmp_path / "run"
+    assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"] == 2
+    assert (run / "curve.png").stat().st_size > 1000
+    teacher_db = (run / "warmstart" / "teacher.db").stat().st_mtime
     second = subprocess.run(
         ["tether", "demo", *args, "--steps", "3", "--eval-every", "1", "--resume"],
         capture_output=True,
@@ -88,5 +91,9 @@ def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
         timeout=600,
     )
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "warm start: reusing" in second.stdout
-    assert (tmp_path / "grpo" / "checkpoint" / "trainer_state.json").read_text() == '{"step": 3}'
+    assert "asked" not in second.stdout
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["step"] == 3 and state["stage_name"] == "grpo"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in records].count("warmstart") == 1  # the warm start was not redone
+    assert (run / "warmstart" / "teacher.db").stat().st_mtime == teacher_db
