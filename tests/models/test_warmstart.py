@@ -179,3 +179,47 @@ def test_warm_start_says_what_is_wrong(teacher: FakeLLM, student: EmbeddedBacken
     )
     with pytest.raises(ValueError, match="fine-tunes a model tether holds in torch"):
         remote.fit(tether.wrap(add_agent, reward=reward), train=_tasks(4))
+
+
+def two_agents(task: str) -> dict[str, str]:
+    """Two sub-agents (``agent_scope``): the writer and the checker, one call each."""
+    from tether.capture.context import agent_scope
+
+    out = {}
+    for name in ("writer", "checker"):
+        with agent_scope(name):
+            reply = client.chat.completions.create(model="toy", messages=[{"role": "user", "content": task}])
+        out[name] = reply.choices[0].message.content or ""
+    return out
+
+
+def test_warm_start_trains_each_policy_on_its_own_calls(tmp_path: Path) -> None:
+    """``optimize={"w": ["writer"]}``: the writer's calls train policy w; the checker, named by no policy, is
+    served by the frozen start and its weights never move."""
+    import torch
+
+    with FakeLLM(handler=lambda request: text("yes")) as teacher:
+        student = EmbeddedBackend(preset="nano", seed=0)
+        try:
+            trainer = tether.Trainer(
+                model=student,
+                algorithm=tether.WarmStart(teacher=teacher.base_url, rollouts=8, min_reward=0.0, epochs=2),
+                n_runners=4,
+                name="policies",
+                run_root=str(tmp_path),
+                progress=False,
+            )
+            agent = tether.wrap(two_agents, reward=lambda task, output: 1.0, optimize={"w": ["writer"]})
+            result = trainer.fit(agent, train=_tasks(8))
+            assert student.policies is not None
+            with student.policy("w") as model:
+                trained = {k: v.clone() for k, v in model.state_dict().items()}
+            frozen = {k: v.clone() for k, v in student.model.state_dict().items()}
+        finally:
+            asyncio.run(student.close())
+    data = next(h for h in result.history if h["kind"] == "sft_data")
+    assert data["examples"] == 8  # the writer's calls only, not the checker's
+    steps = [h for h in result.history if h["kind"] == "sft"]
+    assert steps and all(h["trained_examples/w"] > 0 for h in steps)
+    assert any(not torch.equal(trained[k], frozen[k]) for k in frozen)
+    assert (result.run_dir / "checkpoint" / "policies.json").exists()

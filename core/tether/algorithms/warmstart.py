@@ -16,6 +16,7 @@ runs it before GRPO in one run (``tether.algorithms.stages``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tether.models.base import ModelBackend
 from tether.models.lora import LoRA
+from tether.policies import PolicyMap
 from tether.training.result import FitResult
 from tether.types import Mode, RolloutStatus, Task
 
@@ -150,7 +152,9 @@ class WarmStart:
             tasks = [train[i % len(train)] for i in rng.sample(range(max(missing, len(train))), missing)]
             settings = replace(session.settings, progress=False)
             sampling = {"temperature": self.temperature} if self.temperature is not None else None
-            async with TeacherSession(session.agent, self.teacher, store=url, settings=settings) as teacher:
+            # the teacher answers every sub-agent: one shared policy (the agent's map is the student's)
+            agent = dataclasses.replace(session.agent, policies=PolicyMap.from_optimize(None))
+            async with TeacherSession(agent, self.teacher, store=url, settings=settings) as teacher:
                 batch = await teacher.run_batch(tasks, 1, sampling, Mode.TRAIN, harvest=False)  # kept in the store
             failed, problems = batch.failed, batch.problems
             store = open_store(url)
