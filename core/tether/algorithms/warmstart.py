@@ -196,7 +196,10 @@ class WarmStart:
 
     def _sft(self, source: str | None = None) -> Any:
         """The fine-tuning, as ``tether.SFT`` (imports torch)."""
-        from tether.algorithms.sft import SFT
+        try:
+            from tether.algorithms.sft import SFT
+        except ImportError as exc:
+            raise ImportError(f'WarmStart needs torch: pip install "tether[embedded]" ({exc})') from None
 
         return SFT(
             source=source,
