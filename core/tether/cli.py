@@ -194,12 +194,12 @@ def import_traces(files: tuple[str, ...], store_url: str) -> None:
     import asyncio
     from pathlib import Path
 
-    from tether.otel.ingest import convert
+    from tether.otel.ingest import ImportOutcome, convert
     from tether.otel.ingest import import_traces as write
     from tether.otel.otlp import OtlpError, parse_json
     from tether.store import StoreError, open_store
 
-    async def _run() -> list[str]:
+    async def _run() -> ImportOutcome:
         items = [s for f in files for s in parse_json(Path(f).read_bytes())]
         traces = convert(items)
         store = open_store(store_url)
@@ -209,7 +209,11 @@ def import_traces(files: tuple[str, ...], store_url: str) -> None:
             await store.close()
 
     try:
-        ids = asyncio.run(_run())
-    except (OtlpError, StoreError, ValueError) as exc:
+        outcome = asyncio.run(_run())
+    except (OtlpError, StoreError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"imported {len(ids)} rollout(s) into {store_url}")
+    click.echo(f"imported {len(set(outcome.rollout_ids))} rollout(s) into {store_url}")
+    for trace_id, why in outcome.rejected.items():
+        click.echo(f"refused trace {trace_id}: {why}", err=True)
+    if outcome.rejected:
+        raise SystemExit(1)

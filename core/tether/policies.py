@@ -63,6 +63,26 @@ class PolicyMap:
                 return name
         return FROZEN_POLICY
 
+    def to_metadata(self) -> dict[str, Any]:
+        """What a rollout's metadata records (``spans.POLICIES_METADATA``): each policy's sub-agents, sorted
+        (None: every sub-agent), and whether one model serves them all."""
+        agents = {name: sorted(a) if a is not None else None for name, a in self.policies.items()}
+        return {"policies": agents, "shared": self.shared}
+
+    @classmethod
+    def from_metadata(cls, value: Any) -> PolicyMap | None:
+        """The map a rollout's metadata recorded; None when it recorded none (or one this version cannot read)."""
+        if not isinstance(value, Mapping) or not isinstance(value.get("policies"), Mapping):
+            return None
+        try:
+            policies = {
+                str(name): (_names(agents, "metadata") if agents is not None else None)
+                for name, agents in value["policies"].items()
+            }
+        except ValueError:
+            return None
+        return cls(policies, shared=bool(value.get("shared", True))) if policies else None
+
     def trains(self, agent_name: str | None) -> bool:
         """Whether ``agent_name``'s calls train their policy."""
         for agents in self.policies.values():

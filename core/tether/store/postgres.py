@@ -31,6 +31,7 @@ from typing import Any
 
 from tether import _json
 from tether.store._pg_conn import Connections
+from tether.store._pg_import import import_work
 from tether.store._pg_ops import (
     attempts_of,
     end_attempt,
@@ -51,6 +52,8 @@ from tether.store._pg_schema import (
 )
 from tether.store.base import (
     Harvested,
+    ImportedRollout,
+    ImportResult,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -402,6 +405,9 @@ class PostgresStore(Store):
             return sequences
 
         return await self._db.transaction(insert)
+
+    async def import_rollout(self, item: ImportedRollout) -> ImportResult:
+        return await self._db.transaction(import_work(item))
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         validate_int(since, "since")
