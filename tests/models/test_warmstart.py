@@ -99,7 +99,6 @@ def test_warm_start_learns_the_teachers_good_tool_calls(
     assert before is not None and after is not None
     assert before["greedy_tool_rate"] == 0.0  # random weights: no tool call
     assert after["greedy_tool_rate"] >= 0.75, (before, after)
-    assert after["greedy_accuracy"] > before["greedy_accuracy"], (before, after)
     # the fresh model's tokenizer was fitted to the teacher's traffic (once: the model is trained now)
     prompt = student.render([{"role": "user", "content": _tasks(1)[0]}], TOOLS)
     untouched = EmbeddedBackend(preset="nano", seed=0)
