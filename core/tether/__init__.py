@@ -59,6 +59,10 @@ def __getattr__(name: str) -> object:
         from tether.algorithms.joint import Joint
 
         return Joint
+    if name == "WarmStart":
+        from tether.algorithms.warmstart import WarmStart
+
+        return WarmStart
     if name == "VERL":  # imports no verl: that waits for VERL.fit
         from tether.algorithms.verl import VERL
 
@@ -106,6 +110,7 @@ __all__ = [
     "TrainableBackend",
     "Trainer",
     "Transition",
+    "WarmStart",
     "WrappedAgent",
     "__version__",
     "emit_reward",

@@ -41,7 +41,8 @@ class Trainer:
     ``algorithm``: what ``fit`` trains with — ``tether.GRPO(...)``, ``tether.APO(...)`` or any object with
     ``async def fit(session, train, val) -> FitResult`` (``tether.Algorithm``); or a mapping from the agent's
     policy names to algorithms, ``{"writer": tether.GRPO(...), "checker": tether.APO(...)}``: one run that
-    trains one policy's weights and searches another's prompt (``tether.Joint``).
+    trains one policy's weights and searches another's prompt (``tether.Joint``); or a list of them, run in order
+    in one run folder with one curve (``[tether.WarmStart(...), tether.GRPO(...)]``, ``tether.algorithms.stages``).
     ``store``: a store URL (``memory:`` by default for ``dev``, ``runs/<name>/store.db`` for ``fit``).
     ``runners``: where rollouts run: None, ``n_runners`` at a time in this process; ``tether.RayRunners(n=...)``
     in Ray actors (``pip install "tether[ray]"``). ``heartbeat_timeout_s``: how long a rollout attempt may go
@@ -55,7 +56,7 @@ class Trainer:
     """
 
     model: str | ModelBackend = "embedded"
-    algorithm: Algorithm | Mapping[str, Any] | None = None
+    algorithm: Algorithm | Mapping[str, Any] | Sequence[Any] | None = None
     store: str | None = None
     n_runners: int = 4
     runners: RayRunners | None = None
@@ -212,12 +213,17 @@ class Trainer:
         if self.algorithm is None:
             raise ValueError("Trainer.fit needs an algorithm: Trainer(algorithm=tether.GRPO(...))")
         from tether.algorithms.joint import Joint  # loads APO's modules: only when fit runs
+        from tether.algorithms.stages import Stages
 
-        given = Joint(self.algorithm) if isinstance(self.algorithm, Mapping) else self.algorithm
+        given: Any = self.algorithm
+        if isinstance(given, list | tuple):  # stages in order, e.g. [tether.WarmStart(...), tether.GRPO(...)]
+            given = Stages(given)
+        elif isinstance(given, Mapping):
+            given = Joint(given)
         algorithm = check_algorithm(given)
         if not isinstance(agent, WrappedAgent):
             raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
-        if isinstance(algorithm, Joint):
+        if isinstance(algorithm, Joint | Stages):
             algorithm.check(agent)  # before the run folder or anything else exists
         train_tasks = [as_task(t) for t in train]
         val_tasks = [as_task(t) for t in (val or [])]

@@ -1,10 +1,11 @@
 """Train the AutoGen calculator agent with the embedded model on CPU: the code behind ``tether demo``.
 
-1. Capture the exact request the agent sends (system message, tool schema) by running it once against a
-   scripted stand-in model, so the warm-start demonstrations look exactly like the agent's real prompts.
-2. Warm start: build the embedded model and fine-tune it on imperfect demonstrations (right format,
-   often the wrong operation). Cached in the run folder.
-3. GRPO with ``tether.Trainer.fit``, evaluating on held-out problems before, during and after.
+1. Warm start (``tether.WarmStart``): the agent runs against a teacher, here a scripted stand-in for your API
+   model (``tether.testing.fake_llm``) that calls the calculator in the right format but often with the wrong
+   operation; the embedded model (fresh, its tokenizer fitted to the teacher's traffic) is fine-tuned on those
+   rollouts' calls.
+2. GRPO, in the same run (``Trainer(algorithm=[WarmStart, GRPO])``), evaluating on held-out problems before
+   the warm start, after it, during and after training.
 
 Run: ``python examples/calc_autogen/train.py`` (or ``tether demo``); ``--help`` lists the knobs.
 """
@@ -13,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,80 +25,27 @@ sys.path.insert(0, str(HERE))
 import data  # noqa: E402
 
 import tether  # noqa: E402
+from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call  # noqa: E402
 
 
-def capture_request_shape(agent: Any) -> dict[str, Any]:
-    """The messages and tools of the agent's first model call, captured through tether."""
-    from tether.models.remote import RemoteBackend
-    from tether.testing.fake_llm import FakeLLM, tool_call
+def scripted_teacher(problems: list[data.Problem], p_correct: float, seed: int) -> FakeLLM:
+    """An OpenAI-compatible server standing in for the user's API model: it calls the calculator with the
+    problem's numbers and, ``p_correct`` of the time, the right operation (the same choice for a question
+    every time it is asked)."""
+    by_question = {p.question: p for p in problems}
 
-    async def _capture() -> dict[str, Any]:
-        async with FakeLLM(handler=lambda request: tool_call("calculator", {"expression": "1+1"})) as llm:
-            backend = RemoteBackend(llm.base_url)
-            try:
-                report = await tether.Trainer(model=backend).adev(tether.wrap(agent), [{"question": "PROBE"}])
-            finally:
-                await backend.close()
-        (rollout,) = report.rollouts
-        if not rollout.spans:
-            raise RuntimeError(f"could not capture the agent's request:\n{rollout}")
-        request = rollout.spans[0].attributes["request"]
-        return {"messages": request["messages"], "tools": request["tools"]}
+    def answer(request: dict[str, Any]) -> Reply:
+        messages = request.get("messages") or []
+        if messages and messages[-1].get("role") == "tool":
+            return text(str(messages[-1].get("content")))
+        asked = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        problem = by_question.get(asked.strip()) or next((p for q, p in by_question.items() if q in asked), None)
+        if problem is None:
+            return text("I cannot solve that.")
+        rng = random.Random(f"{seed}:{problem.question}")
+        return tool_call("calculator", {"expression": data.demonstration_expression(problem, rng, p_correct)})
 
-    return asyncio.run(_capture())
-
-
-def demonstrations(
-    shape: dict[str, Any], problems: list[data.Problem], p_correct: float, seed: int
-) -> tuple[list[dict[str, Any]], float]:
-    """Warm-start conversations in the agent's own prompt format, and the demonstrations' accuracy."""
-    rng = random.Random(seed)
-    conversations, correct = [], 0
-    for i, problem in enumerate(problems):
-        expression = data.demonstration_expression(problem, rng, p_correct)
-        correct += data.reward(problem.task(), eval(expression)) == 1.0
-        messages = [_with_question(m, problem.question) for m in shape["messages"]]
-        call = {
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
-        }
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        conversations.append({"messages": messages, "tools": shape["tools"]})
-    return conversations, correct / len(problems)
-
-
-def _with_question(message: dict[str, Any], question: str) -> dict[str, Any]:
-    if message.get("role") == "user":
-        return {**message, "content": str(message["content"]).replace("PROBE", question)}
-    return dict(message)
-
-
-def warm_start(
-    agent: Any, run_dir: Path, problems: list[data.Problem], args: argparse.Namespace
-) -> tuple[Path, float]:
-    """The warm-started checkpoint (built once, then reused) and the demonstrations' accuracy."""
-    from tether.models.embedded import create_embedded, sft
-
-    checkpoint = run_dir / "warmstart"
-    info_path = checkpoint / "warmstart.json"
-    if info_path.exists():
-        info = json.loads(info_path.read_text())
-        print(f"warm start: reusing {checkpoint} (demonstrations {info['demo_accuracy']:.0%} accurate)")
-        return checkpoint, float(info["demo_accuracy"])
-    shape = capture_request_shape(agent)
-    demos, demo_accuracy = demonstrations(shape, problems, args.demo_accuracy, args.seed)
-    corpus = [p.question for p in problems] + [json.dumps(shape["tools"]), str(shape["messages"])]
-    model = create_embedded(corpus, preset=args.preset, seed=args.seed)
-    print(
-        f"warm start: {model.num_params / 1e6:.2f}M-parameter model, {len(demos)} demonstrations "
-        f"({demo_accuracy:.0%} choose the right operation)"
-    )
-    started = time.perf_counter()
-    sft(model, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=32, seed=args.seed, progress=True)
-    model.save(checkpoint)
-    info_path.write_text(json.dumps({"demo_accuracy": demo_accuracy, "seconds": time.perf_counter() - started}))
-    return checkpoint, demo_accuracy
+    return FakeLLM(handler=answer)
 
 
 #: what --quick changes: a run of about a minute on a laptop CPU (the numbers mean little at this size)
@@ -120,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
-    parser.add_argument("--run-dir", default="runs/demo", help="where the warm start, checkpoints and metrics go")
+    parser.add_argument("--run-dir", default="runs/demo", help="where the checkpoints, metrics and curve go")
     parser.add_argument("--steps", type=int, default=160, help="GRPO steps")
     parser.add_argument("--eval-every", type=int, default=40, help="evaluate on the held-out tasks every N steps")
     parser.add_argument("--tasks-per-step", type=int, default=16, help="tasks per GRPO step")
@@ -128,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
     parser.add_argument("--n-train", type=int, default=2000, help="training problems (demonstrations, GRPO)")
     parser.add_argument("--n-test", type=int, default=100, help="held-out problems for the before/after numbers")
-    parser.add_argument("--demo-accuracy", type=float, default=0.4, help="how often demonstrations are right")
+    parser.add_argument("--demo-accuracy", type=float, default=0.4, help="how often the teacher is right")
     parser.add_argument("--sft-epochs", type=int, default=8, help="epochs of the warm-start fine-tuning")
     parser.add_argument("--sft-lr", type=float, default=3e-3, help="learning rate of the warm start")
     parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
@@ -162,43 +108,69 @@ def main(argv: list[str] | None = None) -> int:
 
     from agent import agent  # the user's AutoGen agent, unchanged
 
-    problems = data.splits(n_train=args.n_train, n_val=0, n_test=args.n_test, seed=args.seed)
-    checkpoint, demo_accuracy = warm_start(agent, run_dir, problems["train"], args)
+    from tether.models.embedded import EmbeddedBackend
 
-    trainer = tether.Trainer(
-        model=f"embedded:{checkpoint}",
-        algorithm=tether.GRPO(group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr),
-        n_runners=args.runners,
-        steps=args.steps,
-        eval_every=args.eval_every,
-        seed=args.seed,
-        name="grpo",
-        run_root=str(run_dir),
-        sampling={"max_tokens": 48},
-    )
-    wrapped = tether.wrap(agent, reward=data.reward)
-    try:
-        result = trainer.fit(
-            wrapped,
-            train=[p.task() for p in problems["train"]],
-            val=[p.task() for p in problems["test"]],
-            resume=args.resume,
-            preflight=not args.no_preflight,
+    problems = data.splits(n_train=args.n_train, n_val=0, n_test=args.n_test, seed=args.seed)
+    student = EmbeddedBackend(preset=args.preset, seed=args.seed)  # fresh: WarmStart fits its tokenizer
+    with scripted_teacher(problems["train"], args.demo_accuracy, args.seed) as teacher:
+        warm_start = tether.WarmStart(
+            teacher=teacher.base_url,
+            rollouts=args.n_train,
+            min_reward=0.0,  # every finished demonstration, right or wrong: the teacher is imperfect
+            epochs=args.sft_epochs,
+            lr=args.sft_lr,
+            batch_size=32,
+            micro_batch=32,
         )
-    except tether.FitError as exc:  # it trained nothing and says why: no traceback
-        print(f"training stopped: {exc}", file=sys.stderr)
-        return 1
-    _summary(result, demo_accuracy)
+        trainer = tether.Trainer(
+            model=student,
+            algorithm=[
+                warm_start,
+                tether.GRPO(group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr),
+            ],
+            n_runners=args.runners,
+            steps=args.steps,
+            eval_every=args.eval_every,
+            seed=args.seed,
+            name="run",
+            run_root=str(run_dir),
+            sampling={"max_tokens": 48},
+        )
+        try:
+            result = trainer.fit(
+                tether.wrap(agent, reward=data.reward),
+                train=[p.task() for p in problems["train"]],
+                val=[p.task() for p in problems["test"]],
+                resume=args.resume,
+                preflight=not args.no_preflight,
+            )
+        except tether.FitError as exc:  # it trained nothing and says why: no traceback
+            print(f"training stopped: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            asyncio.run(student.close())
+    summary(result)
     return 0
 
 
-def _summary(result: Any, demo_accuracy: float) -> None:
+def summary(result: Any) -> None:
+    """The before/after table, with the warm start's teacher and its result on their own lines."""
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
         return
-    print(
-        f"\nheld-out problems: never trained on; demonstrations used for the warm start: {demo_accuracy:.0%} right"
-    )
+    teacher = next((h for h in result.history if h.get("kind") == "warmstart"), None)
+    warm = [h for h in result.evals if h.get("stage") == "warmstart"]
+    print("\nheld-out problems: never trained on")
+    if teacher is not None:
+        print(
+            f"warm start: {teacher['teacher_rollouts']} teacher rollouts, {teacher['teacher_reward']:.0%} right, "
+            f"{teacher['kept']} kept"
+        )
+    if warm:
+        print(
+            f"after the warm start alone: accuracy {warm[-1]['greedy_accuracy']:.0%} greedy, "
+            f"{warm[-1]['sampled_accuracy']:.0%} T=1"
+        )
     rows = {
         "greedy_accuracy": "accuracy (greedy)",
         "sampled_accuracy": "accuracy (T=1)",

@@ -1,10 +1,10 @@
 """Train the chained-calculator agent with GRPO on the embedded model (CPU), crediting whole episodes or each
 call.
 
-1. Warm start: build the embedded model and fine-tune it on imperfect demonstrations in the agent's own
-   format (one calculator call per step, then the number; each step's operation often confused). Cached in
-   ``<run-root>/warmstart`` and shared by every run under the same root (``--credit`` and ``--seed`` only
-   change the GRPO part).
+1. Warm start (``tether.WarmStart``): the agent runs against a scripted teacher standing in for your API model
+   (one calculator call per step, then the number; each step's operation often confused) and a fresh embedded
+   model is fine-tuned on those rollouts' calls. Its own run, ``<run-root>/warmstart``, shared by every run
+   under the same root (``--credit`` and ``--seed`` only change the GRPO part).
 2. GRPO with ``tether.Trainer.fit``. Every calculator result is checked against the step it should be (the
    right operation on the agent's own result so far) and emitted with ``tether.emit_reward`` as 1 or 0 for
    the call that asked for it; the final reward is 1 for the right answer. ``--credit episode`` trains on the
@@ -21,6 +21,7 @@ Run: ``python examples/chain_calc/train.py --credit per_call --seed 1`` (``--hel
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import sys
@@ -55,70 +56,69 @@ def step_runner() -> Callable[[Any, dict[str, Any]], Any]:
     return run
 
 
-def demonstrations(
-    agent_module: Any, problems: list[data.Problem], p_correct: float, seed: int
-) -> tuple[list[dict[str, Any]], float, float]:
-    """Conversations in the agent's own format, the share of their steps that are right and the share of
-    their final answers that are right."""
-    rng = random.Random(seed)
-    conversations, right_steps, steps, right_answers = [], 0, 0, 0
-    for i, problem in enumerate(problems):
-        task = problem.task()
-        messages = agent_module.messages_for(task)
-        value = float(problem.numbers[0])
-        for k, op in enumerate(data.demonstration_ops(problem, rng, p_correct)):
-            expression = f"{agent_module.show(value)}{op}{problem.numbers[k + 1]}"
-            result = agent_module.calculator(expression)
-            right_steps += data.step_reward(task, k, value, result) == 1.0
-            steps += 1
-            messages += [
-                _call(f"call_{i}_{k}", expression),
-                {"role": "tool", "tool_call_id": f"call_{i}_{k}", "content": agent_module.show(result)},
-            ]
-            value = result
-        messages.append({"role": "assistant", "content": agent_module.show(value)})
-        right_answers += data.reward(task, agent_module.show(value)) == 1.0
-        conversations.append({"messages": messages, "tools": agent_module.TOOLS})
-    return conversations, right_steps / steps, right_answers / len(problems)
+def scripted_teacher(problems: list[data.Problem], p_correct: float, seed: int) -> Any:
+    """An OpenAI-compatible server standing in for the user's API model (``tether.testing.fake_llm``): one
+    calculator call per step on its last result, each step's operation right ``p_correct`` of the time (the
+    same choices for a problem every time), then the number."""
+    from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
 
+    by_question = {p.question: p for p in problems}
 
-def _call(call_id: str, expression: str) -> dict[str, Any]:
-    function = {"name": "calculator", "arguments": json.dumps({"expression": expression})}
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
-    }
+    def answer(request: dict[str, Any]) -> Reply:
+        messages = request.get("messages") or []
+        asked = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        problem = by_question.get(asked)
+        if problem is None:
+            return text("I cannot solve that.")
+        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+        k = len(results)
+        if k >= len(problem.ops):
+            return text(results[-1])
+        ops = data.demonstration_ops(problem, random.Random(f"{seed}:{asked}"), p_correct)
+        left = results[-1] if results else str(problem.numbers[0])
+        return tool_call("calculator", {"expression": f"{left}{ops[k]}{problem.numbers[k + 1]}"})
+
+    return FakeLLM(handler=answer)
 
 
 def warm_start(agent_module: Any, root: Path, problems: list[data.Problem], args: argparse.Namespace) -> Path:
-    """The warm-started checkpoint under ``root`` (built once, then reused by every run under it)."""
-    from tether.models.embedded import create_embedded, sft
+    """The warm-started checkpoint under ``root`` (``tether.WarmStart`` in its own run, ``<root>/warmstart``,
+    built once, then the start of every run under it)."""
+    from tether.models.embedded import EmbeddedBackend
 
-    checkpoint = root / "warmstart"
-    info_path = checkpoint / "warmstart.json"
-    if info_path.exists():
-        print(f"warm start: reusing {checkpoint} ({info_path.read_text().strip()})")
-        return checkpoint
-    demos, step_accuracy, answer_accuracy = demonstrations(agent_module, problems, args.demo_accuracy, 0)
-    corpus = [json.dumps(d["messages"]) for d in demos[:200]] + [json.dumps(agent_module.TOOLS)]
-    model = create_embedded(corpus, preset=args.preset, seed=0)
+    run = root / "warmstart"
+    if (run / "checkpoint" / "trainer_state.json").exists():
+        print(f"warm start: reusing {run / 'checkpoint'}")
+        return run / "checkpoint"
+    student = EmbeddedBackend(preset=args.preset, seed=0)  # fresh: WarmStart fits its tokenizer
+    with scripted_teacher(problems, args.demo_accuracy, 0) as teacher:
+        trainer = tether.Trainer(
+            model=student,
+            algorithm=tether.WarmStart(
+                teacher=teacher.base_url,
+                rollouts=len(problems),
+                min_reward=0.0,  # every finished demonstration, right or wrong: the teacher is imperfect
+                epochs=args.sft_epochs,
+                lr=args.sft_lr,
+                batch_size=args.sft_batch_size,
+            ),
+            n_runners=args.runners,
+            name="warmstart",
+            run_root=str(root),
+        )
+        try:
+            result = trainer.fit(
+                tether.wrap(agent_module.solve, reward=data.reward, run=step_runner()),
+                train=[p.task() for p in problems],
+            )
+        finally:
+            asyncio.run(student.close())
+    record = next(h for h in result.history if h.get("kind") == "warmstart")
     print(
-        f"warm start: {model.num_params / 1e6:.2f}M-parameter model, {len(demos)} demonstrations "
-        f"({step_accuracy:.0%} of steps right, {answer_accuracy:.0%} of answers right)"
+        f"warm start: {record['teacher_rollouts']} teacher rollouts, {record['teacher_reward']:.0%} answers right"
     )
-    started = time.perf_counter()
-    sft(
-        model, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=args.sft_batch_size, seed=0, progress=True
-    )
-    model.save(checkpoint)
-    info = {
-        "demo_step_accuracy": round(step_accuracy, 3),
-        "demo_answer_accuracy": round(answer_accuracy, 3),
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    info_path.write_text(json.dumps(info))
-    return checkpoint
+    assert result.checkpoint is not None
+    return result.checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:

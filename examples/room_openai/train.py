@@ -1,12 +1,14 @@
 """Train the plain-OpenAI room-booking agent: GRPO on the embedded model (CPU), or APO on its system prompt.
 
 GRPO (default):
-1. Warm start: build the embedded model and fine-tune it on imperfect demonstrations in the agent's own
-   prompt format (``find_rooms`` then ``book_room``; the right floor and seats, the equipment often confused).
-   Long enough (1200 small batches) that the model copies floor, seats and the first listed room reliably:
-   with copying noisy, reward is mostly noise and GRPO has nothing to learn from. Cached in the run folder.
-2. GRPO with ``tether.Trainer.fit``, evaluating on held-out requests before, during and after. A moderate
-   learning rate over 16 tasks a step: larger, noisier steps undo the copying while fixing the equipment.
+1. Warm start (``tether.WarmStart``): the agent runs against a scripted teacher standing in for your API model
+   (``find_rooms`` then ``book_room``; the right floor and seats, the equipment often confused), and the fresh
+   embedded model is fine-tuned on those rollouts' calls. Long enough (1200 small batches) that the model copies
+   floor, seats and the first listed room reliably: with copying noisy, reward is mostly noise and GRPO has
+   nothing to learn from.
+2. GRPO in the same run (``Trainer(algorithm=[WarmStart, GRPO])``), evaluating on held-out requests before the
+   warm start, after it, during and after training. A moderate learning rate over 16 tasks a step: larger,
+   noisier steps undo the copying while fixing the equipment.
 
 APO (``--apo``): the agent's system prompt template (``room_system`` in tether's resources) is rewritten by an
 optimizer model and scored on validation requests; needs OpenAI-compatible endpoints for the agent's model and
@@ -20,10 +22,10 @@ Run: ``python examples/room_openai/train.py`` (``--help`` lists the knobs).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,101 +51,79 @@ def prompt_runner(default: str) -> Callable[[Any, Any, tether.Resources], Any]:
     return run
 
 
-def demonstrations(
-    agent_module: Any, requests: list[data.Request], p_correct: float, seed: int
-) -> tuple[list[dict[str, Any]], float]:
-    """Two-call conversations in the agent's own format, and how often they book the right room."""
-    rng = random.Random(seed)
-    conversations, correct = [], 0
-    for i, request in enumerate(requests):
-        task = request.task()
-        arguments = data.demonstration_call(request, rng, p_correct)
-        found = agent_module.find_rooms(task["office"], **arguments)
-        room = json.loads(found)[0]["room"]
-        correct += room == task["room"]
-        messages = agent_module.messages_for(task)
-        messages += [
-            _call(f"call_{i}_0", "find_rooms", arguments),
-            {"role": "tool", "tool_call_id": f"call_{i}_0", "content": found},
-            _call(f"call_{i}_1", "book_room", {"room": room}),
-        ]
-        conversations.append({"messages": messages, "tools": agent_module.TOOLS})
-    return conversations, correct / len(requests)
+def scripted_teacher(agent_module: Any, requests: list[data.Request], p_correct: float, seed: int) -> Any:
+    """An OpenAI-compatible server standing in for the user's API model (``tether.testing.fake_llm``): it calls
+    ``find_rooms`` with the request's floor and seats and, ``p_correct`` of the time, the right equipment (the
+    same choice for a request every time), then books the first room listed."""
+    from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
 
+    by_ask = {tuple(m["content"] for m in agent_module.messages_for(r.task())): r for r in requests}
 
-def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    function = {"name": name, "arguments": json.dumps(arguments, separators=(",", ":"))}
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
-    }
+    def answer(request: dict[str, Any]) -> Reply:
+        messages = request.get("messages") or []
+        if messages and messages[-1].get("role") == "tool":
+            found = json.loads(str(messages[-1]["content"]) or "[]")
+            return tool_call("book_room", {"room": found[0]["room"]}) if found else text("No room fits.")
+        asked = tuple(str(m.get("content")) for m in messages[:2])
+        known = by_ask.get(asked)
+        if known is None:
+            return text("I cannot book that.")
+        rng = random.Random(f"{seed}:{asked}")
+        return tool_call("find_rooms", data.demonstration_call(known, rng, p_correct))
 
-
-def warm_start(
-    agent_module: Any, run_dir: Path, requests: list[data.Request], args: argparse.Namespace
-) -> tuple[Path, float]:
-    """The warm-started checkpoint (built once, then reused) and the demonstrations' accuracy."""
-    from tether.models.embedded import create_embedded, sft
-
-    checkpoint = run_dir / "warmstart"
-    info_path = checkpoint / "warmstart.json"
-    if info_path.exists():
-        info = json.loads(info_path.read_text())
-        print(f"warm start: reusing {checkpoint} (demonstrations {info['demo_accuracy']:.0%} right)")
-        return checkpoint, float(info["demo_accuracy"])
-    demos, demo_accuracy = demonstrations(agent_module, requests, args.demo_accuracy, args.seed)
-    corpus = [json.dumps(d["messages"]) for d in demos[:200]] + [json.dumps(agent_module.TOOLS)]
-    model = create_embedded(corpus, preset=args.preset, seed=args.seed)
-    print(
-        f"warm start: {model.num_params / 1e6:.2f}M-parameter model, {len(demos)} demonstrations "
-        f"({demo_accuracy:.0%} book the right room)"
-    )
-    started = time.perf_counter()
-    sft(
-        model,
-        demos,
-        epochs=args.sft_epochs,
-        lr=args.sft_lr,
-        batch_size=args.sft_batch_size,
-        seed=args.seed,
-        progress=True,
-    )
-    model.save(checkpoint)
-    info_path.write_text(json.dumps({"demo_accuracy": demo_accuracy, "seconds": time.perf_counter() - started}))
-    return checkpoint, demo_accuracy
+    return FakeLLM(handler=answer)
 
 
 def train_grpo(agent_module: Any, problems: dict[str, list[data.Request]], args: argparse.Namespace) -> None:
-    run_dir = Path(args.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint, demo_accuracy = warm_start(agent_module, run_dir, problems["train"], args)
-    trainer = tether.Trainer(
-        model=f"embedded:{checkpoint}",
-        algorithm=tether.GRPO(group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr),
-        n_runners=args.runners,
-        steps=args.steps,
-        eval_every=args.eval_every,
-        seed=args.seed,
-        name="grpo",
-        run_root=str(run_dir),
-        sampling={"max_tokens": 48},
-    )
-    wrapped = tether.wrap(
-        agent_module.book_meeting, reward=data.reward, run=prompt_runner(agent_module.SYSTEM_PROMPT)
-    )
-    result = trainer.fit(
-        wrapped,
-        train=[r.task() for r in problems["train"]],
-        val=[r.task() for r in problems["test"]],
-        resume=args.resume,
-        preflight=not args.no_preflight,
-    )
+    from tether.models.embedded import EmbeddedBackend
+
+    student = EmbeddedBackend(preset=args.preset, seed=args.seed)  # fresh: WarmStart fits its tokenizer
+    with scripted_teacher(agent_module, problems["train"], args.demo_accuracy, args.seed) as teacher:
+        warm_start = tether.WarmStart(
+            teacher=teacher.base_url,
+            rollouts=len(problems["train"]),
+            min_reward=0.0,  # every finished demonstration, right or wrong: the teacher is imperfect
+            epochs=args.sft_epochs,
+            lr=args.sft_lr,
+            batch_size=args.sft_batch_size,
+        )
+        trainer = tether.Trainer(
+            model=student,
+            algorithm=[
+                warm_start,
+                tether.GRPO(group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr),
+            ],
+            n_runners=args.runners,
+            steps=args.steps,
+            eval_every=args.eval_every,
+            seed=args.seed,
+            name="run",
+            run_root=str(args.run_dir),
+            sampling={"max_tokens": 48},
+        )
+        wrapped = tether.wrap(
+            agent_module.book_meeting, reward=data.reward, run=prompt_runner(agent_module.SYSTEM_PROMPT)
+        )
+        try:
+            result = trainer.fit(
+                wrapped,
+                train=[r.task() for r in problems["train"]],
+                val=[r.task() for r in problems["test"]],
+                resume=args.resume,
+                preflight=not args.no_preflight,
+            )
+        finally:
+            asyncio.run(student.close())
     if not result.evals:
         print(result.summary())  # says no evaluation was recorded
         return
     print(f"\nheld-out requests: {len(problems['test'])} (never trained on)")
-    print(f"demonstrations used for the warm start: {demo_accuracy:.0%} right")
+    teacher_record = next((h for h in result.history if h.get("kind") == "warmstart"), None)
+    if teacher_record is not None:
+        print(f"demonstrations used for the warm start: {teacher_record['teacher_reward']:.0%} right")
+    warm = [h for h in result.evals if h.get("stage") == "warmstart"]
+    if warm:
+        print(f"after the warm start alone: right room booked {warm[-1]['greedy_accuracy']:.0%} greedy")
     rows = {"greedy_accuracy": "right room booked (greedy)", "sampled_accuracy": "right room booked (T=1)"}
     print(result.summary(rows))
 

@@ -54,18 +54,26 @@ def test_problems_chain_two_or_three_steps_and_splits_are_disjoint(chain: dict[s
         assert data.reward(problem.task(), {"answer": "no idea"}) == 0.0
 
 
-def test_demonstrations_confuse_operations_but_keep_the_format(chain: dict[str, ModuleType]) -> None:
+async def test_the_scripted_teacher_confuses_operations_but_keeps_the_format(chain: dict[str, ModuleType]) -> None:
+    """The warm start's teacher (a stand-in for an API model): one calculator call per step, half of the steps'
+    operations confused, the same ones each time a problem is asked."""
     data, agent, train = chain["data"], chain["agent"], chain["train"]
-    problems = data.splits(n_train=300, n_val=0, n_test=0)["train"]
-    demos, step_accuracy, answer_accuracy = train.demonstrations(agent, problems, 0.5, seed=0)
-    assert 0.4 < step_accuracy < 0.6 and 0.05 < answer_accuracy < step_accuracy
-    problem, messages = problems[0], demos[0]["messages"]
-    assert [m["role"] for m in messages] == ["system", "user"] + ["assistant", "tool"] * len(problem.ops) + [
-        "assistant"
-    ]
-    ops = data.demonstration_ops(problem, random.Random(0), 0.5)
-    first = json.loads(messages[2]["tool_calls"][0]["function"]["arguments"])["expression"]
-    assert first == f"{problem.numbers[0]}{ops[0]}{problem.numbers[1]}"
+    problems = data.splits(n_train=60, n_val=0, n_test=0)["train"]
+    async with train.scripted_teacher(problems, 0.5, seed=0) as llm:
+        backend = RemoteBackend(llm.base_url)
+        try:
+            wrapped = tether.wrap(agent.solve, reward=data.reward, run=train.step_runner())
+            report = await tether.Trainer(model=backend, progress=False, n_runners=8).adev(
+                wrapped, [p.task() for p in problems]
+            )
+        finally:
+            await backend.close()
+    assert 0.05 < report.metrics()["mean_reward"] < 0.6
+    problem, first = problems[0], report.rollouts[0]
+    assert len(first.transitions) == len(problem.ops) + 1  # one call per step, then the answer
+    ops = data.demonstration_ops(problem, random.Random(f"0:{problem.question}"), 0.5)
+    call = first.transitions[0].response["tool_calls"][0]["function"]
+    assert json.loads(call["arguments"])["expression"] == f"{problem.numbers[0]}{ops[0]}{problem.numbers[1]}"
 
 
 def _half_right_model(problems: dict[str, Any], data: ModuleType) -> Any:
@@ -153,8 +161,10 @@ def test_train_script_warm_starts_and_runs_a_per_call_step(
     # a 1-epoch warm start of the nano model may score 0 on every preflight rollout, which fit would rightly stop
     argv += ["--group-size", "2", "--runners", "4", "--no-preflight"]
     assert train.main(argv) == 0
-    info = json.loads((tmp_path / "warmstart" / "warmstart.json").read_text())
-    assert 0.0 < info["demo_step_accuracy"] < 1.0
+    records = [json.loads(line) for line in (tmp_path / "warmstart" / "metrics.jsonl").read_text().splitlines()]
+    (teacher,) = [r for r in records if r["kind"] == "warmstart"]
+    assert teacher["teacher_rollouts"] == teacher["kept"] == 16
+    assert (tmp_path / "warmstart" / "checkpoint" / "config.json").exists()
     curve = json.loads((tmp_path / "per_call-s3" / "curve.json").read_text())
     assert curve["credit"] == "per_call" and [p["step"] for p in curve["curve"]] == [0, 1]
     records = [json.loads(line) for line in (tmp_path / "per_call-s3" / "metrics.jsonl").read_text().splitlines()]

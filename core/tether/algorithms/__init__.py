@@ -1,6 +1,6 @@
 """Algorithms that improve an agent: ``GRPO`` (weights, needs torch), ``SFT`` (weights from imported or
-captured calls, needs torch), ``APO`` (prompt templates) and ``VERL`` (weights, through verl's multi-GPU
-trainer).
+captured calls, needs torch), ``WarmStart`` (SFT on a teacher's rollouts of the agent, needs torch), ``APO``
+(prompt templates) and ``VERL`` (weights, through verl's multi-GPU trainer).
 
 Modules that need torch load on first use: ``from tether.algorithms import GRPO`` imports it then.
 """
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tether.algorithms.joint import Joint
     from tether.algorithms.sft import SFT
     from tether.algorithms.verl import VERL
+    from tether.algorithms.warmstart import WarmStart
 
 __all__ = [
     "APO",
@@ -28,6 +29,7 @@ __all__ = [
     "Credit",
     "CreditStats",
     "Joint",
+    "WarmStart",
     "assign",
     "assign_credit",
     "credit_advantages",
@@ -56,6 +58,10 @@ def __getattr__(name: str) -> Any:
         except ImportError as exc:
             raise ImportError(f'SFT needs torch: pip install "tether[embedded]" ({exc})') from None
         return SFT
+    if name == "WarmStart":
+        from tether.algorithms.warmstart import WarmStart
+
+        return WarmStart
     if name == "VERL":
         from tether.algorithms.verl import VERL
 

@@ -90,7 +90,11 @@ async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], 
     with FitProgress(settings.steps, enabled=settings.progress, start=loop.step) as bar:
         try:
             if val and loop.step == 0:
-                loop.record(await evaluate(session, val, step=loop.step), bar)
+                carried = carried_eval(run)
+                if carried is not None:  # a previous stage (a warm start) just evaluated these weights
+                    loop.history.append(carried)
+                else:
+                    loop.record(await evaluate(session, val, step=loop.step), bar)
             while loop.step < settings.steps:
                 step = await loop.train_step(train, rng)
                 loop.record(step, bar)
@@ -124,6 +128,13 @@ async def evaluate(
         for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own
             record[f"{label}_accuracy/{target}"] = value
     return record
+
+
+def carried_eval(run: RunDir) -> dict[str, Any] | None:
+    """The evaluation the previous stage of ``Trainer(algorithm=[...])`` ended with, as this stage's step 0
+    (``tether.algorithms.stages``); None when there is none."""
+    carried = getattr(run, "carried_eval", None)
+    return {**carried, "step": 0} if isinstance(carried, dict) else None
 
 
 class Loop:

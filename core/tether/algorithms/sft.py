@@ -26,6 +26,7 @@ import torch
 
 from tether.algorithms import grpo_loop
 from tether.algorithms.grpo import _assemble, _pack, _row_length, _token_logprobs
+from tether.algorithms.grpo_policies import trained_policies, update_policies
 from tether.algorithms.sft_data import ChatTemplate, Example, Filter, read_finished, select, tokenize
 from tether.models.base import TrainableBackend
 from tether.store import open_store
@@ -49,6 +50,10 @@ class SFT:
     sub-agents (an unknown name is an error listing the names in the store). ``retokenize=True`` tokenizes
     every call with the model's chat template, not only those without recorded token ids.
     ``Trainer.fit`` needs no training tasks for SFT; ``val`` tasks are evaluated before and after.
+
+    **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each call trains the weights of its
+    sub-agent's policy (``backend.policy(name)``, its own optimizer); calls of sub-agents no policy names (the
+    frozen model's) are left out. ``policies`` names the policies to train (None: all of the agent's).
     """
 
     uses_train_tasks: ClassVar[bool] = False
@@ -66,7 +71,12 @@ class SFT:
     weight_decay: float = 0.0
     seed: int = 0
     retokenize: bool = False
+    policies: Sequence[str] | None = None
+    #: "constant", or "cosine": warm up over the first 5% of steps, then decay by cosine to a tenth of ``lr``
+    schedule: str = "constant"
+    _lr_scale: float = field(default=1.0, init=False, repr=False)
     _optimizer: Any = field(default=None, init=False, repr=False)
+    _policy_optimizers: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.micro_batch < 1:
@@ -78,6 +88,10 @@ class SFT:
             raise ValueError(f"SFT needs lr > 0, got {self.lr}")
         if isinstance(self.agents, str):
             raise TypeError(f"agents= takes a list of sub-agent names, e.g. agents=[{self.agents!r}]")
+        if isinstance(self.policies, str):
+            self.policies = [self.policies]
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f'SFT(schedule=...) is "constant" or "cosine", got {self.schedule!r}')
 
     @property
     def filter(self) -> Filter:
@@ -92,9 +106,18 @@ class SFT:
         if not isinstance(backend, TrainableBackend) or not hasattr(backend, "render_reply"):
             raise ValueError("SFT trains a model tether holds in torch: use model='embedded' or model='hf:<path>'")
         run = session.require_run("SFT")
+        policy_map = session.agent.policies
+        trained = trained_policies(self.policies, policy_map)
         items = await self._read(session)
         selection = select(items, self.filter)
-        examples = selection.examples
+        examples = [e for e in selection.examples if policy_map.trains(e.agent_name) or policy_map.shared]
+        if trained is not None:
+            examples = [e for e in examples if policy_map.policy_of(e.agent_name) in trained]
+            if not examples:
+                raise ValueError(
+                    f"SFT selected no call of the policies {trained}: the kept rollouts' calls are by "
+                    f"{sorted(selection.agent_names) or 'no named sub-agent'}"
+                )
         template: ChatTemplate = backend  # type: ignore[assignment]  # checked: a LocalBackend
         retokenized = await asyncio.to_thread(tokenize, examples, template, retokenize=self.retokenize)
         history: list[dict[str, Any]] = []
@@ -109,7 +132,7 @@ class SFT:
             "retokenized": retokenized,  # calls tokenized here with the model's chat template
             "tokenizer": getattr(backend, "name", type(backend).__name__),
         }
-        rows = [_transition(e) for e in examples]
+        rows = [_transition(e, policy_map.policy_of(e.agent_name)) for e in examples]
         per_epoch = math.ceil(len(rows) / self.batch_size)
         rng = random.Random(f"{self.seed}:sft")
         step = 0
@@ -121,7 +144,10 @@ class SFT:
 
         with FitProgress(per_epoch * self.epochs, enabled=session.settings.progress, kind="sft") as bar:
             record(data, bar)
-            if val:
+            carried = grpo_loop.carried_eval(run)
+            if val and carried is not None:  # a previous stage just evaluated these weights
+                history.append(carried)
+            elif val:
                 record(await grpo_loop.evaluate(session, val, step=0), bar)
             for epoch in range(self.epochs):
                 order = list(range(len(rows)))
@@ -129,7 +155,8 @@ class SFT:
                 for b in range(per_epoch):
                     batch = [rows[i] for i in order[b * self.batch_size : (b + 1) * self.batch_size]]
                     started = time.perf_counter()
-                    metrics = await asyncio.to_thread(self._step, backend, batch)
+                    self._lr_scale = _scale(self.schedule, step, per_epoch * self.epochs)
+                    metrics = await asyncio.to_thread(self._step, backend, batch, trained)
                     step += 1
                     seconds = time.perf_counter() - started
                     record(
@@ -154,18 +181,33 @@ class SFT:
 
     # -- one optimizer step --------------------------------------------------------------------------------
 
-    def _step(self, backend: TrainableBackend, batch: Sequence[Transition]) -> dict[str, float]:
+    def _step(
+        self, backend: TrainableBackend, batch: Sequence[Transition], policies: list[str] | None
+    ) -> dict[str, float]:
+        if policies is not None:  # each policy's calls train its own weights
+            return update_policies(self, backend, batch, policies, backend.pad_token_id)
         with backend.policy() as model:
             return self.update(model, batch, pad_token_id=backend.pad_token_id)
 
     def update(
-        self, model: torch.nn.Module, batch: Sequence[Transition], *, pad_token_id: int = 0
+        self,
+        model: torch.nn.Module,
+        batch: Sequence[Transition],
+        *,
+        pad_token_id: int = 0,
+        weights_version: int | None = None,
+        policy: str | None = None,
     ) -> dict[str, float]:
         """One optimizer step on ``batch`` (transitions with prompt and response token ids): the mean NLL of
         every response token of the batch, accumulated over micro-batches. Returns the loss (before the
-        step), the gradient norm and the counts."""
+        step), the gradient norm and the counts. ``policy`` picks the optimizer (None: the shared policy's);
+        ``weights_version`` is accepted for the per-policy update's call and unused (demonstrations are
+        off-policy by nature)."""
+        del weights_version
         context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
-        optimizer = self.optimizer_for(model)
+        optimizer = self.optimizer_for(model, policy)
+        for group in optimizer.param_groups:
+            group["lr"] = self.lr * self._lr_scale
         total = sum(min(len(t.response_token_ids), context - 1) for t in batch)
         parts = _pack([_row_length(t, context) for t in batch], self.micro_batch, self.micro_batch_tokens)
         device = next(model.parameters()).device
@@ -189,23 +231,43 @@ class SFT:
             "micro_batches": float(len(parts)),
         }
 
-    def optimizer_for(self, model: torch.nn.Module) -> torch.optim.Optimizer:
-        if self._optimizer is None:
+    def optimizer_for(self, model: torch.nn.Module, policy: str | None = None) -> torch.optim.Optimizer:
+        """The optimizer of ``model``'s trainable parameters: one per policy (None: the shared policy's)."""
+        held = self._optimizer if policy is None else self._policy_optimizers.get(policy)
+        if held is None:
             params = [p for p in model.parameters() if p.requires_grad]
-            self._optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        return self._optimizer  # type: ignore[no-any-return]
+            held = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+            if policy is None:
+                self._optimizer = held
+            else:
+                self._policy_optimizers[policy] = held
+        return held
 
     def _save(self, backend: TrainableBackend, run: Any, step: int, retokenized: int) -> Path:
         def write(directory: Path) -> None:
             backend.save(str(directory))
             optimizer = self._optimizer.state_dict() if self._optimizer is not None else None
-            torch.save({"optimizer": optimizer}, directory / "optimizer.pt")
+            state: dict[str, Any] = {"optimizer": optimizer}
+            if self._policy_optimizers:
+                state["policies"] = {name: opt.state_dict() for name, opt in self._policy_optimizers.items()}
+            torch.save(state, directory / "optimizer.pt")
 
         saved: Path = run.save_checkpoint(write, {"step": step, "algorithm": "SFT", "retokenized": retokenized})
         return saved
 
 
-def _transition(e: Example) -> Transition:
+def _scale(schedule: str, step: int, total: int) -> float:
+    """The learning rate's factor at optimizer step ``step`` (from 0) of ``total``."""
+    if schedule == "constant":
+        return 1.0
+    warmup = max(1, total // 20)
+    if step < warmup:
+        return (step + 1) / warmup
+    frac = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+def _transition(e: Example, policy: str) -> Transition:
     """An example as the row layout the update shares with GRPO (prompt + response ids)."""
     return Transition(
         rollout_id=e.rollout_id,
@@ -221,4 +283,5 @@ def _transition(e: Example) -> Transition:
         reward=0.0,
         trainable=True,
         advantage=1.0,
+        policy=policy,
     )

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,44 @@ class EmbeddedBackend(LocalBackend):
                 self.base_dir = str(Path(checkpoint_dir).expanduser().resolve())
             else:
                 model = create_embedded(preset=preset, seed=seed, device=device)
+                self._fresh = (preset, seed, device)
         self.embedded = model
         self.model = model.model
         self.tokenizer = model.tokenizer
         self._stops = model.stop_token_ids
 
+    #: (preset, seed, device) of a model built here from random weights and never trained; None otherwise
+    _fresh: tuple[str, int, str] | None = None
+
     @property
     def stop_token_ids(self) -> list[int]:
         return self._stops
+
+    def refit_tokenizer(self, corpus: Iterable[str]) -> bool:
+        """Rebuild a fresh model (built here, untrained, one policy, no adapters) with its tokenizer trained
+        on ``corpus`` too, so the agent's own text takes few tokens (``tether.WarmStart`` passes the teacher's
+        traffic). Same preset and seed; returns whether it did (any other model is left as it is)."""
+        if self._fresh is None or self.weights_version or self.lora is not None or self.policies is not None:
+            return False
+        preset, seed, device = self._fresh
+        with self.weights_lock:
+            model = create_embedded(corpus, preset=preset, seed=seed, device=device)
+            self.embedded, self.model, self.tokenizer = model, model.model, model.tokenizer
+            self._stops = model.stop_token_ids
+            self._fresh = None
+        return True
+
+    def load_weights(self, directory: str) -> None:
+        """As ``LocalBackend.load_weights``; a fresh model takes the checkpoint's tokenizer too (a resumed run
+        whose warm start retrained it: ``refit_tokenizer``)."""
+        if self._fresh is None or self.lora is not None or self.policies is not None:
+            super().load_weights(directory)
+            return
+        model = EmbeddedModel.load(directory, device=self._fresh[2])
+        with self.weights_lock:
+            self.embedded, self.model, self.tokenizer = model, model.model, model.tokenizer
+            self._stops = model.stop_token_ids
+            self._fresh = None
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         text = template.render(messages, tools)

@@ -1,0 +1,215 @@
+"""``tether.WarmStart``: teach the student model the agent's job from a teacher before reinforcement learning.
+
+A fresh or small model rarely earns any reward on a new agent, so GRPO has nothing to learn from. A warm
+start fixes that: tether runs the wrapped agent against a **teacher** (any OpenAI-compatible URL, such as the
+user's API model or a local vLLM, or a ``ModelBackend``), keeps the rollouts whose reward reaches
+``min_reward``, and fine-tunes the student on the LLM calls those rollouts captured, tool calls included,
+rendered through the student's own chat template (``tether.SFT`` underneath, so full weights, LoRA and one
+set of weights per policy of ``wrap(optimize={...})`` all work).
+
+The teacher's rollouts are kept in the run folder (``warmstart/teacher.db``): a resumed run reuses them and
+asks the teacher only for the ones missing, so a paid API is not queried twice. A fresh ``model="embedded"``
+(random weights, built in memory) first gets its tokenizer retrained on the teacher's traffic, so the agent's
+prompts and tool schemas take few tokens. ``Trainer(algorithm=[tether.WarmStart(...), tether.GRPO(...)])``
+runs it before GRPO in one run (``tether.algorithms.stages``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tether.models.base import ModelBackend
+from tether.models.lora import LoRA
+from tether.policies import PolicyMap
+from tether.training.result import FitResult
+from tether.types import Mode, RolloutStatus, Task
+
+if TYPE_CHECKING:
+    from tether.training.session import Session
+
+#: where the teacher's rollouts are kept, inside the run folder
+TEACHER_STORE = Path("warmstart") / "teacher.db"
+
+
+@dataclass
+class WarmStart:
+    """Run the agent ``rollouts`` times against ``teacher``, keep the rollouts with ``reward >= min_reward``,
+    and fine-tune the student on their calls for ``epochs`` passes.
+
+    ``teacher``: an OpenAI-compatible base URL (``"https://api.openai.com/v1"``, ``"http://localhost:8000/v1"``),
+    any ``model=`` string, or a ``ModelBackend`` (left open: its owner closes it). The agent's requests go to it
+    unchanged, with the trainer's ``sampling`` and ``temperature`` (None: the trainer's). ``rollouts``:
+    teacher rollouts, drawn from the training tasks (cycled when there are fewer tasks). ``lr``, ``batch_size``,
+    ``micro_batch``, ``micro_batch_tokens``: the fine-tuning's (``tether.SFT``, warm-up then cosine decay).
+    ``lora=tether.LoRA(...)``: train adapters instead of all the weights (give GRPO the same ``lora=`` when it
+    follows). ``policies``: the policies of ``wrap(optimize={...})`` to train (None: all).
+    ``refit_tokenizer``: retrain a fresh embedded model's tokenizer on the teacher's traffic first (a
+    checkpoint's or a pretrained one is kept).
+    """
+
+    #: a finished warm start is not redone when its run resumes (``tether.algorithms.stages``)
+    continues_on_resume: ClassVar[bool] = False
+
+    teacher: str | ModelBackend
+    rollouts: int = 64
+    min_reward: float = 1.0
+    epochs: int = 3
+    lr: float = 1e-3
+    batch_size: int = 16
+    micro_batch: int = 16
+    micro_batch_tokens: int | None = None
+    temperature: float | None = None
+    lora: LoRA | None = None
+    policies: Sequence[str] | None = None
+    refit_tokenizer: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.teacher, str):
+            if not self.teacher.strip():
+                raise ValueError(
+                    'WarmStart needs a teacher: an OpenAI-compatible URL such as "http://localhost:8000/v1"'
+                )
+        elif not isinstance(self.teacher, ModelBackend):
+            raise TypeError(
+                f"WarmStart(teacher=...) takes an OpenAI-compatible URL or a ModelBackend, got "
+                f"{type(self.teacher).__name__}"
+            )
+        if isinstance(self.rollouts, bool) or not isinstance(self.rollouts, int) or self.rollouts < 1:
+            raise ValueError(
+                f"WarmStart needs rollouts >= 1 (teacher rollouts to learn from), got {self.rollouts!r}"
+            )
+        if self.temperature is not None and self.temperature < 0:
+            raise ValueError(f"WarmStart(temperature=...) must be >= 0 or None, got {self.temperature}")
+        self._sft()  # the fine-tuning's own checks (epochs, lr, batch sizes), now rather than after the teacher
+
+    # -- the algorithm contract ----------------------------------------------------------------------------
+
+    def prepare_backend(self, backend: ModelBackend) -> None:
+        """Before the student starts: attach the LoRA adapters, if any (as ``GRPO(lora=...)`` does)."""
+        if self.lora is None:
+            return
+        attach = getattr(backend, "attach_lora", None)
+        if attach is None:
+            raise ValueError(
+                f"WarmStart(lora=...) needs a backend that can hold LoRA adapters (model='embedded' or "
+                f"'hf:<path>'); the {type(backend).__name__} cannot"
+            )
+        attach(self.lora)
+
+    async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
+        """Collect the teacher's rollouts (those not already kept), then fine-tune the student on the good ones."""
+        backend = session.backend
+        if not hasattr(backend, "render_reply"):
+            raise ValueError(
+                "WarmStart fine-tunes a model tether holds in torch: use model='embedded' or model='hf:<path>' "
+                f"(the {type(backend).__name__} cannot be fine-tuned on demonstrations)"
+            )
+        if not train:
+            raise ValueError("WarmStart needs training tasks: the teacher runs the agent on them")
+        run = session.require_run("WarmStart")
+        path = run.path / TEACHER_STORE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{path}"
+        record = await self._demonstrate(session, train, url)
+        run.log(record)
+        if record["kept"] == 0:
+            raise ValueError(
+                f"WarmStart: none of the teacher's {record['teacher_rollouts']} finished rollouts reached "
+                f"min_reward={self.min_reward} (their mean reward was {record['teacher_reward']:.3f}; "
+                f"{record['teacher_failed']} failed{': ' + record['problem'] if record['problem'] else ''}): "
+                "lower "
+                "min_reward, check the agent's reward against the teacher with Trainer(model=<teacher>).dev(...), "
+                "or use a stronger teacher"
+            )
+        if self.refit_tokenizer:
+            await self._refit(backend, url)
+        result: FitResult = await self._sft(url).fit(session, train, val)
+        result.history.insert(0, record)
+        return result
+
+    # -- the teacher's rollouts ----------------------------------------------------------------------------
+
+    async def _demonstrate(self, session: Session, train: Sequence[Task], url: str) -> dict[str, Any]:
+        """Run the rollouts the teacher store lacks; the counts and the teacher's mean reward."""
+        from tether.store import open_store
+        from tether.training.session import Session as TeacherSession
+
+        store = open_store(url)
+        try:
+            done = await store.list_rollouts(status=RolloutStatus.SUCCEEDED)
+        finally:
+            await store.close()
+        missing = self.rollouts - len(done)
+        failed, problems = 0, []
+        if missing > 0:
+            rng = random.Random(f"{session.settings.seed}:warmstart:{len(done)}")
+            tasks = [train[i % len(train)] for i in rng.sample(range(max(missing, len(train))), missing)]
+            settings = replace(session.settings, progress=False)
+            sampling = {"temperature": self.temperature} if self.temperature is not None else None
+            # the teacher answers every sub-agent: one shared policy (the agent's map is the student's)
+            agent = dataclasses.replace(session.agent, policies=PolicyMap.from_optimize(None))
+            async with TeacherSession(agent, self.teacher, store=url, settings=settings) as teacher:
+                batch = await teacher.run_batch(tasks, 1, sampling, Mode.TRAIN, harvest=False)  # kept in the store
+            failed, problems = batch.failed, batch.problems
+            store = open_store(url)
+            try:
+                done = await store.list_rollouts(status=RolloutStatus.SUCCEEDED)
+            finally:
+                await store.close()
+        rewards = [r.reward for r in done if r.reward is not None]
+        return {
+            "kind": "warmstart",
+            "step": 0,
+            "teacher_rollouts": len(done),
+            "kept": sum(r >= self.min_reward for r in rewards),
+            "teacher_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+            "asked": max(missing, 0),
+            "teacher_failed": failed,
+            "problem": problems[0] if problems else "",
+        }
+
+    async def _refit(self, backend: Any, url: str) -> None:
+        """A fresh embedded model's tokenizer retrained on the teacher's traffic (no-op for any other model)."""
+        refit = getattr(backend, "refit_tokenizer", None)
+        if refit is None:
+            return
+        from tether.algorithms.sft_data import read_finished, select
+        from tether.store import open_store
+
+        store = open_store(url)
+        try:
+            items = await read_finished(store)
+        finally:
+            await store.close()
+        corpus: list[str] = []
+        for e in select(items, self._sft().filter).examples:
+            corpus.extend(str(m.get("content") or "") for m in e.messages)
+            corpus.append(json.dumps(e.tools) if e.tools else "")
+            corpus.append(json.dumps(e.reply))
+        refit(corpus)
+
+    def _sft(self, source: str | None = None) -> Any:
+        """The fine-tuning, as ``tether.SFT`` (imports torch)."""
+        try:
+            from tether.algorithms.sft import SFT
+        except ImportError as exc:
+            raise ImportError(f'WarmStart needs torch: pip install "tether[embedded]" ({exc})') from None
+
+        return SFT(
+            source=source,
+            min_reward=self.min_reward,
+            epochs=self.epochs,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            micro_batch=self.micro_batch,
+            micro_batch_tokens=self.micro_batch_tokens,
+            retokenize=True,  # the teacher's token ids, if any, are not the student's
+            schedule="cosine",
+            policies=self.policies,
+        )
