@@ -21,8 +21,8 @@ from tether.models.embedded import EmbeddedBackend  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
 GOOD = {"a", "b"}
-#: the run's timings: the only figures that may differ between two runs of one seeded command
-#: figures of the machine, not of the run: how fast it went and how much memory it held
+#: figures of the machine, not of the run (how fast it went, how much memory it held): the only ones that may
+#: differ between two runs of one seeded command
 TIMINGS = ("rollouts_per_s", "rss_mb")
 
 
