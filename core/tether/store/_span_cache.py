@@ -6,7 +6,8 @@ store keeps the spans it committed, frozen (``tether.store._frozen``), by attemp
 instead of decoding them. The file stays the truth: a read asks it which spans exist (from its index) and
 decodes only those the cache lacks (written by another process, or evicted). Spans never change once
 written and attempt ids are never reused, so a cached span cannot go stale; harvested attempts are dropped.
-The cache holds at most ``max_bytes`` of span JSON, least recently used attempts evicted first.
+The cache holds at most ``max_bytes`` of memory as its caller counts it (``_frozen.frozen_size``: the spans' Python
+objects, several times their JSON), least recently used attempts evicted first.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ __all__ = ["SpanCache"]
 
 
 class SpanCache:
-    """Frozen spans by attempt id and sequence, bounded by the size of their JSON. Thread-safe."""
+    """Frozen spans by attempt id and sequence, bounded by the memory they hold. Thread-safe."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -31,7 +32,7 @@ class SpanCache:
         self._lock = threading.Lock()
 
     def add(self, spans: Iterable[tuple[Span, int]]) -> None:
-        """Keep ``(span, size of its JSON)`` pairs; each span carries its sequence and frozen attributes."""
+        """Keep ``(span, bytes it holds)`` pairs; each span carries its sequence and frozen attributes."""
         if self.max_bytes <= 0:
             return
         with self._lock:
