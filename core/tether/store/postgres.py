@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
+from tether.store._frozen import frozen_size, snapshot
 from tether.store._pg_conn import Connections
 from tether.store._pg_ops import (
     attempts_of,
@@ -49,6 +50,8 @@ from tether.store._pg_schema import (
     rollout_from_row,
     span_from_row,
 )
+from tether.store._pg_spans import read_spans
+from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
 from tether.store.base import (
     Harvested,
     InvalidInput,
@@ -85,11 +88,15 @@ _RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources ver
 class PostgresStore(Store):
     """A store in a PostgreSQL database. Creates (or migrates) its ``tether_*`` tables on first use."""
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(self, url: str, *, pool_size: int = 10, span_cache_bytes: int = DEFAULT_SPAN_CACHE_BYTES) -> None:
+        """``span_cache_bytes`` bounds the memory of the spans this store wrote and keeps for reads
+        (``tether.store._pg_spans``); 0 turns the cache off."""
         self.url = url
         self._db = Connections(url, max_size=pool_size)
+        self._cache = SpanCache(span_cache_bytes)
 
     async def close(self) -> None:
+        self._cache.clear()
         await self._db.close()
 
     # -- rollouts -----------------------------------------------------------------------------------------
@@ -348,6 +355,7 @@ class PostgresStore(Store):
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         columns: list[list[Any]] = [[] for _ in range(10)]
+        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the memory it holds
         for span in spans:
             validate_span(span)
             start = validate_number(span.start_time, f"span {span.name!r} start_time")
@@ -356,8 +364,16 @@ class PostgresStore(Store):
                 attributes = _json.dumps(span.attributes)
             except TypeError as exc:
                 raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
-            values = (span.attempt_id, span.rollout_id, span.span_id, SpanKind(span.kind).value, span.name,
+            kind = SpanKind(span.kind)
+            values = (span.attempt_id, span.rollout_id, span.span_id, kind.value, span.name,
                       span.agent_name, span.parent_id, start, end, attributes)  # fmt: skip
+            if self._cache.max_bytes > 0:  # as a read decodes it: float8 times, the kind as the enum
+                frozen = snapshot(span.attributes, attributes)
+                cached.append(
+                    (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
+                          span.parent_id, float(start), None if end is None else float(end)),
+                     frozen_size(frozen) + SPAN_BYTES)
+                )  # fmt: skip
             for column, value in zip(columns, values, strict=True):
                 column.append(value)
         if not spans:
@@ -401,25 +417,19 @@ class PostgresStore(Store):
             )  # fmt: skip
             return sequences
 
-        return await self._db.transaction(insert)
+        sequences = await self._db.transaction(insert)
+        if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
+            for (span, _), sequence in zip(cached, sequences, strict=True):
+                span.sequence = sequence
+            self._cache.add(cached)
+        return sequences
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         validate_int(since, "since")
-
-        async def read(conn: Any) -> list[Span]:
-            rows = await conn.fetch(
-                f"SELECT {SPAN_COLS} FROM tether_spans WHERE attempt_id = $1 AND sequence >= $2 ORDER BY sequence",
-                attempt_id,
-                since,
-            )
-            if (
-                not rows
-                and await conn.fetchval("SELECT 1 FROM tether_attempts WHERE attempt_id = $1", attempt_id) is None
-            ):
-                raise NotFound(f"unknown attempt {attempt_id!r}")
-            return [span_from_row(row) for row in rows]
-
-        return await self._db.transaction(read)
+        found = await read_spans(self._db, self._cache, attempt_id, since)
+        if found is None:
+            raise NotFound(f"unknown attempt {attempt_id!r}")
+        return found
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -486,6 +496,7 @@ class PostgresStore(Store):
                 [a.attempt_id for a in attempts],
             )
             await conn.execute("DELETE FROM tether_attempts WHERE rollout_id = ANY($1::text[])", ids)
+            self._cache.drop(a.attempt_id for a in attempts)
             spans_of: dict[str, list[Span]] = {a.attempt_id: [] for a in attempts}
             for span in sorted(map(span_from_row, span_rows), key=lambda s: s.sequence or 0):
                 spans_of[span.attempt_id].append(span)

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from tether import _json
 from tether.store._frozen import frozen_size, snapshot
 from tether.store._group_commit import GroupCommit
-from tether.store._span_cache import SpanCache
+from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
 from tether.store._sqlite_conn import connect, store_error
 from tether.store._sqlite_rows import (
     ATTEMPT_COLS,
@@ -80,8 +80,6 @@ from tether.types import (
 )
 
 _T = TypeVar("_T")
-DEFAULT_SPAN_CACHE_BYTES = 64 * 1024 * 1024  # of memory: a training batch's spans, until harvested
-_SPAN_BYTES = 400  # a cached span's Span object, its id strings and its slot in the cache
 
 
 class SqliteStore(Store):
@@ -376,7 +374,7 @@ class SqliteStore(Store):
                 frozen = snapshot(span.attributes, attributes)
                 cached.append(
                     (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
-                          span.parent_id, start, end), frozen_size(frozen) + _SPAN_BYTES)
+                          span.parent_id, start, end), frozen_size(frozen) + SPAN_BYTES)
                 )  # fmt: skip
             rows.append(
                 [span.attempt_id, 0, span.rollout_id, span.span_id, kind.value, span.name, span.agent_name,
