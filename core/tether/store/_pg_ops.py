@@ -42,10 +42,14 @@ async def attempts_of(conn: Any, rollout_ids: list[str]) -> list[Attempt]:
 async def lock_running_attempt(conn: Any, attempt_id: str) -> str:
     """Lock the rollout of a running attempt (rollout first, as everywhere) and return its id;
     ``NotFound`` / ``InvalidTransition`` otherwise."""
-    rollout_id = await conn.fetchval("SELECT rollout_id FROM tether_attempts WHERE attempt_id = $1", attempt_id)
+    rollout_id = await conn.fetchval(  # one round trip: find the rollout and lock it
+        "SELECT rollout_id FROM tether_rollouts WHERE rollout_id = "
+        "(SELECT rollout_id FROM tether_attempts WHERE attempt_id = $1) FOR UPDATE",
+        attempt_id,
+    )
     if rollout_id is None:
         raise NotFound(f"unknown attempt {attempt_id!r}")
-    await conn.execute("SELECT 1 FROM tether_rollouts WHERE rollout_id = $1 FOR UPDATE", rollout_id)
+    # read after the lock: a change committed while we waited for it counts
     status = await conn.fetchval("SELECT status FROM tether_attempts WHERE attempt_id = $1", attempt_id)
     if status != AttemptStatus.RUNNING.value:
         raise InvalidTransition(f"attempt {attempt_id} is already {status}")
@@ -60,7 +64,8 @@ async def end_attempt(
     error: str | None,
     output: bytes | None,
     reward: float | None,
-) -> None:
+) -> Rollout:
+    """End a running attempt (its rollout locked) and settle its rollout; the rollout as it is now."""
     now = time.time()
     await conn.execute(
         "UPDATE tether_attempts SET status = $2, finished_at = $3, error = $4 WHERE attempt_id = $1",
@@ -70,29 +75,30 @@ async def end_attempt(
         error,
     )
     if status == AttemptStatus.SUCCEEDED:
-        await conn.execute(
+        row = await conn.fetchrow(
             "UPDATE tether_rollouts SET status = 'succeeded', output = $2, reward = $3, error = NULL, "
-            "finished_at = $4 WHERE rollout_id = $1",
+            f"finished_at = $4 WHERE rollout_id = $1 RETURNING {ROLLOUT_COLS}",
             rollout_id,
             output,
             reward,
             now,
         )
-        return
-    await conn.execute(
+        return rollout_from_row(row)
+    row = await conn.fetchrow(
         "UPDATE tether_rollouts SET "
         "queue_pos = CASE WHEN attempt_count < max_attempts THEN nextval('tether_queue_pos') END, "
         "status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END, "
         "output = CASE WHEN attempt_count < max_attempts THEN output ELSE $2::bytea END, "
         "reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE $3::float8 END, "
         "finished_at = CASE WHEN attempt_count < max_attempts THEN NULL ELSE $4::float8 END, "
-        "error = $5 WHERE rollout_id = $1",
+        f"error = $5 WHERE rollout_id = $1 RETURNING {ROLLOUT_COLS}",
         rollout_id,
         output,
         reward,
         now,
         error,
     )
+    return rollout_from_row(row)
 
 
 def opt_float(value: float | None) -> float | None:

@@ -139,7 +139,8 @@ class PostgresStore(Store):
                 rows,
             )
 
-        await self._db.transaction(insert)
+        # asyncpg's executemany is atomic on its own (one implicit transaction, since 0.22): no BEGIN/COMMIT
+        await self._db.transaction(insert, single_statement=True)
         return rollouts
 
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
@@ -203,8 +204,7 @@ class PostgresStore(Store):
 
         async def finish(conn: Any) -> Rollout:
             rollout_id = await lock_running_attempt(conn, attempt_id)
-            await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
-            return await rollout_of(conn, rollout_id)
+            return await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
 
         return await self._db.transaction(finish)
 
