@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tether.store._pg_schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, rollout_from_row
+from tether.store._pg_schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.store.base import InvalidTransition, NotFound
-from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus
+from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
 
 async def status_of(conn: Any, rollout_id: str, *, lock: bool = False) -> RolloutStatus:
@@ -37,6 +37,36 @@ async def attempts_of(conn: Any, rollout_ids: list[str]) -> list[Attempt]:
         rollout_ids,
     )
     return [attempt_from_row(row) for row in rows]
+
+
+async def claim_queued(conn: Any, worker_id: str, limit: int, now: float) -> list[tuple[Rollout, Attempt]]:
+    """Claim up to ``limit`` queued rollouts in queue order (skipping those other workers hold), mark them
+    running and insert their attempts: one statement, atomic on its own."""
+    ids = [new_id("at") for _ in range(limit)]  # the k-th rollout claimed, in queue order, gets ids[k]
+    rows = await conn.fetch(
+        "WITH picked AS (SELECT rollout_id, queue_pos FROM tether_rollouts WHERE queue_pos IS NOT NULL "
+        "ORDER BY queue_pos LIMIT $1 FOR UPDATE SKIP LOCKED), "
+        "claimed AS (UPDATE tether_rollouts r SET status = 'running', queue_pos = NULL, "
+        "attempt_count = r.attempt_count + 1 FROM picked WHERE r.rollout_id = picked.rollout_id "
+        f"RETURNING {qualified('r', ROLLOUT_COLS)}, picked.queue_pos), "
+        "inserted AS (INSERT INTO tether_attempts (attempt_id, rollout_id, idx, worker_id, status, "
+        "started_at, last_heartbeat_at) SELECT ($2::text[])[row_number() OVER (ORDER BY queue_pos)], "
+        "rollout_id, attempt_count, $3, 'running', $4, $4 FROM claimed) "
+        "SELECT * FROM claimed ORDER BY queue_pos",
+        limit,
+        ids,
+        worker_id,
+        now,
+    )
+    out = []
+    for row, attempt_id in zip(rows, ids, strict=False):
+        rollout = rollout_from_row(row)
+        attempt = Attempt(
+            attempt_id=attempt_id, rollout_id=rollout.rollout_id, index=rollout.attempt_count, worker_id=worker_id,
+            started_at=now, last_heartbeat_at=now,
+        )  # fmt: skip
+        out.append((rollout, attempt))
+    return out
 
 
 async def lock_running_attempt(conn: Any, attempt_id: str) -> str:

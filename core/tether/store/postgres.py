@@ -34,6 +34,7 @@ from tether.store._frozen import frozen_size, snapshot
 from tether.store._pg_conn import Connections
 from tether.store._pg_ops import (
     attempts_of,
+    claim_queued,
     end_attempt,
     lock_running_attempt,
     opt_float,
@@ -82,6 +83,7 @@ from tether.types import (
 )
 
 _FINISHED = ("succeeded", "failed", "cancelled")
+_CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
 _RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources version at a time
 
 
@@ -152,37 +154,16 @@ class PostgresStore(Store):
         now = time.time()
 
         async def claim(conn: Any) -> list[tuple[Rollout, Attempt]]:
-            rows = await conn.fetch(
-                "WITH picked AS (SELECT rollout_id, queue_pos FROM tether_rollouts WHERE queue_pos IS NOT NULL "
-                "ORDER BY queue_pos LIMIT $1 FOR UPDATE SKIP LOCKED) "
-                "UPDATE tether_rollouts r SET status = 'running', queue_pos = NULL, "
-                "attempt_count = r.attempt_count + 1 FROM picked WHERE r.rollout_id = picked.rollout_id "
-                f"RETURNING {qualified('r', ROLLOUT_COLS)}, picked.queue_pos",
-                limit,
-            )
-            if not rows:
-                return []
-            rollouts = [rollout_from_row(row) for row in sorted(rows, key=lambda row: row[16])]
-            attempts = [
-                Attempt(
-                    attempt_id=new_id("at"), rollout_id=r.rollout_id, index=r.attempt_count, worker_id=worker_id,
-                    started_at=now, last_heartbeat_at=now,
-                )
-                for r in rollouts
-            ]  # fmt: skip
-            await conn.execute(
-                "INSERT INTO tether_attempts (attempt_id, rollout_id, idx, worker_id, status, started_at, "
-                "last_heartbeat_at) SELECT a, r, i, $4, 'running', $5, $5 "
-                "FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(a, r, i)",
-                [a.attempt_id for a in attempts],
-                [a.rollout_id for a in attempts],
-                [a.index for a in attempts],
-                worker_id,
-                now,
-            )
-            return list(zip(rollouts, attempts, strict=True))
+            claimed: list[tuple[Rollout, Attempt]] = []
+            while len(claimed) < limit:  # (in chunks: the attempt ids are made here, one per rollout asked for)
+                chunk = await claim_queued(conn, worker_id, min(limit - len(claimed), _CLAIM_CHUNK), now)
+                claimed += chunk
+                if len(chunk) < _CLAIM_CHUNK:
+                    break
+            return claimed
 
-        return await self._db.transaction(claim)
+        # up to a chunk, one statement: atomic on its own, so no BEGIN/COMMIT round trips
+        return await self._db.transaction(claim, single_statement=limit <= _CLAIM_CHUNK)
 
     async def finish_attempt(
         self,
