@@ -1,7 +1,7 @@
 """Who may be served: the bind rule every tether server follows (store, dashboard, model server).
 
-A server binds loopback unless it is given a token; beyond loopback, anyone who can reach it could read and
-change what it serves.
+A server binds loopback unless it is given a token; beyond loopback, anyone who can reach it could read and change
+what it serves.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The store server as ``tether store serve`` runs it: the store's JSON routes (``tether.store.http_server``)
-with the OTLP trace receiver (``POST /v1/traces``) and the dashboard (``/dashboard/``) mounted beside them.
-
-It sits above ``store``, ``otel`` and ``dashboard`` so that none of them reaches up to another; the session's
-own store server for Ray runners mounts nothing.
+with the OTLP trace receiver (``POST /v1/traces``) and the dashboard (``/dashboard/``) mounted beside them. It sits
+above ``store``, ``otel`` and ``dashboard`` so that none of them reaches up to another; the session's own store
+server for Ray runners mounts nothing.
 """
 
 from __future__ import annotations

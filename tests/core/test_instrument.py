@@ -227,7 +227,7 @@ def test_someone_patched_over_ours_is_left_in_place(caplog: pytest.LogCaptureFix
 
     _Target.hello = theirs  # type: ignore[method-assign]
     try:
-        with caplog.at_level(logging.INFO, logger="tether.plugin.instrument"):
+        with caplog.at_level(logging.INFO, logger="tether.capture.patching"):
             assert patch.undo() is False
         assert _Target.__dict__["hello"] is theirs, "their patch (wrapping ours) stays"
         assert "_Target.hello" in caplog.text

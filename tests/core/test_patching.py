@@ -111,3 +111,26 @@ def test_a_failing_install_holds_nothing() -> None:
     assert patch.count == 0 and calls == ["install"]
     patch.release()
     assert calls == ["install"]
+
+
+def test_one_patch_module_defines_every_patch_helper_and_seam_error() -> None:
+    """``Patch``, ``SharedPatch`` and ``SeamMissing`` are defined once, in ``tether.capture.patching``; the
+    redirect, the plugin contract and the plugins use those (a second ``SeamMissing`` would escape an
+    ``except SeamMissing`` written against the first)."""
+    import ast
+    from pathlib import Path
+
+    from tether.capture import patching, redirect
+    from tether.plugin import instrument
+
+    root = Path(__file__).resolve().parents[2]
+    defined = {
+        f"{path.relative_to(root)}:{node.name}"
+        for folder in ("core", "plugins")
+        for path in (root / folder).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name in {"Patch", "SharedPatch", "SeamMissing"}
+    }
+    home = "core/tether/capture/patching.py"
+    assert defined == {f"{home}:Patch", f"{home}:SharedPatch", f"{home}:SeamMissing"}
+    assert redirect.SeamMissing is patching.SeamMissing and instrument.Patch is patching.Patch

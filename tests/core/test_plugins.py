@@ -7,6 +7,7 @@ process-wide manager, install theirs with ``reset_plugins`` explicitly (the ``pr
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -94,14 +95,14 @@ def test_hook_names_are_the_documented_contract() -> None:
     assert HOOKS == ["adapter_for", "register_adapters", "register_tracers", "rollout_context"]
 
 
-def test_every_hookspec_has_a_readme_section_with_its_signature() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_every_hookspec_has_a_section_in_the_plugin_guide_with_its_signature() -> None:
+    readme = (ROOT / "docs" / "plugins.md").read_text()
     for name in HOOKS:
-        assert re.search(rf"^#+ `{name}\(", readme, re.M), f"README lacks a section for hook {name}"
+        assert re.search(rf"^#+ `{name}\(", readme, re.M), f"docs/plugins.md lacks a section for hook {name}"
         params = list(
             getattr(hookspecs, name).__code__.co_varnames[: getattr(hookspecs, name).__code__.co_argcount]
         )
-        assert f"`{name}({', '.join(params)})" in readme, f"README signature of {name} is out of date"
+        assert f"`{name}({', '.join(params)})" in readme, f"docs/plugins.md: {name}'s signature is out of date"
 
 
 def test_every_hook_is_implemented_by_a_test() -> None:
@@ -331,3 +332,47 @@ def test_an_adapters_hint_replaces_the_install_hints() -> None:
     assert "pip install" not in str(caught.value), "the unrelated extras are noise when an adapter says the fix"
     with pytest.raises(AdapterNotFound, match=r"tether\[crewai\]"):
         plugins.adapter_for({})  # no adapter has a hint for a dict: the extras are listed
+
+
+def _probe_distribution(tmp_path: Path, requires: list[str]) -> importlib.metadata.Distribution:
+    """A real installed distribution (a ``.dist-info`` folder) requiring ``requires`` and offering one tether
+    entry point, ``probe``, for a plugin module with ``EXTRA = "probe"``."""
+    info = tmp_path / "tetherprobe-1.0.dist-info"
+    info.mkdir()
+    lines = ["Metadata-Version: 2.1", "Name: tetherprobe", "Version: 1.0", "Provides-Extra: probe"]
+    lines += [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    (info / "entry_points.txt").write_text("[tether]\nprobe = tetherprobe_plugin\n")
+    (tmp_path / "tetherprobe_plugin.py").write_text('EXTRA = "probe"\nREQUIRES = ("pluggy",)\n')
+    return importlib.metadata.PathDistribution(info)
+
+
+def test_an_extra_installed_at_an_unsupported_version_is_listed_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.plugin._requirements import unmet
+    from tether.plugin.manager import _load_entry_point
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    installed = importlib.metadata.version("pluggy")
+    dist = _probe_distribution(
+        tmp_path,
+        [
+            'pluggy>=999; extra == "probe"',
+            'pluggy>=1; extra == "probe"',
+            'no-such-package-for-tether>=1; extra == "probe"',
+            'pluggy>=999; extra == "other"',
+            "pluggy>=1",
+        ],
+    )
+    assert unmet(dist, "probe") == [
+        f"pluggy {installed} (needs pluggy>=999)",
+        "no-such-package-for-tether (not installed)",
+    ]
+    plugins = build(entry_points=False)
+    (ep,) = [e for e in dist.entry_points if e.group == "tether"]
+    _load_entry_point(plugins, ep)
+    (entry,) = plugins.unavailable
+    assert entry.name == "probe" and entry.hint == 'pip install "tether[probe]"'
+    assert f"pluggy {installed} (needs pluggy>=999)" in entry.reason
+    assert plugins.loaded() == []

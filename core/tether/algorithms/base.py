@@ -2,13 +2,12 @@
 
 An algorithm is any object with an async ``fit(session, train, val) -> FitResult``. It runs rollouts through
 the ``tether.training.session.Session`` it is given (``run_batch``: enqueue, run, harvest, transitions built),
-changes
-whatever it improves (the weights of ``session.backend`` when it is a ``TrainableBackend``, the prompt
+changes whatever it improves (the weights of ``session.backend`` when it is a ``TrainableBackend``, the prompt
 templates in the store's resources, ...), records metrics in ``session.run`` and returns a ``FitResult``.
-``Trainer`` knows nothing else about it, so a new algorithm is one class and no change to tether. An
-algorithm may also implement ``evaluate(session, tasks)`` for its own evaluation (GRPO's greedy and T=1
-accuracy), and ``prepare_backend(backend)``, which ``Trainer.fit`` calls before the backend starts (GRPO with
-``lora=`` attaches the adapters there, so a vLLM server starts with LoRA enabled).
+``Trainer`` knows nothing else about it, so a new algorithm is one class and no change to tether. An algorithm may
+also implement ``evaluate(session, tasks)`` for its own evaluation (GRPO's greedy and T=1 accuracy), and
+``prepare_backend(backend)``, which ``Trainer.fit`` calls before the backend starts (GRPO with ``lora=`` attaches
+the adapters there, so a vLLM server starts with LoRA enabled).
 """
 
 from __future__ import annotations

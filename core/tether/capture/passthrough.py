@@ -2,8 +2,7 @@
 policy being trained.
 
 Inside a rollout, tether's endpoint redirect (``tether.capture.redirect``) sends every ``openai`` SDK request to
-the
-rollout's proxy, so the model being trained answers it and the call becomes a transition. Two ways exempt a
+the rollout's proxy, so the model being trained answers it and the call becomes a transition. Two ways exempt a
 call:
 
 - ``with tether.passthrough():`` — every request made in the block (and in tasks and ``asyncio.to_thread``

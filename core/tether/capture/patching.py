@@ -1,4 +1,6 @@
-"""One reference-counted holder for a process-wide patch that several owners may hold at once.
+"""The patch helpers tether uses on frameworks' code, in one place: ``Patch`` replaces one attribute and puts the
+original back exactly; ``SharedPatch`` holds a process-wide patch by reference count; ``SeamMissing`` is raised,
+naming the installed version, when a private seam tether patches has moved in a new release.
 
 Several parts of tether patch the same process-wide thing (the openai SDK's request builder, the Agents SDK's
 trace processors): the adapter while instrumented, the runner around each rollout, an adapter around each
@@ -10,11 +12,22 @@ taken out exactly once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
+
+#: the attribute set on every replacement a ``Patch`` installs (``Patch.is_patch`` reads it)
+PATCH_TAG = "__tether_patch__"
+
+
+class SeamMissing(RuntimeError):
+    """A framework no longer has the private function or field tether patches or reads (a new release moved
+    it); the message names the installed version and what to do."""
 
 
 class SharedPatch(Generic[_T]):
@@ -70,3 +83,96 @@ class SharedPatch(Generic[_T]):
 
     def __repr__(self) -> str:
         return f"<SharedPatch {self.name!r} count={self._count}>"
+
+
+class Patch:
+    """Replaces ``owner.<name>`` by ``wrap(original)`` while applied; reusable (apply, undo, apply …).
+
+    ``original`` is the attribute as ``owner`` itself stores it (for a class, the plain function in its
+    ``__dict__``, not a bound method), or the inherited value when ``owner`` does not define it; ``undo``
+    then deletes the replacement so that the inherited value shows through again. The replacement is tagged
+    with ``PATCH_TAG`` (see ``is_patch``).
+    """
+
+    def __init__(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+        self.owner = owner
+        self.name = name
+        self._wrap = wrap
+        self._lock = threading.Lock()
+        self._replacement: Any = None
+        self._original: Any = None
+        self._owned = False  # the original was in owner's own namespace (restore by setting, not deleting)
+        self._applied = False
+
+    @property
+    def applied(self) -> bool:
+        return self._applied
+
+    @property
+    def original(self) -> Any:
+        """The value replaced by the current application (None when not applied)."""
+        return self._original if self._applied else None
+
+    def apply(self) -> None:
+        """Install the replacement (a no-op when this patch is already applied). ``AttributeError`` if
+        ``owner`` has no such attribute."""
+        with self._lock:
+            if self._applied:
+                return
+            owned, original = _own_value(self.owner, self.name)
+            replacement = self._wrap(original)
+            try:
+                setattr(replacement, PATCH_TAG, True)
+            except (AttributeError, TypeError):  # a builtin or slotted object: identity still tells ours
+                pass
+            setattr(self.owner, self.name, replacement)
+            self._owned, self._original, self._replacement = owned, original, replacement
+            self._applied = True
+
+    def undo(self) -> bool:
+        """Put the original back if the attribute is still this patch's replacement. Returns False (and logs)
+        when something else replaced it meanwhile: that is left in place. True otherwise, including when the
+        patch was not applied."""
+        with self._lock:
+            if not self._applied:
+                return True
+            _, current = _own_value(self.owner, self.name, default=None)
+            ours = current is self._replacement
+            if ours:
+                if self._owned:
+                    setattr(self.owner, self.name, self._original)
+                else:
+                    delattr(self.owner, self.name)
+            else:
+                log.info(
+                    "tether left %s.%s in place: it was replaced after tether patched it, so tether's wrapper "
+                    "stays inside the newer one",
+                    getattr(self.owner, "__qualname__", type(self.owner).__qualname__),
+                    self.name,
+                )
+            self._applied = False
+            self._original = self._replacement = None
+            return ours
+
+    @staticmethod
+    def is_patch(value: Any) -> bool:
+        """True if ``value`` is a replacement some ``Patch`` installed."""
+        return getattr(value, PATCH_TAG, False) is True
+
+    def __repr__(self) -> str:
+        owner = getattr(self.owner, "__qualname__", type(self.owner).__qualname__)
+        return f"<Patch {owner}.{self.name} {'applied' if self._applied else 'not applied'}>"
+
+
+_MISSING: Any = object()
+
+
+def _own_value(owner: Any, name: str, default: Any = _MISSING) -> tuple[bool, Any]:
+    """(whether ``owner`` stores ``name`` itself, the value): from its own namespace when it has the
+    attribute there, else as inherited (``getattr``)."""
+    namespace = getattr(owner, "__dict__", None)
+    if namespace is not None and name in namespace:
+        return True, namespace[name]
+    if default is _MISSING:
+        return namespace is None, getattr(owner, name)
+    return namespace is None, getattr(owner, name, default)

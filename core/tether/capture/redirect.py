@@ -1,14 +1,12 @@
 """Per-request, context-scoped endpoint redirect for every client of the ``openai`` SDK.
 
 While ``tether.capture.context.current_scope`` is set (the runner sets it around each rollout), each request that
-an
-``openai`` client builds is rewritten to the scope's ``base_url`` — the rollout's proxy URL — keeping the
-path after the client's own base URL (``/chat/completions``), and gets two headers: ``X-Tether-Agent`` (the
-sub-agent making the call, from ``tether.capture.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh
-id
-per HTTP request, also left in ``last_call_id`` for the caller). Outside any scope requests are untouched, and
-so are those ``tether.passthrough`` exempts (a judge's client or code region): they are only recorded, their
-answers read from the SDK's ``_process_response``, wrapped while the redirect is installed.
+an ``openai`` client builds is rewritten to the scope's ``base_url`` — the rollout's proxy URL — keeping the path
+after the client's own base URL (``/chat/completions``), and gets two headers: ``X-Tether-Agent`` (the sub-agent
+making the call, from ``tether.capture.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh id per
+HTTP request, also left in ``last_call_id`` for the caller). Outside any scope requests are untouched, and so are
+those ``tether.passthrough`` exempts (a judge's client or code region): they are only recorded, their answers read
+from the SDK's ``_process_response``, wrapped while the redirect is installed.
 
 The seam is the SDK's shared base client request builder, ``openai._base_client.BaseClient._build_request``:
 every sync and async client (and Azure's, which calls it via ``super()``) goes through it on every request and
@@ -45,6 +43,7 @@ from typing import Any
 
 from tether.capture import passthrough as passthrough_calls
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
+from tether.capture.patching import SeamMissing as SeamMissing
 from tether.capture.patching import SharedPatch
 from tether.types import new_id
 
@@ -74,10 +73,6 @@ last_call_id: ContextVar[str | None] = ContextVar("tether_last_call_id", default
 RequestListener = Callable[[Any, RolloutScope, str], None]
 
 log = logging.getLogger(__name__)
-
-
-class SeamMissing(RuntimeError):
-    """The installed ``openai`` SDK no longer has the private request-building method tether patches."""
 
 
 class UnservedEndpoint(RuntimeError):

@@ -5,9 +5,8 @@ proxy's ``llm`` span: messages, response, token counts, token ids and logprobs) 
 response asked for (matched by the tool call id; else the spans' own ``parent_id``); ``reward`` and other
 spans stay where they arrived. A framework's own ``llm`` span of a call the proxy also recorded is folded
 into the proxy's node (it only names the sub-agent). Transitions come from ``tether.training.transitions`` exactly
-as
-an algorithm builds them (``optimize=`` as recorded in the rollout's metadata), with the GRPO advantage of
-train rollouts computed over their group (same task, same resources version).
+as an algorithm builds them (``optimize=`` as recorded in the rollout's metadata), with the GRPO advantage of train
+rollouts computed over their group (same task, same resources version).
 """
 
 from __future__ import annotations

@@ -12,26 +12,26 @@ and, when it handed the sink to a helper object, ``_repoint(sink)``. The rules, 
 - ``uninstrument()`` calls ``_uninstrument`` exactly once per instrumentation and forgets the sink; it is a
   no-op when not instrumented.
 
-``Patch`` replaces one attribute of a class, module or object and puts the original back on ``undo()`` only
-if the attribute is still its replacement: if something patched over it meanwhile, that is left in place
+``Patch`` (defined with the other patch helpers in ``tether.capture.patching``, re-exported here for plugin
+authors) replaces one attribute of a class, module or object and puts the original back on ``undo()`` only if
+the attribute is still its replacement: if something patched over it meanwhile, that is left in place
 (``undo`` returns False and logs it) rather than torn out from under whoever did.
 
-This module is part of the plugin contract: it imports nothing of tether but the span types.
+This module is part of the plugin contract: it imports nothing of tether but the span sink's protocol and the
+patch helpers of ``tether.capture``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from tether.capture.context import SpanSink as SpanSink
+from tether.capture.patching import PATCH_TAG as PATCH_TAG
+from tether.capture.patching import Patch as Patch
 
 log = logging.getLogger(__name__)
-
-#: the attribute set on every replacement a ``Patch`` installs (``Patch.is_patch`` reads it)
-PATCH_TAG = "__tether_patch__"
 
 
 class Instrumentor:
@@ -109,96 +109,3 @@ class Instrumentor:
 
 
 _LOCK_OF_LOCKS = threading.Lock()
-
-
-class Patch:
-    """Replaces ``owner.<name>`` by ``wrap(original)`` while applied; reusable (apply, undo, apply …).
-
-    ``original`` is the attribute as ``owner`` itself stores it (for a class, the plain function in its
-    ``__dict__``, not a bound method), or the inherited value when ``owner`` does not define it; ``undo``
-    then deletes the replacement so that the inherited value shows through again. The replacement is tagged
-    with ``PATCH_TAG`` (see ``is_patch``).
-    """
-
-    def __init__(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
-        self.owner = owner
-        self.name = name
-        self._wrap = wrap
-        self._lock = threading.Lock()
-        self._replacement: Any = None
-        self._original: Any = None
-        self._owned = False  # the original was in owner's own namespace (restore by setting, not deleting)
-        self._applied = False
-
-    @property
-    def applied(self) -> bool:
-        return self._applied
-
-    @property
-    def original(self) -> Any:
-        """The value replaced by the current application (None when not applied)."""
-        return self._original if self._applied else None
-
-    def apply(self) -> None:
-        """Install the replacement (a no-op when this patch is already applied). ``AttributeError`` if
-        ``owner`` has no such attribute."""
-        with self._lock:
-            if self._applied:
-                return
-            owned, original = _own_value(self.owner, self.name)
-            replacement = self._wrap(original)
-            try:
-                setattr(replacement, PATCH_TAG, True)
-            except (AttributeError, TypeError):  # a builtin or slotted object: identity still tells ours
-                pass
-            setattr(self.owner, self.name, replacement)
-            self._owned, self._original, self._replacement = owned, original, replacement
-            self._applied = True
-
-    def undo(self) -> bool:
-        """Put the original back if the attribute is still this patch's replacement. Returns False (and logs)
-        when something else replaced it meanwhile: that is left in place. True otherwise, including when the
-        patch was not applied."""
-        with self._lock:
-            if not self._applied:
-                return True
-            _, current = _own_value(self.owner, self.name, default=None)
-            ours = current is self._replacement
-            if ours:
-                if self._owned:
-                    setattr(self.owner, self.name, self._original)
-                else:
-                    delattr(self.owner, self.name)
-            else:
-                log.info(
-                    "tether left %s.%s in place: it was replaced after tether patched it, so tether's wrapper "
-                    "stays inside the newer one",
-                    getattr(self.owner, "__qualname__", type(self.owner).__qualname__),
-                    self.name,
-                )
-            self._applied = False
-            self._original = self._replacement = None
-            return ours
-
-    @staticmethod
-    def is_patch(value: Any) -> bool:
-        """True if ``value`` is a replacement some ``Patch`` installed."""
-        return getattr(value, PATCH_TAG, False) is True
-
-    def __repr__(self) -> str:
-        owner = getattr(self.owner, "__qualname__", type(self.owner).__qualname__)
-        return f"<Patch {owner}.{self.name} {'applied' if self._applied else 'not applied'}>"
-
-
-_MISSING: Any = object()
-
-
-def _own_value(owner: Any, name: str, default: Any = _MISSING) -> tuple[bool, Any]:
-    """(whether ``owner`` stores ``name`` itself, the value): from its own namespace when it has the
-    attribute there, else as inherited (``getattr``)."""
-    namespace = getattr(owner, "__dict__", None)
-    if namespace is not None and name in namespace:
-        return True, namespace[name]
-    if default is _MISSING:
-        return namespace is None, getattr(owner, name)
-    return namespace is None, getattr(owner, name, default)

@@ -4,7 +4,8 @@ Plugins come from the ``tether`` entry-point group (bundled framework plugins an
 from ``register()`` calls. Each manager answers which adapter runs an agent from its own plugins: the first
 non-None ``adapter_for`` hook answer, else the one registered adapter whose ``accepts`` claims it. A bundled
 plugin declares ``EXTRA`` (its ``pip install "tether[extra]"`` name) and ``REQUIRES`` (top-level modules of
-its framework); when one is missing the plugin is listed as unavailable with the install hint instead of
+its framework); when one is missing, or an installed package's version is outside what the extra asks for in
+the package metadata (``Requires-Dist``), the plugin is listed as unavailable with the install hint instead of
 loaded, and the others are unaffected. ``TETHER_DISABLE_PLUGINS=a,b`` blocks plugins by name. A plugin whose
 hook implementations name no hook (a misspelling) is rejected with a clear reason.
 """
@@ -23,6 +24,7 @@ from typing import Any
 import pluggy
 
 from tether.plugin import hookspecs
+from tether.plugin._requirements import unmet as unmet_requirements
 from tether.plugin.adapters import Adapter, Tracer
 from tether.types import Rollout
 
@@ -221,12 +223,16 @@ def _load_entry_point(plugins: Plugins, ep: importlib.metadata.EntryPoint) -> No
         plugins.unavailable.append(UnavailablePlugin(ep.name, f"failed to load: {exc!r}"))
         return
     extra = getattr(module, "EXTRA", None)
+    hint = f'pip install "tether[{extra}]"' if extra else None
     missing = _missing_modules(list(getattr(module, "REQUIRES", ())))
     if missing:
-        hint = f'pip install "tether[{extra}]"' if extra else None
         plugins.unavailable.append(
             UnavailablePlugin(ep.name, f"not installed: {', '.join(missing)}", hint=hint, missing=missing)
         )
+        return
+    wrong = unmet_requirements(ep.dist, extra) if extra else []
+    if wrong:
+        plugins.unavailable.append(UnavailablePlugin(ep.name, f"needs {'; '.join(wrong)}", hint=hint))
         return
     try:
         plugins.register(module, name=ep.name, source="entry point")

@@ -1,11 +1,10 @@
 """The Ray actor of ``tether.RayRunners``: one ``Runner`` with its own proxy, in its own process.
 
 It imports no Ray (``tether.training.ray_runners`` makes it an actor with ``ray.remote``). ``serve`` opens the
-shared
-store (an HTTP store server or PostgreSQL), a ``SpanBatcher`` on it, a ``ProxyServer`` in front of an
+shared store (an HTTP store server or PostgreSQL), a ``SpanBatcher`` on it, a ``ProxyServer`` in front of an
 ``HttpBackend`` (the trainer's own backend, token ids and all) and a ``Runner`` that instruments the agent's
-adapter in this process, then runs rollouts until ``stop``. The proxy and the adapters share the batcher,
-as in the trainer's process, so an attempt's spans reach the store in the order they happened.
+adapter in this process, then runs rollouts until ``stop``. The proxy and the adapters share the batcher, as in the
+trainer's process, so an attempt's spans reach the store in the order they happened.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Per-transition advantages under the trainer's credit rule (``Trainer(credit=...)``), for GRPO's loss.
 
 Each call has a value (``tether.training.transitions.call_value``, from what its spans recorded): under
-``"episode"``
-its target reward ``R`` (its sub-agent's final reward, else its policy's, else the rollout's) minus its tool
-penalties; under ``"per_call"`` its return ``G_t = r_t + gamma**(T-1-t) * R`` (``r_t``: the rewards emitted
-for it, minus its tool penalties). Values are made group-relative:
+``"episode"`` its target reward ``R`` (its sub-agent's final reward, else its policy's, else the rollout's) minus
+its tool penalties; under ``"per_call"`` its return ``G_t = r_t + gamma**(T-1-t) * R`` (``r_t``: the rewards
+emitted for it, minus its tool penalties). Values are made group-relative:
 
 - ``"episode"``: against the rollouts of the same task, each counted once by its target reward for the call's
   target (a rollout whose mapping lacks it counts its own reward). With no reward mapping and no penalty

@@ -8,8 +8,7 @@ no sink (after ``uninstrument``) the processor does nothing.
 
 While an AgentOps ``agent`` span is open inside a rollout, its name is also tether's current sub-agent
 (``tether.capture.context.current_agent``, restored when the span ends), so the model calls the agent makes reach
-the
-proxy under that name and ``optimize=`` can select AgentOps agents. The tool-call spans AgentOps' LLM
+the proxy under that name and ``optimize=`` can select AgentOps agents. The tool-call spans AgentOps' LLM
 instrumentation opens for each tool call the model asked for are folded into that call's ``response``.
 """
 

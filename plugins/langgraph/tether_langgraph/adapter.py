@@ -13,8 +13,7 @@ Capture has two parts, both installed by ``instrument`` and removed exactly by `
 - An agent-name resolver (``tether.capture.context.add_agent_resolver``) that reads the running graph node from
   LangChain's config context variable (``var_child_runnable_config`` → metadata ``langgraph_node``). The
   endpoint redirect (``tether.capture.redirect``) calls it for the ``X-Tether-Agent`` header of every SDK request,
-  so
-  the proxy's span of the call — the one with token ids — is named after the node.
+  so the proxy's span of the call — the one with token ids — is named after the node.
 
 ``run`` feeds a task to the graph with ``ainvoke``: a dict is the graph's input state, a string becomes
 ``{"messages": [("user", task)]}``. It holds the endpoint redirect for the run.

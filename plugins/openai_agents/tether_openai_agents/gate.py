@@ -18,16 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tether.capture.patching import SeamMissing as SeamMissing
 from tether.capture.patching import SharedPatch
 
 if TYPE_CHECKING:
     from tether_openai_agents.capture import TetherTraceProcessor
 
 _MISSING = object()
-
-
-class SeamMissing(RuntimeError):
-    """The installed ``openai-agents`` no longer keeps its trace processors where tether reads them."""
 
 
 def _sdk_version() -> str:
