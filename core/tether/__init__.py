@@ -65,6 +65,11 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'tether' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # the lazily loaded algorithms too, so completion (IPython, editors) offers tether.GRPO and the others
+    return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
     "APO",
     "GRPO",

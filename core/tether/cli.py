@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.console import Console
 from rich.markup import escape
@@ -38,30 +40,34 @@ def plugins() -> None:
         console.print(missing)
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+    add_help_option=False,
+)
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """Train the AutoGen calculator agent with the embedded model on CPU (examples/calc_autogen).
 
-    Extra options go to the example's train.py (see `tether demo --help-example`).
+    Options go to the example's train.py: `tether demo --help` lists them, `tether demo --quick` runs a
+    small version in about a minute.
     """
     import importlib.util
     import runpy
     import sys
     from pathlib import Path
 
-    missing = [
-        m for m in ("torch", "transformers", "autogen_agentchat", "matplotlib") if not importlib.util.find_spec(m)
-    ]
-    if missing:
-        raise click.ClickException(f'the demo needs {", ".join(missing)}: pip install -e ".[demo]"')
+    args = ["--help" if a in ("--help-example", "-h") else a for a in ctx.args]
     script = Path(__file__).resolve().parents[2] / "examples" / "calc_autogen" / "train.py"
     if not script.is_file():
         raise click.ClickException(
             'the demo runs examples/calc_autogen from a source checkout: clone tether and pip install -e ".[demo]"'
         )
-    args = ["--help" if a == "--help-example" else a for a in ctx.args]
-    sys.argv = [str(script), *args]
+    if "--help" not in args:  # the flags can be listed without the demo's dependencies
+        needed = ("torch", "transformers", "autogen_agentchat", "matplotlib")
+        missing = [m for m in needed if not importlib.util.find_spec(m)]
+        if missing:
+            raise click.ClickException(f'the demo needs {", ".join(missing)}: pip install -e ".[demo]"')
+    sys.argv = ["tether demo", *args]  # (argparse names the program after argv[0])
     runpy.run_path(str(script), run_name="__main__")
 
 
@@ -99,7 +105,8 @@ def store() -> None:
     "--store",
     "store_url",
     default=None,
-    help="The backend to expose: memory:, sqlite:///relative/path.db or sqlite:////absolute/path.db "
+    help="The backend to expose: memory:, sqlite:///relative/path.db, sqlite:////absolute/path.db or "
+    'postgresql://user:password@host:port/database (pip install "tether[postgres]") '
     "[default: sqlite:///runs/tether.db, under the current folder].",
 )
 @click.option(
@@ -130,7 +137,8 @@ def store() -> None:
 )
 def store_serve(store_url: str | None, host: str, port: int, token: str | None, max_body_mb: int) -> None:
     """Serve a store over HTTP (JSON) to runners and trainers in other processes or on other machines, which
-    open it as open_store("http://host:port"); the dashboard's pages are at /dashboard/."""
+    open it as open_store("http://host:port"); the dashboard's pages are at /dashboard/. The HTTP routes are
+    listed in docs/store.md."""
     from tether.server import serve
     from tether.store import DEFAULT_STORE_URL, StoreError
 
@@ -162,7 +170,13 @@ def store_serve(store_url: str | None, host: str, port: int, token: str | None, 
     show_default=True,
     help="Address to bind; anything but loopback requires --token.",
 )
-@click.option("--port", default=4800, show_default=True, type=int, help="Port to listen on; 0 picks a free one.")
+@click.option(
+    "--port",
+    default=4800,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on; 0 picks a free one.",
+)
 @click.option(
     "--token",
     envvar="TETHER_STORE_TOKEN",
@@ -187,21 +201,33 @@ def dashboard(store_url: str | None, runs: str, host: str, port: int, token: str
     "store_url",
     default="sqlite:///runs/tether.db",
     show_default=True,
-    help="The store to import into: sqlite:///path.db, http://host:port (tether store serve).",
+    help="The store to import into: sqlite:///path.db, postgresql://..., http://host:port (tether store serve).",
 )
 def import_traces(files: tuple[str, ...], store_url: str) -> None:
     """Import OTLP JSON trace files (OpenTelemetry GenAI or OpenInference spans) as rollouts, one per trace."""
     import asyncio
     from pathlib import Path
 
-    from tether.otel.ingest import convert
+    from tether.otel.ingest import ImportOutcome, convert
     from tether.otel.ingest import import_traces as write
     from tether.otel.otlp import OtlpError, parse_json
     from tether.store import StoreError, open_store
 
-    async def _run() -> list[str]:
-        items = [s for f in files for s in parse_json(Path(f).read_bytes())]
+    def _parse(file: str) -> list[Any]:
+        try:
+            return list(parse_json(Path(file).read_bytes()))
+        except (OtlpError, ValueError, TypeError, KeyError, AttributeError) as exc:  # (malformed: any of these)
+            raise click.ClickException(f"{file}: not an OTLP/JSON trace export ({exc})") from None
+
+    items = [s for f in files for s in _parse(f)]
+    try:
         traces = convert(items)
+    except (OtlpError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise click.ClickException(
+            f"the spans in {', '.join(files)} could not be read as traces ({exc})"
+        ) from None
+
+    async def _run() -> ImportOutcome:
         store = open_store(store_url)
         try:
             return await write(store, traces)
@@ -209,7 +235,11 @@ def import_traces(files: tuple[str, ...], store_url: str) -> None:
             await store.close()
 
     try:
-        ids = asyncio.run(_run())
-    except (OtlpError, StoreError, ValueError) as exc:
+        outcome = asyncio.run(_run())
+    except (OtlpError, StoreError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"imported {len(ids)} rollout(s) into {store_url}")
+    click.echo(f"imported {len(set(outcome.rollout_ids))} rollout(s) into {store_url}")
+    for trace_id, why in outcome.rejected.items():
+        click.echo(f"refused trace {trace_id}: {why}", err=True)
+    if outcome.rejected:
+        raise SystemExit(1)

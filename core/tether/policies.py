@@ -10,6 +10,10 @@
   (``FROZEN_POLICY``), whose weights never change.
 
 The proxy routes each call to ``policy_of(agent_name)``; transitions record it.
+
+Names match by one rule, ``agent_key``: surrounding whitespace is ignored (CrewAI roles written in YAML as
+``role: >`` end in a newline; ``optimize=["Activity Planner"]`` still names that agent), everything else must
+be equal. Captured names are kept and shown as the framework wrote them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,15 @@ from typing import Any
 DEFAULT_POLICY = "policy"
 #: the frozen starting weights that serve the sub-agents no policy names (mapping form only)
 FROZEN_POLICY = "frozen"
+
+
+def agent_key(name: str | None) -> str | None:
+    """The form in which sub-agent names are compared: the name without surrounding whitespace (None for no
+    name or a blank one)."""
+    if name is None:
+        return None
+    key = name.strip()
+    return key or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +71,37 @@ class PolicyMap:
         ``FROZEN_POLICY``."""
         if self.shared:
             return DEFAULT_POLICY
+        key = agent_key(agent_name)
         for name, agents in self.policies.items():
-            if agents is None or (agent_name is not None and agent_name in agents):
+            if agents is None or (key is not None and key in agents):
                 return name
         return FROZEN_POLICY
 
+    def to_metadata(self) -> dict[str, Any]:
+        """What a rollout's metadata records (``spans.POLICIES_METADATA``): each policy's sub-agents, sorted
+        (None: every sub-agent), and whether one model serves them all."""
+        agents = {name: sorted(a) if a is not None else None for name, a in self.policies.items()}
+        return {"policies": agents, "shared": self.shared}
+
+    @classmethod
+    def from_metadata(cls, value: Any) -> PolicyMap | None:
+        """The map a rollout's metadata recorded; None when it recorded none (or one this version cannot read)."""
+        if not isinstance(value, Mapping) or not isinstance(value.get("policies"), Mapping):
+            return None
+        try:
+            policies = {
+                str(name): (_names(agents, "metadata") if agents is not None else None)
+                for name, agents in value["policies"].items()
+            }
+        except ValueError:
+            return None
+        return cls(policies, shared=bool(value.get("shared", True))) if policies else None
+
     def trains(self, agent_name: str | None) -> bool:
         """Whether ``agent_name``'s calls train their policy."""
+        key = agent_key(agent_name)
         for agents in self.policies.values():
-            if agents is None or (agent_name is not None and agent_name in agents):
+            if agents is None or (key is not None and key in agents):
                 return True
         return False
 
@@ -98,6 +133,6 @@ def _policies(optimize: Mapping[Any, Any]) -> dict[str, frozenset[str] | None]:
 
 def _names(value: Any, where: str) -> frozenset[str]:
     names = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else None
-    if not names or any(not isinstance(n, str) or not n for n in names):
+    if not names or any(not isinstance(n, str) or not agent_key(n) for n in names):
         raise ValueError(f"{where} takes sub-agent names (non-empty strings), got {value!r}")
-    return frozenset(names)
+    return frozenset(n.strip() for n in names)

@@ -84,9 +84,17 @@ REWARD_FINAL = "reward.final"
 
 #: metadata of a rollout that holds an algorithm's records (claimed by the algorithm, never run)
 RECORD_METADATA = "tether.record"
-#: metadata of a rollout: the sub-agent names its wrapped agent optimizes (``optimize=``), sorted; absent when
-#: every sub-agent is trained (the dashboard rebuilds the transitions' ``trainable`` flags from it)
+#: metadata of a rollout stored by an older tether: the sub-agent names its wrapped agent optimized
+#: (``optimize=``), sorted; absent when every sub-agent trained (``POLICIES_METADATA`` replaces it)
 OPTIMIZE_METADATA = "tether.optimize"
+#: metadata of a rollout: its wrapped agent's policy map (``PolicyMap.to_metadata``), from which the
+#: dashboard rebuilds each call's policy and ``trainable`` flag as training built them
+POLICIES_METADATA = "tether.policies"
+#: metadata of a rollout: the credit rule its run assigns advantages with (``tether.training.credit.Credit``)
+CREDIT_METADATA = "tether.credit"
+#: metadata of a rollout: its seed (an int) when its run is seeded (``Trainer(seed=...)``): each attempt's and
+#: call's sampling seed derives from it (``tether._seeds``)
+SEED_METADATA = "tether.seed"
 #: metadata of a rollout imported from traces (``tether import``, the store's ``/v1/traces``): where from; and,
 #: set True, an attribute of each span it holds
 IMPORTED = "tether.imported"
@@ -187,5 +195,34 @@ def adapter_llm_attributes(
 
 
 def is_proxy_llm_span(span: Span) -> bool:
-    """True for the proxy's span of an answered model call (the source of transitions), not an adapter's view."""
-    return span.kind == SpanKind.LLM and span.name == LLM_CALL and "choices" in span.attributes
+    """True for the proxy's span of an answered model call (the source of transitions), not an adapter's view,
+    laid out as ``ProxyLLMAttributes`` says (a malformed one, from an import or an old store, is not: see
+    ``proxy_llm_problem``)."""
+    return (
+        span.kind == SpanKind.LLM
+        and span.name == LLM_CALL
+        and "choices" in span.attributes
+        and proxy_llm_problem(span) is None
+    )
+
+
+def proxy_llm_problem(span: Span) -> str | None:
+    """What is wrong with the layout of a proxy ``llm`` span (``LLM_CALL``), or None when it is readable."""
+    if span.kind != SpanKind.LLM or span.name != LLM_CALL:
+        return None
+    a = span.attributes
+    request, choices = a.get("request"), a.get("choices")
+    why = None
+    if not isinstance(request, dict):
+        why = f"'request' is {type(request).__name__}, not an object"
+    elif not isinstance(request.get("messages") or [], list):
+        why = "'request.messages' is not a list"
+    elif not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        why = "'choices' is not a list of objects"
+    elif not all(isinstance(c.get("message") or {}, dict) for c in choices):
+        why = "a choice's 'message' is not an object"
+    elif not all(isinstance(c.get(k) or [], list) for c in choices for k in ("response_token_ids", "logprobs")):
+        why = "a choice's 'response_token_ids' or 'logprobs' is not a list"
+    elif not isinstance(a.get("prompt_token_ids") or [], list) or not isinstance(a.get("usage") or {}, dict):
+        why = "'prompt_token_ids' is not a list or 'usage' not an object"
+    return None if why is None else f"span {span.span_id} ({LLM_CALL}) is malformed, so it is skipped: {why}"

@@ -20,13 +20,12 @@ from tether.algorithms.base import Algorithm, check_algorithm
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
-from tether.training.credit import credit_advantages
+from tether.training.credit import Credit, CreditRule
 from tether.training.dev_report import DevReport, report
 from tether.training.ray_runners import RayRunners
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Session, Settings, as_task
-from tether.training.transitions import CreditRule, check_credit
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 
 
@@ -69,7 +68,7 @@ class Trainer:
     export: OTLPExport | None = None
 
     def __post_init__(self) -> None:
-        check_credit(self.credit, self.tool_error_penalty, self.gamma)
+        Credit(self.credit, self.tool_error_penalty, self.gamma)  # a bad rule is refused here, not at fit
 
     def dev(
         self,
@@ -103,15 +102,8 @@ class Trainer:
             items = [as_task(item) for item in items]
         async with self.session(agent, model=model) as session:
             batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
-        _, stats = credit_advantages(
-            batch.results,
-            credit=self.credit,
-            scale_by_std=bool(getattr(self.algorithm, "scale_by_std", True)),
-            tool_error_penalty=self.tool_error_penalty,
-            gamma=self.gamma,
-        )
         out = report(batch, agent.optimize)
-        out.notes.extend(stats.notes)
+        out.notes.extend(batch.credit.notes)
         return out
 
     def evaluate(
@@ -166,14 +158,14 @@ class Trainer:
 
     def settings(self) -> Settings:
         """The settings an algorithm reads, as an immutable copy."""
-        check_credit(self.credit, self.tool_error_penalty, self.gamma)
-        return Settings(
+        settings = Settings(
             sampling=dict(self.sampling),
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
             credit=self.credit,
             tool_error_penalty=self.tool_error_penalty,
             gamma=self.gamma,
+            scale_by_std=_scale_by_std(self.algorithm),
             n_runners=self.n_runners,
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             seed=self.seed,
@@ -181,6 +173,8 @@ class Trainer:
             eval_every=self.eval_every,
             progress=self.progress,
         )
+        settings.credit_rule  # noqa: B018 - checked: a bad rule is refused before anything runs
+        return settings
 
     def _prepare(
         self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None, resume: bool
@@ -220,3 +214,10 @@ class Trainer:
         prepare = getattr(algorithm, "prepare_backend", None)
         async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
             return await algorithm.fit(session, train, val)
+
+
+def _scale_by_std(algorithm: Any) -> bool:
+    """The algorithm's ``scale_by_std`` (GRPO's; in a ``{policy: algorithm}`` map, the one that has it), else
+    True: part of the credit rule every rollout records."""
+    found = algorithm.values() if isinstance(algorithm, Mapping) else [algorithm]
+    return next((bool(a.scale_by_std) for a in found if isinstance(getattr(a, "scale_by_std", None), bool)), True)

@@ -102,29 +102,61 @@ def warm_start(
     return checkpoint, demo_accuracy
 
 
+#: what --quick changes: a run of about a minute on a laptop CPU (the numbers mean little at this size)
+QUICK: dict[str, Any] = {
+    "run_dir": "runs/demo-quick",
+    "steps": 4,
+    "eval_every": 2,
+    "tasks_per_step": 4,
+    "group_size": 4,
+    "n_train": 128,
+    "n_test": 16,
+    "sft_epochs": 2,
+    "runners": 8,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--run-dir", default="runs/demo", help="where the warm start, checkpoints and metrics go")
     parser.add_argument("--steps", type=int, default=160, help="GRPO steps")
-    parser.add_argument("--eval-every", type=int, default=40)
-    parser.add_argument("--tasks-per-step", type=int, default=16)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--n-train", type=int, default=2000)
+    parser.add_argument("--eval-every", type=int, default=40, help="evaluate on the held-out tasks every N steps")
+    parser.add_argument("--tasks-per-step", type=int, default=16, help="tasks per GRPO step")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO compares them)")
+    parser.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
+    parser.add_argument("--n-train", type=int, default=2000, help="training problems (demonstrations, GRPO)")
     parser.add_argument("--n-test", type=int, default=100, help="held-out problems for the before/after numbers")
     parser.add_argument("--demo-accuracy", type=float, default=0.4, help="how often demonstrations are right")
-    parser.add_argument("--sft-epochs", type=int, default=8)
-    parser.add_argument("--sft-lr", type=float, default=3e-3)
-    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--sft-epochs", type=int, default=8, help="epochs of the warm-start fine-tuning")
+    parser.add_argument("--sft-lr", type=float, default=3e-3, help="learning rate of the warm start")
+    parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
     parser.add_argument("--runners", type=int, default=16, help="rollouts run concurrently")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in its folder (e.g. to a larger --steps)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small run that finishes in about a minute (flags given explicitly still win); "
+        f"sets {', '.join(f'--{k.replace(chr(95), chr(45))} {v}' for k, v in QUICK.items())}",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        for name, value in QUICK.items():
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
+
+    run_dir = Path(args.run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(f"error: --run-dir {args.run_dir}: cannot create it ({exc.strerror or exc})") from None
 
     from agent import agent  # the user's AutoGen agent, unchanged
 
-    run_dir = Path(args.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     problems = data.splits(n_train=args.n_train, n_val=0, n_test=args.n_test, seed=args.seed)
     checkpoint, demo_accuracy = warm_start(agent, run_dir, problems["train"], args)
 

@@ -122,25 +122,32 @@ def warm_start(agent_module: Any, root: Path, problems: list[data.Problem], args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--credit", choices=["episode", "per_call"], default="episode")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    parser.add_argument(
+        "--credit",
+        choices=["episode", "per_call"],
+        default="episode",
+        help="episode: each call gets the rollout's reward; per_call: each call gets its return",
+    )
     parser.add_argument("--gamma", type=float, default=None, help="per_call discount (default: the trainer's)")
     parser.add_argument("--seed", type=int, default=0, help="GRPO seed (the problems and warm start are fixed)")
     parser.add_argument("--run-root", default="runs/chain", help="the shared warm start and the runs")
     parser.add_argument("--name", default=None, help="run folder (default <credit>-s<seed>)")
     parser.add_argument("--steps", type=int, default=20, help="GRPO steps")
-    parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--tasks-per-step", type=int, default=6)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--eval-every", type=int, default=4, help="evaluate on the held-out tasks every N steps")
+    parser.add_argument("--tasks-per-step", type=int, default=6, help="tasks per GRPO step")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO compares them)")
+    parser.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
     parser.add_argument("--runners", type=int, default=32, help="rollouts run concurrently")
     parser.add_argument("--n-train", type=int, default=1600, help="training problems (demonstrations, GRPO)")
     parser.add_argument("--n-test", type=int, default=50, help="held-out problems for the accuracy curve")
     parser.add_argument("--demo-accuracy", type=float, default=0.5, help="how often a demonstrated step is right")
-    parser.add_argument("--sft-epochs", type=int, default=6)
-    parser.add_argument("--sft-batch-size", type=int, default=16)
-    parser.add_argument("--sft-lr", type=float, default=3e-3)
-    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--sft-epochs", type=int, default=6, help="epochs of the warm-start fine-tuning")
+    parser.add_argument("--sft-batch-size", type=int, default=16, help="batch size of the warm start")
+    parser.add_argument("--sft-lr", type=float, default=3e-3, help="learning rate of the warm start")
+    parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
     parser.add_argument("--warm-start-only", action="store_true", help="build the warm start and stop")
     parser.add_argument("--resume", action="store_true", help="continue the run (e.g. to a larger --steps)")
     args = parser.parse_args(argv)

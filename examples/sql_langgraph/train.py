@@ -135,14 +135,16 @@ def warm_start(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--run-dir", default="runs/sql", help="where the warm start, checkpoints and metrics go")
     parser.add_argument("--steps", type=int, default=50, help="GRPO steps")
-    parser.add_argument("--eval-every", type=int, default=25)
-    parser.add_argument("--tasks-per-step", type=int, default=16)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--n-train", type=int, default=300)
+    parser.add_argument("--eval-every", type=int, default=25, help="evaluate on the held-out tasks every N steps")
+    parser.add_argument("--tasks-per-step", type=int, default=16, help="tasks per GRPO step")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO compares them)")
+    parser.add_argument("--lr", type=float, default=2e-4, help="GRPO learning rate")
+    parser.add_argument("--n-train", type=int, default=300, help="training problems (demonstrations, GRPO)")
     parser.add_argument("--n-test", type=int, default=100, help="held-out questions for the before/after numbers")
     parser.add_argument(
         "--demo-accuracy", type=float, default=0.25, help="how often demonstrations read 2nd-sense questions right"
@@ -156,11 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         help="how often the demonstrator's checker says FIX to a query that ran and returned rows, right or not",
     )
     parser.add_argument("--check-share", type=float, default=0.35, help="share of checker calls fine-tuned on")
-    parser.add_argument("--sft-epochs", type=int, default=12)
-    parser.add_argument("--sft-lr", type=float, default=3e-3)
-    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--sft-epochs", type=int, default=12, help="epochs of the warm-start fine-tuning")
+    parser.add_argument("--sft-lr", type=float, default=3e-3, help="learning rate of the warm start")
+    parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
     parser.add_argument("--runners", type=int, default=16, help="rollouts run concurrently")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument(
         "--policies",
         choices=("shared", "two", "checker"),
@@ -169,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         "with its own weights and reward; checker: only the checker trains (the writer stays the warm start)",
     )
     parser.add_argument("--name", default=None, help="the run's folder under --run-dir (default: grpo / grpo-two)")
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in its folder (e.g. to a larger --steps)"
+    )
     parser.add_argument("--warm-start-only", action="store_true", help="build (or reuse) the warm start and stop")
     args = parser.parse_args(argv)
 

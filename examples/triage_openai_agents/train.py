@@ -44,15 +44,17 @@ def reward(task: dict[str, Any], output: Any) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--model", default="embedded", help='"embedded", "hf:<path>", "vllm:<model>" or a URL')
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps")
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--tasks-per-step", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (GRPO compares them)")
+    parser.add_argument("--tasks-per-step", type=int, default=4, help="tasks per GRPO step")
+    parser.add_argument("--max-tokens", type=int, default=48, help="most tokens one model call may generate")
     parser.add_argument("--optimize", nargs="*", default=None, help="agent names to train (default: all)")
-    parser.add_argument("--run-root", default="runs")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run-root", default="runs", help="folder that holds the run folders")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
     args = parser.parse_args(argv)
 
     from agent import triage_agent  # the user's agent, unchanged

@@ -11,8 +11,9 @@ import pytest
 from tether import spans
 from tether.algorithms import credit_advantages, group_advantages
 from tether.policies import PolicyMap
+from tether.training.credit import CreditRule, check_credit
 from tether.training.session import RolloutResult
-from tether.training.transitions import CreditRule, build_transitions, check_credit
+from tether.training.transitions import build_transitions
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, check_rewards
 
 
@@ -62,13 +63,12 @@ def _result(
     reward: float | None,
     events: list[Span],
     *,
-    credit: CreditRule = "episode",
-    **kwargs: Any,
+    policies: PolicyMap | None = None,
 ) -> RolloutResult:
     rollout = Rollout(rollout_id=rid, input="x", task_id=task, status=RolloutStatus.SUCCEEDED, reward=reward)
     for i, span in enumerate(events):
         span.rollout_id, span.attempt_id, span.sequence = rid, f"{rid}-a", i
-    built = build_transitions(rollout, events, credit=credit, **kwargs)
+    built = build_transitions(rollout, events, policies=policies)
     return RolloutResult(
         rollout,
         events,
@@ -141,44 +141,42 @@ def test_a_mapping_keyed_by_policy_reaches_the_policys_sub_agents() -> None:
 
 
 def test_per_call_emitted_reward_decides_which_calls_gain() -> None:
-    rewarded = _result("r1", "t", 1.0, [_call("a"), _reward(1.0), _call("a")], credit="per_call")
-    plain = _result("r2", "t", 1.0, [_call("a"), _call("a")], credit="per_call")
-    assert [t.reward for t in rewarded.transitions] == [2.0, 1.0]
+    rewarded = _result("r1", "t", 1.0, [_call("a"), _reward(1.0), _call("a")])
+    plain = _result("r2", "t", 1.0, [_call("a"), _call("a")])
     episode = [_result(r.rollout.rollout_id, "t", 1.0, r.spans) for r in (rewarded, plain)]
     trained, _ = credit_advantages(episode)
     assert trained == []  # episode: equal rollout rewards, no signal
     trained, stats = credit_advantages([rewarded, plain], credit="per_call", scale_by_std=False)
+    assert [t.reward for t in rewarded.transitions] == [2.0, 1.0]
     assert _advantages(rewarded) == [0.5, 0.0] and _advantages(plain) == [-0.5, 0.0]
     assert [t.advantage for t in trained] == [0.5, -0.5]
     assert (stats.step_groups, stats.flat_groups, stats.fallbacks, stats.notes) == (2, 1, 0, [])
 
 
-def test_the_rule_is_applied_from_what_the_spans_recorded_not_from_how_the_transitions_were_built() -> None:
-    def batch(credit: CreditRule) -> list[RolloutResult]:
-        events = [[_call("a"), _reward(1.0), _tool("E"), _call("a")], [_call("a"), _call("a"), _reward(0.5)]]
-        return [
-            _result(f"r{i}", "t", float(i), e, credit=credit, gamma=0.5 if credit == "per_call" else 1.0)
-            for i, e in enumerate(events)
-        ]
-
-    built_episode, built_per_call = batch("episode"), batch("per_call")
-    for results in (built_episode, built_per_call):
-        credit_advantages(results, credit="per_call", gamma=0.5, tool_error_penalty=0.25)
-    assert [_advantages(r) for r in built_episode] == [_advantages(r) for r in built_per_call]
-    assert [t.reward for t in built_episode[0].transitions] == [1.0 - 0.25 + 0.0, 0.0]
+def test_transitions_hold_facts_and_the_rule_alone_sets_values_and_advantages() -> None:
+    events = [[_call("a"), _reward(1.0), _tool("E"), _call("a")], [_call("a"), _call("a"), _reward(0.5)]]
+    results = [_result(f"r{i}", "t", float(i), e) for i, e in enumerate(events)]
+    first = results[0].transitions
+    assert [(t.step_reward, t.failed_tools, t.target_reward) for t in first] == [(1.0, 1, 0.0), (0.0, 0, 0.0)]
+    assert [(t.reward, t.advantage) for t in first] == [(0.0, None), (0.0, None)]  # (nothing credited yet)
+    credit_advantages(results, credit="per_call", gamma=0.5, tool_error_penalty=0.25)
+    assert [t.reward for t in first] == [1.0 - 0.25 + 0.0, 0.0]
+    episode = [_result(f"r{i}", "t", float(i), e) for i, e in enumerate(events)]
+    credit_advantages(episode, credit="episode", tool_error_penalty=0.25)
+    assert [t.reward for t in episode[0].transitions] == [-0.25, 0.0]
 
 
 def test_a_reward_for_a_sub_agent_goes_to_its_latest_call_before_it() -> None:
     events = [_call("writer"), _call("checker"), _call("writer"), _reward(1.0, "checker"), _reward(0.5)]
-    result = _result("r1", "t", 0.0, events, credit="per_call")
+    result = _result("r1", "t", 0.0, events)
     assert [t.step_reward for t in result.transitions] == [0.0, 1.0, 0.5]
-    early = _result("r2", "t", 0.0, [_reward(1.0, "checker"), _call("checker")], credit="per_call")
+    early = _result("r2", "t", 0.0, [_reward(1.0, "checker"), _call("checker")])
     assert early.transitions[0].step_reward == 0.0  # (no checker call before it: no call earns it)
 
 
 def test_a_step_group_of_one_falls_back_to_the_tasks_calls_of_that_sub_agent() -> None:
-    long = _result("r1", "t", 1.0, [_call("a"), _call("a"), _call("a"), _reward(3.0)], credit="per_call")
-    short = _result("r2", "t", 0.0, [_call("a"), _call("a")], credit="per_call")
+    long = _result("r1", "t", 1.0, [_call("a"), _call("a"), _call("a"), _reward(3.0)])
+    short = _result("r2", "t", 0.0, [_call("a"), _call("a")])
     _, stats = credit_advantages([long, short], credit="per_call", scale_by_std=False)
     assert stats.step_groups == 2 and stats.fallbacks == 1
     # the third call is alone at its position: against the mean of every 'a' call of the task (1, 1, 4, 0, 0)
@@ -188,25 +186,25 @@ def test_a_step_group_of_one_falls_back_to_the_tasks_calls_of_that_sub_agent() -
 
 
 def test_step_groups_keep_sub_agents_apart() -> None:
-    a = _result("r1", "t", 1.0, [_call("writer"), _call("checker")], credit="per_call")
-    b = _result("r2", "t", 0.0, [_call("checker"), _call("writer")], credit="per_call")
+    a = _result("r1", "t", 1.0, [_call("writer"), _call("checker")])
+    b = _result("r2", "t", 0.0, [_call("checker"), _call("writer")])
     _, stats = credit_advantages([a, b], credit="per_call", scale_by_std=False)
     assert stats.step_groups == 2 and stats.fallbacks == 0
     assert _advantages(a) == [0.5, 0.5] and _advantages(b) == [-0.5, -0.5]
 
 
 def test_gamma_discounts_the_final_reward_of_earlier_calls() -> None:
-    def pair(gamma: float) -> list[RolloutResult]:
+    def pair() -> list[RolloutResult]:
         events = [[_call("a"), _call("a"), _call("a")] for _ in range(2)]
         return [
-            _result(f"r{i}", "t", reward, calls, credit="per_call", gamma=gamma)
+            _result(f"r{i}", "t", reward, calls)
             for i, (reward, calls) in enumerate(zip((1.0, 0.0), events, strict=True))
         ]
 
-    full, discounted = pair(1.0), pair(0.5)
-    assert [t.reward for t in discounted[0].transitions] == [0.25, 0.5, 1.0]
+    full, discounted = pair(), pair()
     credit_advantages(full, credit="per_call", scale_by_std=False)
     credit_advantages(discounted, credit="per_call", scale_by_std=False, gamma=0.5)
+    assert [t.reward for t in discounted[0].transitions] == [0.25, 0.5, 1.0]
     assert _advantages(full[0]) == [0.5, 0.5, 0.5]
     assert _advantages(discounted[0]) == [0.125, 0.25, 0.5]
     assert _advantages(discounted[1]) == [-0.125, -0.25, -0.5]
@@ -219,17 +217,11 @@ def test_tool_error_penalty_lowers_exactly_the_call_that_requested_the_failed_to
         "t",
         1.0,
         [_call("a"), _tool("ZeroDivisionError"), _call("a"), _tool()],
-        credit=credit,
-        tool_error_penalty=0.5,
     )
-    clean = _result(
-        "r2", "t", 0.0, [_call("a"), _tool(), _call("a"), _tool()], credit=credit, tool_error_penalty=0.5
-    )
+    clean = _result("r2", "t", 0.0, [_call("a"), _tool(), _call("a"), _tool()])
     assert [t.failed_tools for t in failed.transitions] == [1, 0]
     credit_advantages([failed, clean], credit=credit, scale_by_std=False, tool_error_penalty=0.5)
-    without = [
-        _result(r.rollout.rollout_id, "t", r.rollout.reward, r.spans, credit=credit) for r in (failed, clean)
-    ]
+    without = [_result(r.rollout.rollout_id, "t", r.rollout.reward, r.spans) for r in (failed, clean)]
     credit_advantages(without, credit=credit, scale_by_std=False)
     assert failed.transitions[0].advantage is not None and without[0].transitions[0].advantage is not None
     assert failed.transitions[0].advantage < without[0].transitions[0].advantage
@@ -237,12 +229,12 @@ def test_tool_error_penalty_lowers_exactly_the_call_that_requested_the_failed_to
 
 
 def test_rules_that_cannot_apply_say_so() -> None:
-    plain = [_result(f"r{i}", "t", float(i), [_call("a")], credit="per_call") for i in range(2)]
+    plain = [_result(f"r{i}", "t", float(i), [_call("a")]) for i in range(2)]
     _, stats = credit_advantages(plain, credit="per_call", tool_error_penalty=0.5)
     assert len(stats.notes) == 2
     assert "credit='per_call' found no emitted rewards" in stats.notes[0] and "equals 'episode'" in stats.notes[0]
     assert "tool_error_penalty=0.5 found no tool spans" in stats.notes[1]
-    emitted = [_result("r1", "t", 1.0, [_call("a"), _reward(1.0), _tool()], credit="per_call")]
+    emitted = [_result("r1", "t", 1.0, [_call("a"), _reward(1.0), _tool()])]
     assert credit_advantages(emitted, credit="per_call", tool_error_penalty=0.5)[1].notes == []
 
 

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from tether import spans
+from tether._seeds import derive_seed
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import ChatRequest, ChatResult, Choice, ModelBackend
@@ -252,9 +253,10 @@ async def test_attempt_sampling_overrides_what_the_agent_asks(rig: Rig) -> None:
     await client.close()
     overridden, untouched = rig.llm.chat_requests
     assert (overridden["temperature"], overridden["top_p"], overridden["max_tokens"]) == (0.0, 0.5, 7)
-    assert overridden["seed"] == 3 and overridden.get("n", 1) == 1
+    assert overridden["seed"] == derive_seed(3, 0) and overridden.get("n", 1) == 1  # the attempt's first call
     assert (untouched["temperature"], untouched["max_tokens"]) == (0.9, 99) and "seed" not in untouched
     await rig.proxy.flush()
     (span,) = await rig.store.get_spans(other.attempt_id)
     params = span.attributes["request"]["params"]
-    assert (params["temperature"], params["top_p"], params["max_tokens"], params["seed"]) == (0.0, 0.5, 7, 3)
+    assert (params["temperature"], params["top_p"], params["max_tokens"]) == (0.0, 0.5, 7)
+    assert params["seed"] == derive_seed(3, 0)

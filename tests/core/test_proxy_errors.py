@@ -47,7 +47,9 @@ async def setup() -> AsyncIterator[tuple[MemoryStore, FakeLLM, ProxyServer, str]
 async def _post(url: str, body: Any) -> tuple[int, dict[str, Any]]:
     data = body if isinstance(body, bytes) else None
     async with aiohttp.ClientSession() as session:
-        kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
+        kwargs: dict[str, Any] = (
+            {"data": data, "headers": {"Content-Type": "application/json"}} if data is not None else {"json": body}
+        )  # a body that says JSON, as OpenAI clients send: what is in it is the proxy's to check
         async with session.post(f"{url}/chat/completions", **kwargs) as resp:
             return resp.status, await resp.json()
 

@@ -16,6 +16,7 @@ import pytest
 
 import tether
 from tether import spans
+from tether._seeds import derive_seed
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.remote import RemoteBackend
 from tether.plugin.adapters import Adapter
@@ -299,21 +300,26 @@ def test_emit_reward_outside_a_rollout_raises() -> None:
 
 
 async def test_runner_sends_the_sampling_once_and_leaves_the_batcher_to_its_owner() -> None:
-    """The rollout's sampling reaches every call through ``proxy.attempt``; the runner flushes the batcher it
-    is given before ending the attempt, and never closes it."""
+    """The rollout's sampling reaches every call through ``proxy.attempt``, each call with its own seed (from
+    the sampling's, or a seeded run's rollout's, and the call's index); the runner flushes the batcher it is
+    given before ending the attempt, and never closes it."""
     store = MemoryStore()
     async with FakeLLM(handler=_echo) as llm, SpanBatcher(store, max_delay_s=3600) as batcher:
         async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
             await store.add_resources(llm=LLMEndpoint(proxy.url, sampling={"temperature": 0.0, "seed": 11}))
-            (rollout,) = await store.enqueue([RolloutSpec(input="q")])
+            rollout, _seeded = await store.enqueue(
+                [RolloutSpec(input="q"), RolloutSpec(input="q", metadata={spans.SEED_METADATA: 5})]
+            )
             agent = tether.wrap({"name": "a", "calls": 2}, reward=lambda t, o: 1.0)
             async with Runner(agent, store, proxy, batcher=batcher, concurrency=1) as runner:
                 stats = await runner.run_until_idle()
-            assert stats.succeeded == 1
+            assert stats.succeeded == 2
             (attempt,) = await store.get_attempts(rollout.rollout_id)
             assert len(await store.get_spans(attempt.attempt_id)) == 2  # flushed before the attempt ended
             batcher.submit(Span(rollout.rollout_id, attempt.attempt_id, SpanKind.OTHER, "after"))  # still open
-    assert [(r["temperature"], r["seed"]) for r in llm.chat_requests] == [(0.0, 11)] * 2
+    attempt_seed = derive_seed(5, 1)  # the rollout's seed and the attempt's index
+    seeds = [derive_seed(11, 0), derive_seed(11, 1), derive_seed(attempt_seed, 0), derive_seed(attempt_seed, 1)]
+    assert [(r["temperature"], r["seed"]) for r in llm.chat_requests] == [(0.0, seed) for seed in seeds]
     assert len(await store.get_spans(attempt.attempt_id)) == 3
 
 
@@ -323,13 +329,40 @@ async def _run_until_idle(
     rollout_ids: list[str] | None = None,
     handler: Any = _echo,
     retries: int = 3,
+    outage_s: float = 60.0,
 ) -> RunnerStats:
     """One runner over ``store`` until idle, its calls answered by the fake LLM through a proxy."""
-    async with FakeLLM(handler=handler) as llm, SpanBatcher(store, retries=retries) as batcher:
+    async with FakeLLM(handler=handler) as llm, SpanBatcher(store, retries=retries, outage_s=outage_s) as batcher:
         async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
             await store.add_resources(llm=LLMEndpoint(proxy.url))
-            async with Runner(agent, store, proxy, batcher=batcher, poll_s=0.01) as runner:
+            async with Runner(agent, store, proxy, batcher=batcher, poll_s=0.01, outage_s=outage_s) as runner:
                 return await (runner.run_until_idle(rollout_ids) if rollout_ids else runner.run_until_idle())
+
+
+async def test_an_outcome_is_recorded_once_the_store_is_back(tmp_path: Path) -> None:
+    """Issue 26 item 3: the file locked by another process for 1 s while the attempt ends: it is retried and
+    recorded, not failed (before, the attempt was left running until the sweep, then run again)."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, busy_timeout_s=0.05)
+    (rollout,) = await store.enqueue([RolloutSpec(input="q", max_attempts=2)])
+    scored: list[float] = []
+
+    def lock_the_file_once(task: Any, output: Any) -> float:
+        if not scored:
+            other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            other.execute("BEGIN IMMEDIATE")
+            threading.Timer(1.0, lambda: (other.execute("ROLLBACK"), other.close())).start()
+        scored.append(1.0)
+        return 1.0
+
+    try:
+        stats = await _run_until_idle(store, tether.wrap({"name": "a", "calls": 1}, reward=lock_the_file_once))
+        done = await store.get_rollout(rollout.rollout_id)
+        attempts = await store.get_attempts(rollout.rollout_id)
+    finally:
+        await store.close()
+    assert (done.status, done.attempt_count, done.reward) == (RolloutStatus.SUCCEEDED, 1, 1.0)
+    assert [a.status for a in attempts] == [AttemptStatus.SUCCEEDED] and (stats.succeeded, stats.failed) == (1, 0)
 
 
 async def test_run_until_idle_sweeps_a_dead_workers_stale_rollout_and_runs_it() -> None:
@@ -393,7 +426,7 @@ async def test_run_until_idle_waits_until_an_outcome_it_could_not_record_is_swep
 
     try:
         agent = tether.wrap({"name": "a", "calls": 1}, reward=lock_the_file_once)
-        stats = await _run_until_idle(store, agent, retries=0)
+        stats = await _run_until_idle(store, agent, retries=0, outage_s=0.2)  # locked past the retries
         done = await store.get_rollout(rollout.rollout_id)
         attempts = await store.get_attempts(rollout.rollout_id)
     finally:

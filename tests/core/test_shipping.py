@@ -14,6 +14,7 @@ import pytest
 from tether.plugin._shipping import ModuleGlobal, module_global, ship, unship
 from tether.plugin.adapters import Adapter
 from tether.plugin.wrap import WrappedAgent
+from tether.policies import PolicyMap
 from tether.types import Resources
 
 
@@ -43,7 +44,7 @@ def _reward(task: Any, output: Any) -> float:
 
 
 def _wrapped(agent: Any) -> WrappedAgent:
-    return WrappedAgent(agent=agent, adapter=_Adapter(), reward=_reward, optimize=frozenset({"a"}))
+    return WrappedAgent(agent=agent, adapter=_Adapter(), reward=_reward, policies=PolicyMap.from_optimize(["a"]))
 
 
 def test_an_agent_a_module_holds_travels_by_reference() -> None:

@@ -69,8 +69,9 @@ async def served(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 async def _raw(
     server: StoreServer, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
 ) -> tuple[int, Any]:
+    sent = {"Content-Type": "application/json", **(headers or {})}  # as HttpStore sends (a write needs it)
     async with aiohttp.ClientSession() as session:
-        async with session.request(method, server.url + path, data=body, headers=headers) as resp:
+        async with session.request(method, server.url + path, data=body, headers=sent) as resp:
             return resp.status, _json.loads(await resp.read())
 
 

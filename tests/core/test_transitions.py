@@ -1,12 +1,11 @@
-"""Spans → transitions: one per proxy LLM call, agent names, trainable flags, credit assignment."""
+"""Spans → transitions: one per proxy LLM call, agent names, trainable flags, and the facts credit reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tether import spans
+from tether.policies import PolicyMap
 from tether.training.transitions import build_transitions, unknown_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind
 
@@ -80,7 +79,7 @@ def test_one_transition_per_proxy_call_in_sequence_order() -> None:
     assert [t.step for t in report.transitions] == [0, 1]
     first = report.transitions[0]
     assert first.prompt_token_ids == [1, 2, 3] and first.response_token_ids == [4, 5]
-    assert first.logprobs == [-0.1, -0.2] and first.reward == 1.0 and first.trainable
+    assert first.logprobs == [-0.1, -0.2] and first.target_reward == 1.0 and first.trainable
     assert first.weights_version is None
     assert first.messages == [{"role": "user", "content": "m0"}]
     assert report.agent_names == {"a", "b"} and not report.problems
@@ -95,7 +94,7 @@ def test_a_transition_carries_the_weights_version_of_its_span() -> None:
 
 def test_optimize_marks_only_named_agents_trainable() -> None:
     events = [_llm(0, "write_query"), _llm(1, "check_query"), _llm(2, None)]
-    report = build_transitions(_rollout(), events, optimize=frozenset({"write_query"}))
+    report = build_transitions(_rollout(), events, policies=PolicyMap.from_optimize(["write_query"]))
     assert [t.trainable for t in report.transitions] == [True, False, False]
 
 
@@ -106,39 +105,33 @@ def test_adapter_llm_span_fills_a_missing_agent_name_by_request() -> None:
     assert report.transitions[0].agent_name == "planner"
 
 
-def test_per_call_credit_adds_rewards_emitted_after_each_call() -> None:
+def test_rewards_emitted_after_each_call_are_recorded_on_it() -> None:
     events = [
         _llm(0, "a"),
         _span(1, SpanKind.REWARD, spans.reward_attributes(0.5)),
         _llm(2, "a"),
         _span(3, SpanKind.REWARD, spans.reward_attributes(-1.0)),
     ]
-    episode = build_transitions(_rollout(1.0), events)
-    assert [t.reward for t in episode.transitions] == [1.0, 1.0]
-    per_call = build_transitions(_rollout(1.0), events, credit="per_call")
-    assert [t.reward for t in per_call.transitions] == [1.5, 0.0]
+    report = build_transitions(_rollout(1.0), events)
+    assert [(t.step_reward, t.target_reward) for t in report.transitions] == [(0.5, 1.0), (-1.0, 1.0)]
+    assert report.emitted_rewards == 2
 
 
-def test_tool_error_penalty_hits_the_call_that_requested_the_tool() -> None:
+def test_a_failed_tool_is_recorded_on_the_call_that_requested_it() -> None:
     events = [
         _llm(0, "a"),
         _span(1, SpanKind.TOOL, spans.tool_attributes("div", {"a": 1, "b": 0}, error="ZeroDivisionError")),
         _llm(2, "a"),
         _span(3, SpanKind.TOOL, spans.tool_attributes("div", {"a": 4, "b": 2}, result=2)),
     ]
-    report = build_transitions(_rollout(1.0), events, tool_error_penalty=0.25)
-    assert [t.reward for t in report.transitions] == [0.75, 1.0]
+    report = build_transitions(_rollout(1.0), events)
+    assert [t.failed_tools for t in report.transitions] == [1, 0] and report.tool_spans == 2
 
 
 def test_rollout_without_llm_calls_is_a_problem_not_an_empty_sample() -> None:
     report = build_transitions(_rollout(), [_span(0, SpanKind.TOOL, spans.tool_attributes("t", {}))])
     assert report.transitions == []
     assert "made no LLM call through tether's endpoint" in report.problems[0]
-
-
-def test_bad_credit_rule() -> None:
-    with pytest.raises(ValueError, match="credit must be 'episode' or 'per_call'"):
-        build_transitions(_rollout(), [], credit="sum")  # type: ignore[arg-type]
 
 
 def test_unknown_optimize_names_message_lists_captured_agents() -> None:

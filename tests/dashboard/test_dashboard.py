@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -90,9 +91,27 @@ def test_a_rollout_as_a_tree(page: Any, dashboard: Served, artifacts: Path) -> N
     expect(first).to_contain_text("triage")
     expect(first).to_contain_text("frozen")  # optimize=["book_meeting"]
     expect(second).to_contain_text("trainable")
-    advantage = second.locator("td").nth(4).inner_text()
+    advantage = second.locator("td").nth(5).inner_text()
     assert re.fullmatch(r"-?\d+(\.\d+)?", advantage), advantage  # group-relative, from the train batch
     _shot(page, artifacts, "rollout")  # the README's docs/dashboard.png
+
+
+def test_back_link_takes_only_a_route_of_the_page(page: Any, dashboard: Served) -> None:
+    """Issue 26 item 10: ``?back=javascript:...`` became the crumb's href (only the CSP stopped it)."""
+    page.goto(dashboard.url + "#/s/concierge/rollouts")
+    rows = page.locator("table.rows tbody tr.clickable")
+    expect(rows.first).to_be_visible()
+    rows.first.click()
+    crumb = page.locator(".crumbs a")
+    expect(crumb).to_be_visible()
+    good = crumb.get_attribute("href")
+    assert good and good.startswith("#/s/concierge/rollouts")
+    rollout = page.url.split("#", 1)[1].split("?", 1)[0]
+    for bad in ("javascript:alert(1)", "https://attacker.example/", "//attacker.example"):
+        page.goto("about:blank")  # a fresh load: the crumb checked below is the new page's
+        page.goto(dashboard.url + "#" + rollout + "?back=" + urllib.parse.quote(bad, safe=""))
+        expect(page.locator("h1.mono")).to_be_visible()
+        assert page.locator(".crumbs a").get_attribute("href") == "#/s/concierge/rollouts"
 
 
 def test_filters_and_search(page: Any, dashboard: Served, artifacts: Path) -> None:

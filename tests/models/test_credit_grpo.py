@@ -21,8 +21,9 @@ from tether import spans  # noqa: E402
 from tether.algorithms import credit_advantages  # noqa: E402
 from tether.algorithms.grpo import GRPO  # noqa: E402
 from tether.capture.context import agent_scope  # noqa: E402
+from tether.training.credit import CreditRule  # noqa: E402
 from tether.training.session import RolloutResult, as_task  # noqa: E402
-from tether.training.transitions import CreditRule, build_transitions  # noqa: E402
+from tether.training.transitions import build_transitions  # noqa: E402
 from tether.types import Rollout, RolloutStatus, Span, SpanKind  # noqa: E402
 
 PROMPT = [1, 2, 3]
@@ -58,11 +59,11 @@ def _call(model: LlamaForCausalLM, token: int) -> Span:
     )
 
 
-def _result(rid: str, events: list[Span], credit: CreditRule) -> RolloutResult:
+def _result(rid: str, events: list[Span]) -> RolloutResult:
     rollout = Rollout(rollout_id=rid, input="x", task_id="t", status=RolloutStatus.SUCCEEDED, reward=1.0)
     for i, span in enumerate(events):
         span.rollout_id, span.attempt_id, span.sequence = rid, rid, i
-    built = build_transitions(rollout, events, credit=credit, tool_error_penalty=0.5)
+    built = build_transitions(rollout, events)
     return RolloutResult(
         rollout, events, 1, built.transitions, [], built.agent_names, {}, built.emitted_rewards, built.tool_spans
     )
@@ -88,8 +89,8 @@ def test_per_call_credit_moves_the_rewarded_and_the_penalised_call_apart(credit:
     ]
     # both rollouts end with the same final reward: only the emitted reward and the failed tool tell them apart
     results = [
-        _result("r1", [*rewarded, _call(model, NEUTRAL)], credit),
-        _result("r2", [*penalised, _call(model, NEUTRAL)], credit),
+        _result("r1", [*rewarded, _call(model, NEUTRAL)]),
+        _result("r2", [*penalised, _call(model, NEUTRAL)]),
     ]
     before = {t: _logp(model, t) for t in (REWARDED, PENALISED)}
     trainable, stats = credit_advantages(results, credit=credit, tool_error_penalty=0.5)

@@ -14,7 +14,6 @@ from typing import Any
 import aiohttp
 import openai
 import otel_calc_agent
-import pytest
 from click.testing import CliRunner
 from test_export import TASKS, _calculator_model, _reward
 
@@ -281,16 +280,22 @@ async def test_the_store_server_takes_otlp_json_and_refuses_other_bodies() -> No
         async with http.post(server.url + "/v1/traces", json=_genai_file_payload()) as response:
             assert response.status == 200 and await response.json() == {}
         async with http.post(server.url + "/v1/traces", data=b"x", headers={"Content-Type": "text/plain"}) as r:
-            assert r.status == 400 and "application/x-protobuf" in (await r.json())["error"]["message"]
+            assert r.status == 415 and "application/x-protobuf" in (await r.json())["error"]["message"]
         _check_weather(await _imported(store))
 
 
-async def test_import_refuses_a_store_with_queued_rollouts() -> None:
+async def test_import_while_a_run_dequeues_never_touches_its_rollouts() -> None:
+    """Issue 26 item 1: imports used the queue (enqueue, dequeue as ``tether-import``), so a runner claimed
+    imported traces and the importer claimed training rollouts; with queued rollouts they were refused."""
     from tether.otel.ingest import convert, import_traces
     from tether.otel.otlp import parse_json
 
     store = open_store("memory:")
-    await store.enqueue([RolloutSpec(input="waiting", mode=Mode.TRAIN)])
-    with pytest.raises(tether.StoreError, match="queued rollouts"):
-        await import_traces(store, convert(parse_json(json.dumps(_genai_file_payload()))))
-    assert len(await store.list_rollouts()) == 1
+    waiting = await store.enqueue([RolloutSpec(input=f"task {i}", mode=Mode.TRAIN) for i in range(3)])
+    outcome = await import_traces(store, convert(parse_json(json.dumps(_genai_file_payload()))))
+    (rollout_id,) = outcome.rollout_ids
+    assert (await store.get_rollout(rollout_id)).status.finished
+    claimed = await store.dequeue("runner", limit=10)
+    assert [r.rollout_id for r, _ in claimed] == [r.rollout_id for r in waiting]
+    for rollout, attempt in claimed:
+        assert attempt.worker_id == "runner" and rollout.status == RolloutStatus.RUNNING

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tether.algorithms.advantages import AdvantageStats, assign, group_advantages
-from tether.training.credit import CreditStats, credit_advantages
+from tether.training.credit import Credit, CreditStats, assign_credit, credit_advantages
 
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
@@ -25,9 +25,11 @@ __all__ = [
     "SFT",
     "VERL",
     "AdvantageStats",
+    "Credit",
     "CreditStats",
     "Joint",
     "assign",
+    "assign_credit",
     "credit_advantages",
     "group_advantages",
 ]

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from tether.algorithms.grpo_policies import trained_policies, update_policies
 from tether.models.base import TrainableBackend
-from tether.training.credit import credit_advantages
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
@@ -147,14 +146,7 @@ class Loop:
         self.last_batch = batch
         if self.step == 0:
             self._check_wiring(batch)
-        settings = self.session.settings
-        trainable, stats = credit_advantages(
-            batch.results,
-            credit=settings.credit,
-            scale_by_std=algo.scale_by_std,
-            tool_error_penalty=settings.tool_error_penalty,
-            gamma=settings.gamma,
-        )
+        trainable, stats = batch.trained, batch.credit  # (credited once by the Session, under the recorded rule)
         self._note(stats.notes)
         pad = self.backend.pad_token_id
 

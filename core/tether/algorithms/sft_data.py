@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tether import spans as span_names
+from tether.policies import agent_key
 from tether.spans import is_proxy_llm_span
 from tether.store.base import Store
 from tether.training.transitions import build_transitions
@@ -125,7 +126,8 @@ def select(items: Sequence[tuple[Rollout, list[Span]]], rule: Filter) -> Selecti
     per_rollout = [(r, s, examples_of(r, s)) for r, s in considered]
     names = {e.agent_name for _, _, found in per_rollout for e in found if e.agent_name}
     if rule.agents is not None:
-        missing = sorted(rule.agents - names)
+        found_keys = {agent_key(n) for n in names}
+        missing = sorted(a for a in rule.agents if agent_key(a) not in found_keys)
         if missing:
             captured = ", ".join(sorted(names)) or "none (no call carried an agent name)"
             raise ValueError(
@@ -133,7 +135,8 @@ def select(items: Sequence[tuple[Rollout, list[Span]]], rule: Filter) -> Selecti
                 f"SFT(agents=...); the agents in the store's rollouts are: {captured}"
             )
     kept = [(r, found) for r, s, found in per_rollout if rule.keeps(r, s)]
-    examples = [e for _, found in kept for e in found if rule.agents is None or e.agent_name in rule.agents]
+    wanted = None if rule.agents is None else {agent_key(a) for a in rule.agents}
+    examples = [e for _, found in kept for e in found if wanted is None or agent_key(e.agent_name) in wanted]
     if not examples:
         raise ValueError(
             f"SFT selected no LLM call: {len(items)} rollouts in the store, {len(considered)} succeeded, "

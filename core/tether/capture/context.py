@@ -11,6 +11,7 @@ the running node in its config context variable).
 from __future__ import annotations
 
 import contextlib
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -74,8 +75,23 @@ def current_agent_name() -> str | None:
 
 
 #: HTTP headers the endpoint redirect adds to each redirected request; the proxy records them on the span.
+#: The agent header carries the sub-agent name percent-encoded (UTF-8), so any name a framework accepts — a
+#: CrewAI role ending in a newline, a node name with spaces or non-ASCII text — is a valid header value.
 AGENT_HEADER = "X-Tether-Agent"
 CALL_ID_HEADER = "X-Tether-Call-Id"
+
+
+def encode_agent_header(name: str) -> str:
+    """``name`` as the ``X-Tether-Agent`` header value: percent-encoded UTF-8 (plain ASCII names with no space
+    or ``%`` travel unchanged)."""
+    return urllib.parse.quote(name, safe="!#$&'()*+,/:;=?@[]^_`{|}~")
+
+
+def decode_agent_header(value: str | None) -> str | None:
+    """The sub-agent name an ``X-Tether-Agent`` header value carries, exactly as the framework wrote it."""
+    if not value:
+        return None
+    return urllib.parse.unquote(value, errors="replace") or None
 
 
 class SpanSink(Protocol):

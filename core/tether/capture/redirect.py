@@ -18,7 +18,8 @@ used. The seam is private: ``seam()`` checks it and raises ``SeamMissing`` namin
 release moves it.
 
 ``add_listener(fn)`` calls ``fn(json_body, scope, call_id)`` for each redirected request, in the caller's
-context (the plain-function adapter reads tool results from it). Agent names go out UTF-8 encoded.
+context (the plain-function adapter reads tool results from it). Agent names go out percent-encoded
+(``tether.capture.context.encode_agent_header``: a name with a newline is still a valid header).
 
 The runner holds the redirect around every rollout (``held()``: only when the ``openai`` SDK is installed,
 decided once); adapters may hold it too, for a user's own ``run=`` or while instrumented. ``install()`` /
@@ -42,7 +43,14 @@ from contextvars import ContextVar
 from typing import Any
 
 from tether.capture import passthrough as passthrough_calls
-from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, RolloutScope, current_agent_name, current_scope
+from tether.capture.context import (
+    AGENT_HEADER,
+    CALL_ID_HEADER,
+    RolloutScope,
+    current_agent_name,
+    current_scope,
+    encode_agent_header,
+)
 from tether.capture.patching import SeamMissing as SeamMissing
 from tether.capture.patching import SharedPatch
 from tether.types import new_id
@@ -284,7 +292,7 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
     if _AGENT_KEY not in present:
         agent = current_agent_name()
         if agent:
-            new_raw.append((AGENT_HEADER.encode(), agent.encode("utf-8")))
+            new_raw.append((AGENT_HEADER.encode(), encode_agent_header(agent).encode("ascii")))
     supplied = present.get(_CALL_ID_KEY)  # a caller may pass its own id in extra_headers to join its spans
     call_id = supplied.decode("latin-1") if supplied is not None else new_id("call")
     if supplied is None:

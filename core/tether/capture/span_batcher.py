@@ -7,6 +7,11 @@ the store in submission order. ``close`` writes everything still pending: no spa
 shutdown. A batch the store rejects (a malformed span, a span of an attempt that timed out, a body over an
 HTTP store's size cap) is retried in halves, in order, down to single spans, so one bad span costs only
 itself; it is logged and counted in ``dropped``.
+
+A store that fails (a server restarting, a database failing over) is retried with back-off for up to
+``outage_s`` (60 s): spans are dropped only after that. A retry is idempotent: the first try may have been
+committed with its answer lost, so before writing again the batcher reads which of the batch's spans the store
+already holds (by span id) and writes only the others.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
-from tether.store.base import InvalidInput, InvalidTransition, Store
+from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store
+from tether.store.retry import DEFAULT_OUTAGE_S, is_outage
 from tether.types import Span
 
 log = logging.getLogger(__name__)
@@ -33,6 +40,7 @@ class SpanBatcher:
         *,
         retries: int = 3,
         retry_delay_s: float = 0.2,
+        outage_s: float = DEFAULT_OUTAGE_S,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -43,6 +51,7 @@ class SpanBatcher:
         self.max_delay_s = max_delay_s
         self.retries = retries
         self.retry_delay_s = retry_delay_s
+        self.outage_s = outage_s
         self.written = 0  # spans the store accepted
         self.dropped = 0  # spans the store rejected (logged)
         self._pending: list[Span] = []
@@ -157,8 +166,15 @@ class SpanBatcher:
         await self._write(batch)
 
     async def _write(self, batch: list[Span]) -> None:
-        for attempt in range(self.retries + 1):
+        deadline = time.monotonic() + self.outage_s
+        failed = False  # a try failed: it may have been committed anyway (its answer lost)
+        attempt = 0
+        while True:
             try:
+                if failed:
+                    batch = await self._not_yet_stored(batch)
+                    if not batch:
+                        return
                 await self.store.add_spans(batch)
             except (InvalidInput, InvalidTransition) as exc:
                 if len(batch) == 1:
@@ -169,15 +185,35 @@ class SpanBatcher:
                 await self._write(batch[half:])
                 return
             except Exception as exc:
-                if attempt == self.retries:
+                delay = min(self.retry_delay_s * (2**attempt), 2.0)
+                outage = is_outage(exc) and time.monotonic() + delay <= deadline
+                if not outage and attempt >= self.retries:
                     for span in batch:
-                        self._drop(span, f"the store failed {self.retries + 1} times: {exc!r}")
+                        self._drop(span, f"the store failed {attempt + 1} times: {exc!r}")
                     return
                 log.warning("writing %d spans failed (%r); retrying", len(batch), exc)
-                await asyncio.sleep(self.retry_delay_s * (2**attempt))
+                failed = True
+                attempt += 1
+                await asyncio.sleep(delay)
             else:
                 self.written += len(batch)
                 return
+
+    async def _not_yet_stored(self, batch: list[Span]) -> list[Span]:
+        """The spans of ``batch`` whose ids their attempts do not hold yet (an outage raises, to retry)."""
+        held: set[str] = set()
+        for attempt_id in dict.fromkeys(s.attempt_id for s in batch):
+            try:
+                held.update(s.span_id for s in await self.store.get_spans(attempt_id))
+            except NotFound:
+                pass
+        kept = [s for s in batch if s.span_id not in held]
+        if len(kept) < len(batch):
+            self.written += len(batch) - len(kept)
+            log.info(
+                "%d of %d spans were stored by a try whose answer was lost", len(batch) - len(kept), len(batch)
+            )
+        return kept
 
     def _drop(self, span: Span, why: str) -> None:
         self.dropped += 1

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from tether import _json, spans
+from tether._net import local_address, refusal
 from tether.dashboard.index import MAX_LIMIT, parse_filters
 from tether.dashboard.sources import Source, Sources, read_apo_history, read_metrics
 from tether.dashboard.trace import rollout_detail
@@ -243,20 +244,39 @@ _ROUTES: list[tuple[str, str, _Handler]] = [
 # -- app --------------------------------------------------------------------------------------------------
 
 
+def _raw(text: str) -> bytes:
+    """A header, cookie or query value as UTF-8 to compare with the token; one that came as bytes that are not
+    UTF-8 (aiohttp keeps them as surrogates) gives bytes no token has, instead of raising."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return b"\xff"
+
+
 def _middleware(token: str | None) -> Any:
     expected_header = f"Bearer {token}".encode() if token else b""
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        refused = refusal(
+            request.method,
+            request.headers.get("Host"),
+            request.headers.get("Origin"),
+            request.content_type,
+            local_address(request.transport),
+            token=bool(token),
+        )
+        if refused is not None:  # a page of another site, its name rebound to 127.0.0.1, reading the runs
+            return _error(refused[0], "Forbidden", refused[1])
         if token:
             given = request.query.get("token")
-            if given is not None and hmac.compare_digest(given.encode(), token.encode()):
+            if given is not None and hmac.compare_digest(_raw(given), token.encode()):
                 # opened with ?token=: keep it in a cookie, and take it out of the address bar (and history)
                 response = web.Response(status=303, headers={"Location": request.path, **_HEADERS})
                 response.set_cookie(COOKIE, token, path=PREFIX, httponly=True, samesite="Strict")
                 return response
-            header = request.headers.get("Authorization", "").encode()
-            cookie = request.cookies.get(COOKIE, "").encode()
+            header = _raw(request.headers.get("Authorization", ""))
+            cookie = _raw(request.cookies.get(COOKIE, ""))
             if not (hmac.compare_digest(header, expected_header) or hmac.compare_digest(cookie, token.encode())):
                 return _error(
                     401, "Unauthorized", "this dashboard needs its token: open it as /dashboard/?token=<token>"

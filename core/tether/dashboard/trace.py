@@ -4,25 +4,27 @@ The tree of an attempt: consecutive calls of one sub-agent form a group; inside 
 proxy's ``llm`` span: messages, response, token counts, token ids and logprobs) holds the tool calls its
 response asked for (matched by the tool call id; else the spans' own ``parent_id``); ``reward`` and other
 spans stay where they arrived. A framework's own ``llm`` span of a call the proxy also recorded is folded
-into the proxy's node (it only names the sub-agent). Transitions come from ``tether.training.transitions`` exactly
-as an algorithm builds them (``optimize=`` as recorded in the rollout's metadata), with the GRPO advantage of train
-rollouts computed over their group (same task, same resources version).
+into the proxy's node (it only names the sub-agent).
+
+Transitions are built and credited exactly as training built and credited them: ``build_transitions`` with
+the policy map the rollout's metadata recorded (``spans.POLICIES_METADATA``), then ``assign_credit`` with the
+credit rule it recorded (``spans.CREDIT_METADATA``) over its group (the train rollouts of the same task and
+resources version: the batch training compared it with), on each member's last attempt, as training did.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tether import _json, spans
-from tether.algorithms.advantages import group_advantages
-from tether.spans import is_proxy_llm_span
+from tether.policies import PolicyMap
+from tether.spans import is_proxy_llm_span, proxy_llm_problem
 from tether.store.base import Store
-from tether.training.transitions import build_transitions
-from tether.types import Attempt, Mode, Rollout, Span, SpanKind
-
-#: rollout metadata: the ``optimize=`` names of the wrapped agent that ran it (a list; absent: all trainable)
-OPTIMIZE_METADATA = spans.OPTIMIZE_METADATA
+from tether.training.credit import Credit, assign_credit
+from tether.training.transitions import TransitionReport, build_transitions
+from tether.types import Attempt, Mode, Rollout, Span, SpanKind, Transition
 
 
 async def rollout_detail(
@@ -33,11 +35,17 @@ async def rollout_detail(
     attempts = await store.get_attempts(rollout_id)
     chosen = _choose(attempts, attempt_id)
     found = await store.get_spans(chosen.attempt_id) if chosen is not None else []
-    optimize = _optimize(rollout)
-    report = build_transitions(rollout, found, optimize=optimize)
-    advantage, group_size = await _advantage(store, rollout, group)
-    for t in report.transitions:
-        t.advantage = advantage
+    policies = recorded_policies(rollout)
+    credit = Credit.from_metadata(_meta(rollout).get(spans.CREDIT_METADATA))
+    report = build_transitions(rollout, found, policies=policies)
+    # training credited train rollouts with a reward, on their last attempt; others show their values only
+    trained = rollout.mode == Mode.TRAIN and rollout.reward is not None and chosen is attempts[-1]
+    member = _Member.of(rollout, report)
+    group_size = await _credit(store, member, group if trained else (), policies, credit or Credit())
+    if not trained:
+        group_size = 0
+        for t in report.transitions:
+            t.advantage = None
     return {
         "rollout": rollout.to_dict(),
         "attempts": [a.to_dict() for a in attempts],
@@ -47,6 +55,7 @@ async def rollout_detail(
             {
                 "step": t.step,
                 "agent": t.agent_name,
+                "policy": t.policy,
                 "trainable": t.trainable,
                 "reward": t.reward,
                 "advantage": t.advantage,
@@ -58,10 +67,60 @@ async def rollout_detail(
             for t in report.transitions
         ],
         "problems": report.problems,
-        "optimize": sorted(optimize) if optimize is not None else None,
+        "optimize": sorted(policies.agents) if policies is not None and policies.agents is not None else None,
+        "credit": credit.to_metadata() if credit is not None else None,
         "group_size": group_size,
         "span_count": len(found),
     }
+
+
+def recorded_policies(rollout: Rollout) -> PolicyMap | None:
+    """The policy map the rollout's metadata recorded (or, for a rollout stored by an older tether, its
+    ``optimize=`` names); None: every call trains."""
+    meta = _meta(rollout)
+    policies = PolicyMap.from_metadata(meta.get(spans.POLICIES_METADATA))
+    if policies is not None:
+        return policies
+    names = meta.get(spans.OPTIMIZE_METADATA)
+    if isinstance(names, list) and names and all(isinstance(n, str) and n for n in names):
+        return PolicyMap.from_optimize(names)
+    return None
+
+
+def _meta(rollout: Rollout) -> dict[str, Any]:
+    return rollout.metadata if isinstance(rollout.metadata, dict) else {}
+
+
+@dataclass(slots=True)
+class _Member:
+    """A rollout of the group with its last attempt's transitions and facts (``credit.Scored``)."""
+
+    rollout: Rollout
+    transitions: list[Transition]
+    target_rewards: dict[str, float] = field(default_factory=dict)
+    emitted_rewards: int = 0
+    tool_spans: int = 0
+
+    @classmethod
+    def of(cls, rollout: Rollout, report: TransitionReport) -> _Member:
+        return cls(rollout, report.transitions, report.target_rewards, report.emitted_rewards, report.tool_spans)
+
+
+async def _credit(
+    store: Store, member: _Member, group: Sequence[str], policies: PolicyMap | None, credit: Credit
+) -> int:
+    """Give ``member``'s transitions (its last attempt's) the advantages training gave them: the recorded rule
+    over the rollout's group. Returns the group's size."""
+    others = [i for i in dict.fromkeys(group) if i != member.rollout.rollout_id]
+    members = [member]
+    for other in await store.list_rollouts(rollout_ids=others) if others else []:
+        if not other.status.finished or other.reward is None:
+            continue
+        attempts = await store.get_attempts(other.rollout_id)
+        found = await store.get_spans(attempts[-1].attempt_id) if attempts else []
+        members.append(_Member.of(other, build_transitions(other, found, policies=policies)))
+    assign_credit(members, credit)
+    return len(members)
 
 
 def _choose(attempts: Sequence[Attempt], attempt_id: str | None) -> Attempt | None:
@@ -69,23 +128,6 @@ def _choose(attempts: Sequence[Attempt], attempt_id: str | None) -> Attempt | No
         if attempt.attempt_id == attempt_id:
             return attempt
     return attempts[-1] if attempts else None
-
-
-def _optimize(rollout: Rollout) -> frozenset[str] | None:
-    names = rollout.metadata.get(OPTIMIZE_METADATA) if isinstance(rollout.metadata, dict) else None
-    if isinstance(names, list) and all(isinstance(n, str) for n in names):
-        return frozenset(names)
-    return None
-
-
-async def _advantage(store: Store, rollout: Rollout, group: Sequence[str]) -> tuple[float | None, int]:
-    """The rollout's group-relative advantage (train rollouts with a reward only) and its group's size."""
-    if rollout.mode != Mode.TRAIN or rollout.reward is None:
-        return None, 0
-    members = await store.list_rollouts(rollout_ids=list(dict.fromkeys([*group, rollout.rollout_id])))
-    finished = [r for r in members if r.status.finished and r.reward is not None]
-    stats = group_advantages(finished)
-    return stats.per_rollout.get(rollout.rollout_id), len(finished)
 
 
 # -- the tree ---------------------------------------------------------------------------------------------
@@ -104,15 +146,15 @@ def build_tree(found: Sequence[Span]) -> list[dict[str, Any]]:
         if span.kind == SpanKind.LLM and not is_proxy_llm_span(span):
             if _key(span.attributes.get(spans.REQUEST_MESSAGES)) in proxy_requests:
                 continue  # the framework's view of a call the proxy recorded: it only adds the agent name
-        node = _node(span)
-        nodes[span.span_id] = node
-        for call_id in node.get("tool_call_ids", ()):
-            by_tool_call[call_id] = node
+        node = _safe_node(span)
         parent = None
         if span.kind == SpanKind.TOOL:
             parent = by_tool_call.get(str(span.attributes.get(spans.TOOL_CALL_ID)))
         if parent is None and span.parent_id:
-            parent = nodes.get(span.parent_id)
+            parent = nodes.get(span.parent_id)  # only spans before this one: no span is its own ancestor
+        nodes.setdefault(span.span_id, node)
+        for call_id in node.get("tool_call_ids", ()):
+            by_tool_call[call_id] = node
         if parent is not None:
             parent["children"].append(node)
         else:
@@ -143,6 +185,21 @@ def _group_by_agent(top: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _count_tools(node: dict[str, Any]) -> int:
     own = 1 if node["type"] == "tool" else 0
     return own + sum(_count_tools(c) for c in node.get("children", ()))
+
+
+def _safe_node(span: Span) -> dict[str, Any]:
+    """``_node``, or for a span whose attributes are not laid out as its kind says, a node showing the problem."""
+    problem = proxy_llm_problem(span)
+    if problem is None:
+        try:
+            return _node(span)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            problem = f"span {span.span_id} is malformed ({type(exc).__name__}: {exc})"
+    return {
+        "span_id": span.span_id, "sequence": span.sequence, "name": span.name, "agent": span.agent_name,
+        "start_time": span.start_time, "end_time": span.end_time, "children": [], "type": "other",
+        "attributes": span.attributes, "error": problem,
+    }  # fmt: skip
 
 
 def _node(span: Span) -> dict[str, Any]:

@@ -91,7 +91,10 @@ class PolicyWeights:
         for i, name in enumerate(self.names):
             adapter = "default" if i == 0 else f"tether_{i}"
             if i:
-                model.add_adapter(adapter, lora.peft_config())
+                from tether.models.lora import seeded_init
+
+                with seeded_init(i):
+                    model.add_adapter(adapter, lora.peft_config())
             self.adapters[name] = adapter
         model.set_adapter("default")
 

@@ -5,6 +5,11 @@ seed. Rows that finish are dropped from the batch (and their KV cache), so short
 ones. Each sampled token's logprob is taken under the distribution it was drawn from (temperature-scaled and
 top-p-truncated); greedy rows (temperature 0) report the logprob under the unscaled distribution.
 
+A seeded row is reproducible whatever else shares its batch: its uniforms come from its own seed, and once it
+finishes its logprobs are recomputed by one forward pass of its prompt and tokens alone (``_rescore``), since
+the batched pass's numbers move in the last bits with the batch's padding (the attention kernels' reductions
+see a different layout). Unseeded rows keep the batched pass's logprobs.
+
 Invariant: ``tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text``. A row that ends
 on a stop token keeps that token (with its logprob: the model learns to stop); a row that ends on a stop
 string keeps the tokens before the one where the stop string begins, so the text never contains it.
@@ -95,6 +100,33 @@ def choose(
     return tokens, logprobs
 
 
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The logprob of ``tokens[k]`` under row ``k`` of ``logits`` in the distribution ``choose`` draws from
+    (temperature-scaled, top-p-truncated; unscaled for greedy rows)."""
+    logits = logits.float()
+    picked = tokens.unsqueeze(1)
+    if temperature <= 0:
+        return torch.log_softmax(logits, dim=-1).gather(1, picked).squeeze(1)
+    probs = torch.softmax(logits / max(temperature, 1e-5), dim=-1)
+    if top_p < 1:
+        ordered, order = probs.sort(dim=-1, descending=True)
+        drop = (ordered.cumsum(-1) - ordered) >= top_p
+        probs = probs.scatter(1, order, ordered.masked_fill(drop, 0.0))
+    return torch.log(probs.gather(1, picked).squeeze(1) / probs.sum(-1))
+
+
+def _rescore(model: PreTrainedModel, prompt: Sequence[int], sample: Sample, params: SampleParams) -> None:
+    """Recompute ``sample``'s logprobs from a forward pass of its prompt and tokens alone (no batch, no
+    padding): numbers that depend on the row only."""
+    if not sample.token_ids:
+        return
+    ids = torch.tensor([[*prompt, *sample.token_ids]], dtype=torch.long, device=model.device)
+    n = len(sample.token_ids)
+    logits = model(input_ids=ids, use_cache=False, logits_to_keep=n + 1).logits[0, :-1]
+    tokens = torch.tensor(sample.token_ids, dtype=torch.long)
+    sample.logprobs = token_logprobs(logits.cpu(), tokens, params.temperature, params.top_p).tolist()
+
+
 def _cut_at_stop(
     tokenizer: PreTrainedTokenizerBase, ids: list[int], stop: tuple[str, ...], start: int
 ) -> int | None:
@@ -178,6 +210,8 @@ def generate(
             sample = Sample(
                 out_ids[i], out_lp[i], str(tokenizer.decode(out_ids[i], skip_special_tokens=True)), finish
             )
+            if params[i].seed is not None:
+                _rescore(model, prompts[i], sample, params[i])
             results[i] = sample
             if on_finish is not None:
                 on_finish(i, sample)

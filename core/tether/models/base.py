@@ -13,6 +13,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+#: how long a backend that forwards over HTTP waits for one answer by default: long enough for a long generation
+#: on a busy server, short enough that a hung backend frees the proxy's call slots (``timeout_s=`` to change it)
+DEFAULT_BACKEND_TIMEOUT_S = 120.0
+
 if TYPE_CHECKING:
     from tether.models.lora import LoRA
 

@@ -7,19 +7,36 @@ backend itself travels: ``POST /chat`` takes a ``ChatRequest`` as JSON and answe
 ``ChatResult`` as JSON, field for field. A proxy in front of an ``HttpBackend`` therefore records exactly
 the spans a proxy in front of the backend itself records. ``BadRequest`` comes back as 400 and
 ``BackendError`` (or any other failure) as 502, raised again on the client with the backend's message.
+
+The server follows the store's bind rule (``tether._net.check_bind``): beyond loopback it needs a ``token``,
+and then every request must carry ``Authorization: Bearer <token>`` (401 otherwise); ``HttpBackend`` sends
+its ``token`` (or ``TETHER_BACKEND_TOKEN``). ``RayRunners`` sessions make one and hand it to the actors in
+their Ray runtime env. Requests a web page could send (foreign ``Host`` on loopback, foreign ``Origin``, a
+body that is not JSON) are refused as on the store server.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import logging
+import os
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 
-from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
+from tether._net import check_bind, local_address, refusal, unbracket
+from tether.models.base import (
+    DEFAULT_BACKEND_TIMEOUT_S,
+    BackendError,
+    BadRequest,
+    ChatRequest,
+    ChatResult,
+    Choice,
+    ModelBackend,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +70,22 @@ def result_from_json(raw: bytes) -> ChatResult:
     return ChatResult(**data)
 
 
+#: the environment variable an ``HttpBackend`` reads its token from (set in Ray actors by the session)
+TOKEN_ENV = "TETHER_BACKEND_TOKEN"
+
+
 class BackendServer:
     """Serve ``backend`` on ``host:port`` (0: a free port) at ``POST /chat``; ``url`` is where it answers.
     It never starts or closes the backend (its owner does)."""
 
-    def __init__(self, backend: ModelBackend, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, backend: ModelBackend, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+    ) -> None:
+        check_bind(unbracket(host), token, "the model server")
         self.backend = backend
         self.host = host
         self.port = port
+        self._expected = f"Bearer {token}".encode() if token else None
         self._runner: web.BaseRunner | None = None
 
     async def start(self) -> BackendServer:
@@ -89,6 +114,21 @@ class BackendServer:
         await self.stop()
 
     async def _handle(self, request: web.BaseRequest) -> web.Response:
+        refused = refusal(
+            request.method,
+            request.headers.get("Host"),
+            request.headers.get("Origin"),
+            request.content_type,
+            local_address(request.transport),
+            token=self._expected is not None,
+        )
+        if refused is not None:
+            return _error(*refused)
+        if self._expected is not None:
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, self._expected):
+                what = "wrong bearer token" if given else "missing bearer token"
+                return _error(401, f"{what}: send 'Authorization: Bearer <token>' (HttpBackend(token=...))")
         if request.path == "/health":
             return web.Response(text="ok")
         if request.path != "/chat" or request.method != "POST":
@@ -115,17 +155,25 @@ class HttpBackend(ModelBackend):
 
     name = "http"
 
-    def __init__(self, url: str, *, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = DEFAULT_BACKEND_TIMEOUT_S, token: str | None = None
+    ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-            self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=256))
+            self._session = aiohttp.ClientSession(
+                timeout=timeout, connector=aiohttp.TCPConnector(limit=256), headers=self._headers
+            )
 
     async def close(self) -> None:
         if self._session is not None:

@@ -87,10 +87,21 @@ def attach(model: Any, lora: LoRA) -> Any:
     trainable and initialised so the wrapped model computes exactly what ``model`` did."""
     peft = require_peft()
     try:
-        with _quiet_peft():
+        with _quiet_peft(), seeded_init(0):
             return peft.get_peft_model(model, lora.peft_config())
     except ValueError as exc:  # e.g. target modules not found in this architecture
         raise ValueError(f"cannot attach {lora} to {type(model).__name__}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def seeded_init(index: int) -> Iterator[None]:
+    """Fresh adapters drawn from a fixed seed (``index``: which adapter), not from wherever the process's global
+    generator happens to be: a seeded run starts from the same adapters whatever ran before it in the process."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(index)
+        yield
 
 
 @contextlib.contextmanager

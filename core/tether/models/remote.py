@@ -16,7 +16,15 @@ import aiohttp
 import orjson
 
 from tether._http11 import Http11Pool
-from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
+from tether.models.base import (
+    DEFAULT_BACKEND_TIMEOUT_S,
+    BackendError,
+    BadRequest,
+    ChatRequest,
+    ChatResult,
+    Choice,
+    ModelBackend,
+)
 
 _FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 
@@ -39,7 +47,7 @@ class RemoteBackend(ModelBackend):
         *,
         return_token_ids: bool = False,
         logprobs: bool = False,
-        timeout_s: float = 600.0,
+        timeout_s: float = DEFAULT_BACKEND_TIMEOUT_S,
         max_connections: int = 256,
         headers: dict[str, str] | None = None,
     ) -> None:

@@ -111,4 +111,4 @@ class SpanExporter:
 
     def close(self) -> None:
         """Flush and stop the processor's thread (blocking)."""
-        self._processor.shutdown()
+        self._processor.shutdown()  # type: ignore[no-untyped-call]  # untyped in some SDK releases

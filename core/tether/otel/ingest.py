@@ -1,7 +1,9 @@
 """Traces from elsewhere as tether rollouts: OTLP spans following the OpenTelemetry GenAI conventions or
 OpenInference's, grouped by trace, become rollouts whose spans are tether's own.
 
-Each trace becomes one rollout with one attempt (ended ``failed`` when its root span's status is ERROR). An
+Each trace becomes one rollout with one attempt (ended ``failed`` when its root span's status is ERROR), written
+by ``Store.import_rollout``: finished from the start (never queued, so no runner ever takes it), atomically,
+keyed by the trace id, so a trace sent again or in parts adds to one rollout, each span once (by its id). An
 LLM span (``gen_ai.operation.name`` ``chat`` / ``text_completion`` / ``generate_content``, or OpenInference's
 ``LLM`` kind) becomes an ``llm`` span in the proxy's layout (``spans.ProxyLLMAttributes``): request messages,
 tools and parameters, the choices, usage, model, with no token ids unless the trace has them
@@ -13,6 +15,7 @@ came from), spans a ``spans.IMPORTED`` attribute. Other spans (chains, retriever
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,9 +24,10 @@ from typing import Any
 from tether import _json, spans
 from tether.otel.messages import from_genai
 from tether.otel.otlp import OtlpSpan
-from tether.store.base import Store, StoreError
-from tether.types import AttemptStatus, Mode, RolloutSpec, RolloutStatus, Span, SpanKind
+from tether.store.base import ImportedRollout, InvalidInput, NotFound, Store, import_id, validate_import
+from tether.types import Mode, Span, SpanKind, new_id
 
+CHUNK_SPANS = 250  # spans of one trace written per store call
 _LLM_OPERATIONS = {"chat", "text_completion", "generate_content"}
 WORKER = "tether-import"
 _FUNCTION = "tool_call.function."
@@ -43,61 +47,103 @@ class ImportedTrace:
     service: str | None = None
     start: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    span_count: int = 0  # OTLP spans of the trace in this batch
+    rejected: str | None = None  # why the trace could not be converted
+    checked: bool = False  # its spans passed ``validate_import`` already, as a whole (``_parse_pool``)
 
 
 def convert(otlp_spans: Sequence[OtlpSpan]) -> list[ImportedTrace]:
-    """The traces among ``otlp_spans`` that hold at least one LLM or tool call, in order of first start."""
+    """The traces among ``otlp_spans`` that hold at least one LLM or tool call, or their root span (a later
+    part of a trace imported earlier), in order of first start."""
     by_trace: dict[str, list[OtlpSpan]] = defaultdict(list)
     for s in otlp_spans:
         by_trace[s.trace_id].append(s)
-    out = [t for t in (_trace(tid, items) for tid, items in by_trace.items()) if t.spans]
+    out = [
+        t
+        for t in (_checked_trace(tid, items) for tid, items in by_trace.items())
+        if t.spans or t.rejected or any(not s.parent_id for s in by_trace[t.trace_id])
+    ]
     return sorted(out, key=lambda t: t.start)
 
 
-async def import_traces(store: Store, traces: Sequence[ImportedTrace], *, mode: Mode = Mode.TRAIN) -> list[str]:
-    """Write ``traces`` into ``store`` as finished rollouts; returns their rollout ids.
+def _checked_trace(trace_id: str, items: list[OtlpSpan]) -> ImportedTrace:
+    """``_trace``, or a trace marked rejected when its spans cannot be converted: the others still import."""
+    try:
+        return _trace(trace_id, items)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        reason = f"its spans are not GenAI/OpenInference spans tether can read ({type(exc).__name__}: {exc})"
+        return ImportedTrace(trace_id, None, None, [], [], rejected=reason, span_count=len(items))
 
-    Uses the store's own contract (enqueue, claim, add spans, finish), so it works on every backend. A store
-    with other rollouts waiting would hand those to the importer: that is refused (``StoreError``).
+
+@dataclass(slots=True)
+class ImportOutcome:
+    """What ``import_traces`` did: the rollouts it wrote or added to, and the traces the store refused."""
+
+    rollout_ids: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)  # trace id -> why
+    rejected_spans: int = 0
+
+
+async def import_traces(
+    store: Store, traces: Sequence[ImportedTrace], *, mode: Mode = Mode.TRAIN
+) -> ImportOutcome:
+    """Write each of ``traces`` into ``store`` as a finished rollout (``Store.import_rollout``: atomic, never
+    queued, idempotent by trace id and span id), one trace at a time.
+
+    A trace sent again, or in parts (an exporter sends spans as they end), adds to the same rollout. A trace
+    the store refuses (``InvalidInput``: say, a NaN time) is reported in ``rejected`` and the others are still
+    written; any other store error (the store is down) is raised, after the traces before it were written.
     """
-    if not traces:
-        return []
-    if await store.list_rollouts(status=RolloutStatus.QUEUED, limit=1):
-        raise StoreError(
-            "the store has queued rollouts waiting for runners: import traces while no run is enqueuing, "
-            "or into another store"
-        )
-    specs = [
-        RolloutSpec(
-            input=t.input,
+    out = ImportOutcome()
+    await import_into(store, traces, mode, out)
+    return out
+
+
+async def import_into(store: Store, traces: Sequence[ImportedTrace], mode: Mode, out: ImportOutcome) -> None:
+    """``import_traces``, adding to ``out``."""
+    for trace in traces:
+        if trace.rejected:
+            out.rejected[trace.trace_id] = trace.rejected
+            out.rejected_spans += trace.span_count
+            continue
+        item = ImportedRollout(
+            key=trace.trace_id,
+            input=trace.input,
+            output=trace.output,
+            error=trace.error,
             mode=mode,
             metadata={
                 spans.IMPORTED: {
                     "source": "otlp",
-                    "trace_id": t.trace_id,
-                    "conventions": t.conventions,
-                    "service": t.service,
-                    "skipped_spans": t.skipped,
+                    "trace_id": trace.trace_id,
+                    "conventions": trace.conventions,
+                    "service": trace.service,
+                    "skipped_spans": trace.skipped,
                 },
-                **t.metadata,
+                **trace.metadata,
             },
+            spans=trace.spans,
+            worker_id=WORKER,
         )
-        for t in traces
-    ]
-    rollouts = await store.enqueue(specs)
-    claimed = await store.dequeue(WORKER, limit=len(rollouts))
-    attempts = {rollout.rollout_id: attempt for rollout, attempt in claimed}
-    ids = [r.rollout_id for r in rollouts]
-    if set(attempts) != set(ids):
-        raise StoreError("another worker claimed imported rollouts: stop remote runners while importing")
-    for rollout_id, trace in zip(ids, traces, strict=True):
-        attempt = attempts[rollout_id]
-        for span in trace.spans:
-            span.rollout_id, span.attempt_id = rollout_id, attempt.attempt_id
-        await store.add_spans(trace.spans)
-        status = AttemptStatus.FAILED if trace.error else AttemptStatus.SUCCEEDED
-        await store.finish_attempt(attempt.attempt_id, status, output=trace.output, error=trace.error)
-    return ids
+        if not trace.spans:  # only the root of a trace whose calls came earlier: fill in the outcome, if any
+            try:
+                await store.get_rollout(import_id(trace.trace_id)[0])
+            except NotFound:
+                continue
+        try:
+            if not trace.checked:
+                validate_import(item)  # the whole trace, before any part of it is written
+            # a huge trace goes in parts of CHUNK_SPANS (each atomic, the first creates the rollout), so one
+            # write never holds the store (or a server's event loop) for long; a retry completes a cut one
+            for start in range(0, max(len(trace.spans), 1), CHUNK_SPANS):
+                item.spans = trace.spans[start : start + CHUNK_SPANS]
+                result = await store.import_rollout(item)
+                await asyncio.sleep(0)  # let a server's other requests in between writes
+        except InvalidInput as exc:
+            out.rejected[trace.trace_id] = str(exc)
+            out.rejected_spans += trace.span_count
+            continue
+        out.rollout_ids.append(result.rollout_id)
 
 
 # -- one trace --------------------------------------------------------------------------------------------
@@ -117,11 +163,12 @@ def _trace(trace_id: str, items: list[OtlpSpan]) -> ImportedTrace:
             continue
         conventions.add(convention)
         agent = _agent(s, by_id)
+        span_id = s.span_id or new_id("sp")  # the trace's own id: a span sent twice is stored once
         if kind == SpanKind.LLM:
-            span = Span("", "", SpanKind.LLM, spans.LLM_CALL, agent, _llm_attributes(s, convention))
+            span = Span("", "", SpanKind.LLM, spans.LLM_CALL, agent, _llm_attributes(s, convention), s.span_id)
         else:
             name, attributes = _tool_attributes(s, convention)
-            span = Span("", "", SpanKind.TOOL, name, agent, attributes)
+            span = Span("", "", SpanKind.TOOL, name, agent, attributes, span_id)
         span.attributes[spans.IMPORTED] = True
         span.start_time, span.end_time = s.start, max(s.end, s.start)
         parent = _converted_ancestor(s, by_id, tether_ids)
@@ -139,6 +186,7 @@ def _trace(trace_id: str, items: list[OtlpSpan]) -> ImportedTrace:
         conventions=sorted(conventions),
         error=next((s.error for s in roots if s.error), None),
         skipped=skipped,
+        span_count=len(items),
         service=root.resource.get("service.name"),
         start=items[0].start if items else 0.0,
     )

@@ -28,14 +28,12 @@ RunFn = Callable[..., Any]  # run(agent, task) or run(agent, task, resources)
 
 @dataclass(slots=True)
 class WrappedAgent:
-    """An agent ready to train: the user's object, the adapter that runs it, how to score it, which
-    sub-agents may be optimized (``optimize``, None: all of them) and the policy that serves each
-    (``policies``, see ``tether.policies``)."""
+    """An agent ready to train: the user's object, the adapter that runs it, how to score it, and the policy
+    that serves each sub-agent and which of them train (``policies``, see ``tether.policies``)."""
 
     agent: Any
     adapter: Adapter
     reward: RewardFn | None = None
-    optimize: frozenset[str] | None = None
     policies: PolicyMap = field(default_factory=lambda: PolicyMap.from_optimize(None))
     run: RunFn | None = None
     #: the ``passthrough=`` clients (kept alive here: they are matched by id) and their openai clients' ids
@@ -45,10 +43,15 @@ class WrappedAgent:
     def __post_init__(self) -> None:
         self._passthrough_ids = client_ids(self.passthrough)
 
+    @property
+    def optimize(self) -> frozenset[str] | None:
+        """The sub-agents whose calls train (None: all of them), as the policy map says."""
+        return self.policies.agents
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled (for ``tether.RayRunners``' actors) with the user's agent by reference to the module global
         that holds it, where one does (``tether.plugin._shipping``); the rest as pickle sends it."""
-        parts = (self.adapter, self.reward, self.optimize, self.policies, self.run, self.passthrough)
+        parts = (self.adapter, self.reward, self.policies, self.run, self.passthrough)
         return (_unpickle, (ship(self.agent), *parts))
 
     async def run_task(self, task: Any, resources: Resources) -> Any:
@@ -136,7 +139,6 @@ def wrap(
         agent=agent,
         adapter=chosen,
         reward=reward,
-        optimize=policies.agents,
         policies=policies,
         run=run,
         passthrough=exempt,

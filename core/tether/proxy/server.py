@@ -10,10 +10,22 @@ rollout). Errors use OpenAI's body shape: 400 for bad requests, 404 for an attem
 the proxy does not serve, 405 for a wrong method, 502 when the backend fails. A call of an open attempt that
 the backend rejected or failed is recorded as an ``llm`` span named ``spans.LLM_CALL_FAILED`` (the request
 and the error; never a transition), so a rollout without transitions says why.
+
+A call whose client goes away before its answer is cancelled, upstream request included (aiohttp's handler
+cancellation: the backend's connection is closed), and leaves no span: it was never answered. At most
+``max_concurrent_calls`` calls are in flight to the backend; a call that finds none free within
+``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that hangs.
+
+A call whose span would be over ``max_span_bytes`` (24 MiB: an HTTP store takes 32 MiB a request) is not
+answered (413), since its transition could not be stored; a failed-call span records why.
+
+A web page cannot use the proxy (``tether._net.refusal``): on loopback a ``Host`` that is not this machine's
+is refused (DNS rebinding), as is a call with a foreign ``Origin`` or a body that is not JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -24,9 +36,11 @@ import orjson
 from aiohttp import web
 
 from tether import spans
-from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER
+from tether._net import local_address, refusal
+from tether._seeds import derive_seed
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
-from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
+from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.policies import PolicyMap
 from tether.proxy.capture import completion_json, failed_call_span, llm_span
 from tether.proxy.request import InvalidRequest, parse_chat_request
@@ -40,6 +54,10 @@ log = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _MAX_BODY = 256 * 1024 * 1024
+#: the largest span the proxy records (an estimate: request and answer bytes, token ids): under the HTTP
+#: store's default 32 MiB request cap, with room for JSON's overhead
+DEFAULT_MAX_SPAN_BYTES = 24 * 1024 * 1024
+_TRUNCATED = orjson.dumps({"messages": [{"role": "user", "content": "[not recorded: the request was too large]"}]})
 #: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
 #: training temperature); others in the mapping are ignored
 _SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
@@ -73,7 +91,12 @@ class ProxyServer:
         port: int = 0,
         close_backend: bool = False,
         policies: PolicyMap | None = None,
+        max_concurrent_calls: int = 512,
+        queue_timeout_s: float = 10.0,
+        max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
     ) -> None:
+        if max_concurrent_calls < 1:
+            raise ValueError(f"max_concurrent_calls must be >= 1, got {max_concurrent_calls}")
         self.backend = backend
         self.policies = policies
         self.batcher = batcher
@@ -85,8 +108,14 @@ class ProxyServer:
         self._runner: web.BaseRunner | None = None
         #: the open attempts, (rollout id, attempt id) -> the sampling overrides of their calls
         self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
+        #: the open attempts' calls so far (a seeded attempt's n-th call samples with a seed derived from n)
+        self._calls: dict[tuple[str, str], int] = {}
         #: the open attempts' system-message replacements by sub-agent (``tether.proxy.system_messages``)
         self._system_messages: dict[tuple[str, str], Rule] = {}
+        self.max_concurrent_calls = max_concurrent_calls
+        self.queue_timeout_s = queue_timeout_s
+        self.max_span_bytes = max_span_bytes
+        self._upstream = asyncio.Semaphore(max_concurrent_calls)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -97,7 +126,8 @@ class ProxyServer:
         await self.batcher.start()
         # aiohttp's low-level server: one handler that routes by hand. The Application's router, middleware
         # chain and Request subclass cost ~10% of the proxy's CPU per call for five fixed routes.
-        server = web.Server(self._route, request_factory=_make_request)
+        # handler_cancellation: a client that hangs up cancels its call, and so the backend request it waits on
+        server = web.Server(self._route, request_factory=_make_request, handler_cancellation=True)
         runner = web.ServerRunner(server, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -138,12 +168,14 @@ class ProxyServer:
             raise ValueError(f"attempt {attempt_id!r} of rollout {rollout_id!r} is already open on this proxy")
         url = f"{self.url}/r/{rollout_id}/{attempt_id}/v1"
         self._attempts[key] = {k: sampling[k] for k in _SAMPLING_KEYS if sampling and sampling.get(k) is not None}
+        self._calls[key] = 0
         if system_messages:
             self._system_messages[key] = dict(system_messages)
         try:
             yield url
         finally:
             self._attempts.pop(key, None)
+            self._calls.pop(key, None)
             self._system_messages.pop(key, None)
 
     async def flush(self) -> None:
@@ -170,6 +202,16 @@ class ProxyServer:
 
     async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
         """``POST [/r/{rid}/{aid}]/v1/chat/completions``, ``GET [/r/{rid}/{aid}]/v1/models``, ``GET /health``."""
+        headers = request.headers
+        refused = refusal(
+            request.method,
+            headers.get("Host"),
+            headers.get("Origin"),
+            request.content_type,
+            local_address(request.transport),
+        )
+        if refused is not None:  # a web page driving the proxy (and the trainer's key behind it)
+            return self._error(refused[0], refused[1], code="refused")
         path = request.path
         key: tuple[str, str] | None = None
         sampling: dict[str, Any] | None = None
@@ -225,14 +267,31 @@ class ProxyServer:
         if sampling:
             for name, value in sampling.items():
                 setattr(chat, name, value)
+            if key is not None and "seed" in sampling:  # each call its own seed: the attempt's and its index
+                index = self._calls.get(key, 0)
+                self._calls[key] = index + 1
+                chat.seed = derive_seed(sampling["seed"], index)
         call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
-        agent_name = request.headers.get(AGENT_HEADER) or None
+        agent_name = decode_agent_header(request.headers.get(AGENT_HEADER))
         policy: str | None = None
         if self.policies is not None:
             policy = self.policies.policy_of(agent_name)
             if not self.policies.shared:
                 chat.policy = policy
         replaced = self._replace_system_message(chat, key, agent_name)
+        try:
+            async with asyncio.timeout(self.queue_timeout_s):
+                await self._upstream.acquire()
+        except TimeoutError:
+            return self._error(
+                503,
+                f"the proxy has {self.max_concurrent_calls} calls in flight to the model backend "
+                f"(max_concurrent_calls) and none ended within {self.queue_timeout_s:g} s: the backend is slow or "
+                "hanging; retry later, or raise max_concurrent_calls",
+                kind="server_error",
+                code="overloaded",
+                headers={"Retry-After": "1"},
+            )
         try:
             result = await self.backend.chat(chat)
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
@@ -246,6 +305,8 @@ class ProxyServer:
             status, message, kind = 502, f"the model backend raised {type(exc).__name__}: {exc}", "upstream_error"
         else:
             status = 200
+        finally:
+            self._upstream.release()
         if status != 200:
             if key is not None:  # on record, so a rollout without transitions says why
                 self.batcher.submit(
@@ -262,6 +323,23 @@ class ProxyServer:
                 )
             return self._error(status, message, kind=kind)
         latency_ms = (time.perf_counter() - started) * 1000.0
+        size = _span_size(raw, payload, result) if key is not None else 0
+        if key is not None and size > self.max_span_bytes:
+            # its span would be refused by the store (an HTTP store takes 32 MiB a request): the agent would
+            # get an answer whose transition silently vanishes. Refuse the call instead, on record.
+            message = (
+                f"the call's record would be about {size / 2**20:.1f} MiB, over this "
+                f"proxy's max_span_bytes ({self.max_span_bytes / 2**20:.0f} MiB): it is not answered, since its "
+                "transition could not be stored. Send less context per call, or raise max_span_bytes if the store "
+                "takes bigger requests (tether store serve --max-body-mb)"
+            )
+            self.batcher.submit(
+                failed_call_span(
+                    rollout_id=key[0], attempt_id=key[1], agent_name=agent_name, call_id=call_id,
+                    raw_request=_TRUNCATED, error=message, status=413, start_time=start_time,
+                )
+            )  # fmt: skip
+            return self._error(413, message, code="record_too_large")
         if key is not None:
             span = llm_span(
                 rollout_id=key[0],
@@ -325,6 +403,14 @@ class ProxyServer:
             f"{request.method} {request.path}: this endpoint takes {allow.replace(',', ' or ')}; {_ENDPOINTS}"
         )
         return self._error(405, message, code="method_not_allowed", headers={"Allow": allow})
+
+
+def _span_size(raw: bytes, payload: bytes, result: ChatResult) -> int:
+    """About how many bytes of JSON a call's span takes: its request and answer, and its token ids."""
+    ids = len(result.prompt_token_ids or ())
+    for choice in result.choices:
+        ids += len(choice.response_token_ids or ()) * 2  # ids and logprobs
+    return len(raw) + len(payload) + 8 * ids
 
 
 def _make_request(

@@ -119,6 +119,7 @@ def mark(span: Span, replacement: Replacement, indices: Iterable[int]) -> None:
 def captured_system_message(spans_of_rollouts: Iterable[Iterable[Span]], agent: str) -> tuple[str, int]:
     """The system message ``agent``'s calls sent most often in these rollouts' proxy spans, and how many
     distinct ones there were; ``ValueError`` naming the sub-agents seen when ``agent`` made no call with one."""
+    from tether.policies import agent_key
     from tether.spans import is_proxy_llm_span
 
     counts: Counter[str] = Counter()
@@ -129,7 +130,7 @@ def captured_system_message(spans_of_rollouts: Iterable[Iterable[Span]], agent: 
                 continue
             if span.agent_name:
                 seen.add(span.agent_name)
-            if span.agent_name != agent:
+            if agent_key(span.agent_name) != agent_key(agent):
                 continue
             for message in (span.attributes.get("request") or {}).get("messages") or []:
                 if isinstance(message, dict) and message.get("role") in _ROLES:

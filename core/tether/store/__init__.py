@@ -8,11 +8,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tether.store.base import Harvested, InvalidInput, InvalidTransition, NotFound, Store, StoreError
+from tether.store.base import (
+    Harvested,
+    ImportedRollout,
+    ImportResult,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    Store,
+    StoreError,
+)
 
 __all__ = [
     "DEFAULT_STORE_URL",
     "Harvested",
+    "ImportResult",
+    "ImportedRollout",
     "InvalidInput",
     "InvalidTransition",
     "NotFound",

@@ -73,6 +73,11 @@ CREATE UNIQUE INDEX spans_order ON spans (attempt_id, sequence);
 CREATE TABLE resources (version INTEGER PRIMARY KEY, data BLOB NOT NULL);
 """
 
+#: an imported trace's spans by id, to skip those it already holds (``tether.store._sqlite_import``); partial,
+#: so that the spans of enqueued rollouts (the hot path) do not pay for it
+IMPORTED = "substr(attempt_id, 1, 7) = 'at-imp-'"
+IMPORTED_SPANS_INDEX = f"CREATE INDEX IF NOT EXISTS spans_imported ON spans (attempt_id, span_id) WHERE {IMPORTED}"
+
 ROLLOUT_COLS = (
     "rollout_id, input, task_id, mode, status, metadata, max_attempts, timeout_s, heartbeat_timeout_s, "
     "resources_version, attempt_count, created_at, finished_at, output, reward, error"
@@ -96,11 +101,14 @@ def create_schema(conn: sqlite3.Connection, path: Path | str) -> None:
                 if statement.strip():
                     conn.execute(statement)
             conn.execute("INSERT INTO tether_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+            conn.execute(IMPORTED_SPANS_INDEX)
         elif row[0] > SCHEMA_VERSION:
             raise StoreError(
                 f"{path} was written by a newer tether (store schema {row[0]}, this one knows {SCHEMA_VERSION}); "
                 "upgrade tether or use another file"
             )
+        else:
+            conn.execute(IMPORTED_SPANS_INDEX)  # a file written before imports had their index
     except BaseException:
         conn.execute("ROLLBACK")
         raise

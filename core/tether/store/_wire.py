@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.store.base import InvalidInput, InvalidTransition, NotFound, StoreError
+from tether.store.base import ImportedRollout, InvalidInput, InvalidTransition, NotFound, StoreError
 from tether.types import LLMEndpoint, Mode, PromptTemplate, RolloutSpec, RolloutStatus, Span, SpanKind
 
 # error type name on the wire -> (exception class, HTTP status)
@@ -49,6 +49,16 @@ _SPEC_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "timeout_s": (_NUM_OR_NONE, False),
     "heartbeat_timeout_s": (_NUM_OR_NONE, False),
     "resources_version": (_INT_OR_NONE, False),
+}
+_IMPORT_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "key": ((str,), True),
+    "input": (_ANY, False),
+    "output": (_ANY, False),
+    "error": (_STR_OR_NONE, False),
+    "mode": ((str,), False),
+    "metadata": ((dict,), False),
+    "spans": ((list,), False),
+    "worker_id": ((str,), False),
 }
 _LLM_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "base_url": ((str,), True),
@@ -139,6 +149,15 @@ def spans_from_wire(data: Any) -> list[Span]:
             ) from None
         out.append(Span(**fields))
     return out
+
+
+def import_from_wire(data: Any) -> ImportedRollout:
+    fields = _fields(data, "field 'rollout'", _IMPORT_FIELDS)
+    if "mode" in fields:
+        fields["mode"] = mode_from_wire(fields["mode"])
+    if "spans" in fields:
+        fields["spans"] = spans_from_wire(fields["spans"])
+    return ImportedRollout(**fields)
 
 
 def specs_from_wire(data: Any) -> list[RolloutSpec]:

@@ -19,6 +19,12 @@ running forever); such an attempt ends ``timeout`` and accepts no more spans. ``
 queued or running rollout ``cancelled`` (its running attempt too). Finished rollouts never change again,
 except that ``harvest`` removes them.
 
+Imported rollouts (``import_rollout``) skip the queue: each is written already finished, with one finished
+attempt, in one transaction, so no worker ever dequeues one and no import touches a queued or running
+rollout. Its id comes from the caller's ``key`` (``import_id(key)``): importing the same key again (an
+exporter's retry, or a later part of the same trace) adds only the spans whose ids are new and fills in
+what the earlier part lacked, so a trace is never stored twice.
+
 Errors
 ------
 Every error is a ``StoreError``. ``NotFound`` (also a ``KeyError``) for unknown ids, ``InvalidTransition``
@@ -100,6 +106,88 @@ class Harvested:
             attempts=[Attempt.from_dict(a) for a in data["attempts"]],
             spans=[Span.from_dict(s) for s in data["spans"]],
         )
+
+
+@dataclass(slots=True)
+class ImportedRollout:
+    """A finished run from elsewhere (an imported trace), written by ``Store.import_rollout``.
+
+    ``key`` names it across imports (a trace id); ``error`` set means it failed. The store sets each span's
+    ``rollout_id`` and ``attempt_id``; a span whose ``span_id`` the rollout already holds is skipped."""
+
+    key: str
+    input: Any = None
+    output: Any = None
+    error: str | None = None
+    mode: Mode = Mode.TRAIN
+    metadata: dict[str, Any] = field(default_factory=dict)
+    spans: list[Span] = field(default_factory=list)
+    worker_id: str = "tether-import"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "input": self.input, "output": self.output, "error": self.error,
+            "mode": Mode(self.mode).value, "metadata": self.metadata, "spans": [s.to_dict() for s in self.spans],
+            "worker_id": self.worker_id,
+        }  # fmt: skip
+
+
+@dataclass(slots=True)
+class ImportResult:
+    """What ``import_rollout`` did: the rollout's ids, whether it was new, and how many spans it added."""
+
+    rollout_id: str
+    attempt_id: str
+    created: bool
+    added: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rollout_id": self.rollout_id, "attempt_id": self.attempt_id, "created": self.created,
+                "added": self.added}  # fmt: skip
+
+
+MAX_IMPORT_KEY = 200
+
+
+def import_id(key: str) -> tuple[str, str]:
+    """The rollout and attempt ids of the import named ``key`` (never those of an enqueued rollout)."""
+    return f"ro-imp-{key}", f"at-imp-{key}"
+
+
+def validate_import(item: ImportedRollout) -> list[Span]:
+    """Check ``item`` (``InvalidInput`` naming the problem); return its spans with duplicate ids dropped and
+    their rollout and attempt ids set."""
+    if not isinstance(item, ImportedRollout):
+        raise InvalidInput(f"import_rollout takes an ImportedRollout, got {type(item).__name__}")
+    if not isinstance(item.key, str) or not item.key or len(item.key) > MAX_IMPORT_KEY:
+        raise InvalidInput(f"an import's key must be a non-empty string of at most {MAX_IMPORT_KEY} characters")
+    if not item.key.isprintable() or "/" in item.key:
+        raise InvalidInput(f"an import's key must be printable, without '/': got {item.key!r}")
+    if item.error is not None and not isinstance(item.error, str):
+        raise InvalidInput(f"an import's error must be a string or None, got {type(item.error).__name__}")
+    if not isinstance(item.worker_id, str) or not item.worker_id:
+        raise InvalidInput("an import's worker_id must be a non-empty string")
+    if not isinstance(item.metadata, dict):
+        raise InvalidInput(f"an import's metadata must be a dict, got {type(item.metadata).__name__}")
+    try:
+        Mode(item.mode)
+    except ValueError:
+        raise InvalidInput(f"mode must be 'train' or 'val', got {item.mode!r}") from None
+    rollout_id, attempt_id = import_id(item.key)
+    seen: set[str] = set()
+    out = []
+    for span in item.spans:
+        validate_span(span)
+        if not isinstance(span.span_id, str) or not span.span_id:
+            raise InvalidInput(f"span {span.name!r}: span_id must be a non-empty string")
+        if span.span_id in seen:
+            continue
+        seen.add(span.span_id)
+        out.append(
+            Span(rollout_id, attempt_id, SpanKind(span.kind), span.name, span.agent_name, span.attributes,
+                 span.span_id, span.parent_id, span.start_time, span.end_time)
+        )  # fmt: skip
+    return out
 
 
 FINISHED_ATTEMPT_STATUSES = frozenset(
@@ -201,6 +289,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         """Spans of an attempt with ``sequence >= since``, in sequence order. ``NotFound`` if unknown."""
+
+    # -- imports ------------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def import_rollout(self, item: ImportedRollout) -> ImportResult:
+        """Write a finished rollout from elsewhere, atomically, bypassing the queue (module docstring).
+
+        New key: the rollout (ids from ``import_id``) is stored ``succeeded`` (``failed`` with ``item.error``)
+        with one attempt of ``item.worker_id`` ended the same way, holding ``item.spans`` (sequence 0, 1, ...).
+        Known key: spans with new ids are appended; the input is set if it was None, the output replaced if
+        ``item.output`` is not None, and an ``item.error`` fails the rollout and its attempt. Nothing else
+        changes. ``InvalidInput`` (nothing written) for a malformed item or span."""
 
     # -- resources ----------------------------------------------------------------------------------------
 

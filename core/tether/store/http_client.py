@@ -20,10 +20,13 @@ from tether._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
 from tether.store import _wire
 from tether.store.base import (
     Harvested,
+    ImportedRollout,
+    ImportResult,
     InvalidInput,
     Store,
     StoreError,
     validate_finish_status,
+    validate_import,
     validate_int,
     validate_limit,
     validate_number,
@@ -229,6 +232,13 @@ class HttpStore(Store):
                     raise InvalidInput(f"span {span.name!r} attributes: {inner}") from None
             raise InvalidInput(f"span batch: {exc}") from None
         return list(await self._call("POST", "/v1/spans", payload))
+
+    async def import_rollout(self, item: ImportedRollout) -> ImportResult:
+        spans = validate_import(item)
+        wire = item.to_dict()
+        wire["spans"] = [s.to_dict() for s in spans]
+        data = await self._call("POST", "/v1/imports", self._encode({"rollout": wire}, "imported rollout"))
+        return ImportResult(**data)
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         since = validate_int(since, "since")

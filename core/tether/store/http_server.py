@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from tether import _json
-from tether._net import check_bind, unbracket
+from tether._net import check_bind, local_address, refusal, unbracket
 from tether.store import _wire
 from tether.store.base import InvalidInput, Store
 
@@ -168,6 +168,11 @@ async def _add_spans(request: web.Request) -> web.Response:
     return _ok(await _store(request).add_spans(spans))
 
 
+async def _import_rollout(request: web.Request) -> web.Response:
+    body = await _body(request)
+    return _ok((await _store(request).import_rollout(_wire.import_from_wire(body.get("rollout")))).to_dict())
+
+
 async def _get_spans(request: web.Request) -> web.Response:
     since = _int_query(request, "since", 0)
     return _ok(await _store(request).get_spans(request.match_info["attempt_id"], since=since))
@@ -213,6 +218,7 @@ _ROUTES: list[tuple[str, str, _Handler]] = [
     ("POST", "/v1/attempts/" + _ID % "attempt_id" + "/heartbeat", _heartbeat),
     ("GET", "/v1/attempts/" + _ID % "attempt_id" + "/spans", _get_spans),
     ("POST", "/v1/spans", _add_spans),
+    ("POST", "/v1/imports", _import_rollout),
     ("POST", "/v1/resources", _add_resources),
     ("GET", "/v1/resources", _get_resources),
     ("GET", "/v1/resources/{version}", _get_resources),
@@ -228,6 +234,16 @@ def _errors_middleware(token: str | None, max_body_bytes: int) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        refused = refusal(
+            request.method,
+            request.headers.get("Host"),
+            request.headers.get("Origin"),
+            request.content_type if request.body_exists or request.method == "POST" else "",
+            local_address(request.transport),
+            token=expected is not None,
+        )
+        if refused is not None:
+            return _error(refused[0], "Forbidden" if refused[0] == 403 else "UnsupportedMediaType", refused[1])
         if expected is not None and not request.path.startswith(DASHBOARD):  # the pages check it themselves
             # aiohttp decodes header bytes as UTF-8 with surrogateescape: this gives the bytes back, valid or not
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")

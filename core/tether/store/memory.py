@@ -18,11 +18,15 @@ from tether.store._frozen import snapshot, thawed_span
 from tether.store.base import (
     FINISHED_ATTEMPT_STATUSES,
     Harvested,
+    ImportedRollout,
+    ImportResult,
     InvalidInput,
     InvalidTransition,
     NotFound,
     Store,
+    import_id,
     validate_finish_status,
+    validate_import,
     validate_int,
     validate_limit,
     validate_number,
@@ -244,6 +248,61 @@ class MemoryStore(Store):
                 raise NotFound(f"unknown attempt {attempt_id!r}")
             picked = stored[max(since, 0) :]  # the stored spans never change: thaw them outside the lock
         return [thawed_span(s) for s in picked]
+
+    # -- imports ------------------------------------------------------------------------------------------
+
+    async def import_rollout(self, item: ImportedRollout) -> ImportResult:
+        spans = validate_import(item)
+        try:
+            task_input, output, meta = (_json.clone(v) for v in (item.input, item.output, item.metadata))
+        except TypeError as exc:
+            raise InvalidInput(f"imported rollout input/output/metadata: {exc}") from None
+        prepared = []
+        for span in spans:
+            try:
+                prepared.append((span, snapshot(span.attributes, _json.dumps(span.attributes))))
+            except TypeError as exc:
+                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+        rollout_id, attempt_id = import_id(item.key)
+        now = time.time()
+        with self._lock:
+            rollout = self._rollouts.get(rollout_id)
+            created = rollout is None
+            if rollout is None:
+                rollout = Rollout(
+                    rollout_id=rollout_id, input=task_input, task_id=rollout_id, mode=Mode(item.mode),
+                    metadata=meta, status=RolloutStatus.SUCCEEDED, attempt_count=1, created_at=now,
+                    finished_at=now, output=output,
+                )  # fmt: skip
+                attempt = Attempt(
+                    attempt_id=attempt_id, rollout_id=rollout_id, index=1, worker_id=item.worker_id,
+                    status=AttemptStatus.SUCCEEDED, started_at=now, last_heartbeat_at=now, finished_at=now,
+                )  # fmt: skip
+                self._rollouts[rollout_id] = rollout
+                self._attempts[attempt_id] = attempt
+                self._attempts_of[rollout_id] = [attempt_id]
+                self._spans[attempt_id] = []
+            else:
+                if rollout.input is None:
+                    rollout.input = task_input
+                if output is not None:
+                    rollout.output = output
+            if item.error is not None:
+                rollout.status, rollout.error = RolloutStatus.FAILED, item.error
+                attempt = self._attempts[attempt_id]
+                attempt.status, attempt.error = AttemptStatus.FAILED, item.error
+            stored = self._spans[attempt_id]
+            held = {s.span_id for s in stored}
+            added = 0
+            for span, attributes in prepared:
+                if span.span_id in held:
+                    continue
+                stored.append(
+                    Span(rollout_id, attempt_id, SpanKind(span.kind), span.name, span.agent_name, attributes,
+                         span.span_id, span.parent_id, span.start_time, span.end_time, len(stored))
+                )  # fmt: skip
+                added += 1
+        return ImportResult(rollout_id, attempt_id, created, added)
 
     # -- resources ----------------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any
 from tether import _json
 from tether.store._frozen import frozen_size, snapshot
 from tether.store._pg_conn import Connections
+from tether.store._pg_import import import_work
 from tether.store._pg_ops import (
     attempts_of,
     claim_queued,
@@ -55,6 +56,8 @@ from tether.store._pg_spans import read_spans
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
 from tether.store.base import (
     Harvested,
+    ImportedRollout,
+    ImportResult,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -404,6 +407,9 @@ class PostgresStore(Store):
                 span.sequence = sequence
             self._cache.add(cached)
         return sequences
+
+    async def import_rollout(self, item: ImportedRollout) -> ImportResult:
+        return await self._db.transaction(import_work(item))
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         validate_int(since, "since")

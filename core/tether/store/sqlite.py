@@ -37,6 +37,7 @@ from tether.store._frozen import frozen_size, snapshot
 from tether.store._group_commit import GroupCommit
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
 from tether.store._sqlite_conn import connect, store_error
+from tether.store._sqlite_import import import_work
 from tether.store._sqlite_rows import (
     ATTEMPT_COLS,
     NEXT_QUEUE_POS,
@@ -50,6 +51,8 @@ from tether.store._sqlite_rows import (
 from tether.store._sqlite_wal import WalCheckpointer
 from tether.store.base import (
     Harvested,
+    ImportedRollout,
+    ImportResult,
     InvalidInput,
     InvalidTransition,
     NotFound,
@@ -437,6 +440,11 @@ class SqliteStore(Store):
         if found is None:
             raise NotFound(f"unknown attempt {attempt_id!r}")
         return found
+
+    # -- imports ------------------------------------------------------------------------------------------
+
+    async def import_rollout(self, item: ImportedRollout) -> ImportResult:
+        return await self._write(import_work(item))
 
     # -- resources ----------------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ import pytest
 import pytest_asyncio
 
 from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store, StoreError
+from tether.testing._import_conformance import ImportConformance
 from tether.types import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     Attempt,
@@ -63,7 +64,7 @@ def span(rollout_id: str, attempt_id: str, name: str = "s", **kwargs: Any) -> Sp
     return Span(rollout_id=rollout_id, attempt_id=attempt_id, name=name, **kwargs)
 
 
-class StoreConformance:
+class StoreConformance(ImportConformance):
     """Inherit from this in a ``Test...`` class and implement ``make_store``. See the module docstring."""
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.asyncio]

@@ -1,9 +1,15 @@
-"""Per-transition advantages under the trainer's credit rule (``Trainer(credit=...)``), for GRPO's loss.
+"""Credit: the rule that turns a batch's recorded facts into each call's value and advantage, in one place.
 
-Each call has a value (``tether.training.transitions.call_value``, from what its spans recorded): under
-``"episode"`` its target reward ``R`` (its sub-agent's final reward, else its policy's, else the rollout's) minus
-its tool penalties; under ``"per_call"`` its return ``G_t = r_t + gamma**(T-1-t) * R`` (``r_t``: the rewards
-emitted for it, minus its tool penalties). Values are made group-relative:
+``Credit`` is the rule (``Trainer(credit=..., tool_error_penalty=..., gamma=...)`` and the algorithm's
+``scale_by_std``), validated once when it is made; it is written into every rollout's metadata
+(``spans.CREDIT_METADATA``, with the policy map under ``spans.POLICIES_METADATA``) so the dashboard applies the
+rule training applied. ``tether.training.transitions`` records only facts (step rewards, failed tools,
+targets, ``trainable``, policy); ``assign_credit`` is the one function that sets every call's ``reward`` (its
+value, ``call_value``) and ``advantage``.
+
+A call's value: under ``"episode"`` its target reward ``R`` (its sub-agent's final reward, else its policy's,
+else the rollout's) minus its tool penalties; under ``"per_call"`` its return ``G_t = r_t + gamma**(T-1-t) * R``
+(``r_t``: the rewards emitted for it, minus its tool penalties). Values are made group-relative:
 
 - ``"episode"``: against the rollouts of the same task, each counted once by its target reward for the call's
   target (a rollout whose mapping lacks it counts its own reward). With no reward mapping and no penalty
@@ -21,12 +27,80 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
-from tether.training.transitions import CreditRule, call_value, check_credit
 from tether.types import Rollout, Transition
+
+CreditRule = Literal["episode", "per_call"]
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """A credit rule with its settings, checked when made (``ValueError`` naming the fix)."""
+
+    rule: CreditRule = "episode"
+    tool_error_penalty: float = 0.0
+    gamma: float = 1.0
+    scale_by_std: bool = True
+
+    def __post_init__(self) -> None:
+        check_credit(self.rule, self.tool_error_penalty, self.gamma)
+
+    def to_metadata(self) -> dict[str, Any]:
+        """What a rollout's metadata records (``spans.CREDIT_METADATA``)."""
+        return {
+            "rule": self.rule,
+            "tool_error_penalty": self.tool_error_penalty,
+            "gamma": self.gamma,
+            "scale_by_std": self.scale_by_std,
+        }
+
+    @classmethod
+    def from_metadata(cls, value: Any) -> Credit | None:
+        """The rule a rollout's metadata recorded; None when it recorded none (or one this version cannot read)."""
+        if not isinstance(value, Mapping):
+            return None
+        try:
+            return cls(
+                value.get("rule", "episode"),
+                value.get("tool_error_penalty", 0.0),
+                value.get("gamma", 1.0),
+                bool(value.get("scale_by_std", True)),
+            )
+        except ValueError:
+            return None
+
+
+def check_credit(credit: Any, tool_error_penalty: Any, gamma: Any) -> None:
+    """``ValueError`` naming the fix for a bad ``credit=``, ``tool_error_penalty=`` or ``gamma=``."""
+    if credit not in ("episode", "per_call"):
+        raise ValueError(f"credit must be 'episode' or 'per_call', got {credit!r}")
+    if not _finite(tool_error_penalty) or tool_error_penalty < 0:
+        raise ValueError(f"tool_error_penalty must be a finite number >= 0, got {tool_error_penalty!r}")
+    if not _finite(gamma) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    if gamma != 1.0 and credit != "per_call":
+        raise ValueError(
+            f"gamma={gamma!r} discounts per-call returns: set credit='per_call', or leave gamma at 1.0 for "
+            "'episode'"
+        )
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def call_value(t: Transition, calls: int, credit: Credit) -> float:
+    """A call's value under ``credit``: ``R - p * failed`` (``"episode"``) or its return ``G_t = r_t - p * failed
+    + gamma**(T-1-t) * R`` (``"per_call"``), with ``R`` its target reward (0 when none), ``r_t`` the rewards
+    emitted for it, ``T`` the calls of its attempt and ``p`` the ``tool_error_penalty``."""
+    final = t.target_reward if t.target_reward is not None else 0.0
+    own = -credit.tool_error_penalty * t.failed_tools
+    if credit.rule == "per_call":
+        return t.step_reward + own + credit.gamma ** (calls - 1 - t.step) * final
+    return own + final
 
 
 class Scored(Protocol):
@@ -69,6 +143,32 @@ class CreditStats:
         }
 
 
+def assign_credit(
+    results: Iterable[Scored], credit: Credit, *, eps: float = 1e-6
+) -> tuple[list[Transition], CreditStats]:
+    """Set every transition's ``reward`` (its value) and ``advantage`` under ``credit``: the one place either is
+    set. Returns the trainable transitions with a non-zero advantage (what the policy update trains on) and
+    the stats."""
+    items = list(results)
+    stats = CreditStats(notes=_notes(items, credit.rule, credit.tool_error_penalty))
+    tasks: dict[str, list[Scored]] = defaultdict(list)
+    for item in items:
+        for t in item.transitions:
+            t.advantage = None
+            t.reward = call_value(t, len(item.transitions), credit)
+        if item.rollout.reward is not None:
+            tasks[item.rollout.task_id].append(item)
+    norm = _Normaliser(stats, credit.scale_by_std, eps)
+    for members in tasks.values():
+        stats.rollouts += len(members)
+        if credit.rule == "episode":
+            _episode(members, norm)
+        else:
+            _per_call(members, norm, stats)
+    trained = [t for item in items for t in item.transitions if t.trainable and t.advantage]
+    return trained, stats
+
+
 def credit_advantages(
     results: Iterable[Scored],
     *,
@@ -78,27 +178,8 @@ def credit_advantages(
     gamma: float = 1.0,
     eps: float = 1e-6,
 ) -> tuple[list[Transition], CreditStats]:
-    """Set every transition's ``advantage`` and ``reward`` (its value) under ``credit``; returns the trainable
-    transitions with a non-zero advantage (what the policy update trains on) and the stats."""
-    check_credit(credit, tool_error_penalty, gamma)
-    items = list(results)
-    stats = CreditStats(notes=_notes(items, credit, tool_error_penalty))
-    tasks: dict[str, list[Scored]] = defaultdict(list)
-    for item in items:
-        for t in item.transitions:
-            t.advantage = None
-            t.reward = call_value(t, len(item.transitions), credit, gamma, tool_error_penalty)
-        if item.rollout.reward is not None:
-            tasks[item.rollout.task_id].append(item)
-    norm = _Normaliser(stats, scale_by_std, eps)
-    for members in tasks.values():
-        stats.rollouts += len(members)
-        if credit == "episode":
-            _episode(members, norm)
-        else:
-            _per_call(members, norm, stats)
-    trained = [t for item in items for t in item.transitions if t.trainable and t.advantage]
-    return trained, stats
+    """``assign_credit`` with the rule given by its parts."""
+    return assign_credit(results, Credit(credit, tool_error_penalty, gamma, scale_by_std), eps=eps)
 
 
 @dataclass(slots=True)

@@ -86,9 +86,18 @@ class RayRunners:
         if self.concurrency < 1:
             raise ValueError(f"RayRunners needs concurrency >= 1, got {self.concurrency}")
 
-    async def start(self, agent: WrappedAgent, store: Store, *, store_url: str, backend_url: str) -> RayPool:
-        """Start the actors (Ray too, when asked); the session calls this."""
-        pool = RayPool(self, agent, store, store_url=store_url, backend_url=backend_url)
+    async def start(
+        self,
+        agent: WrappedAgent,
+        store: Store,
+        *,
+        store_url: str,
+        backend_url: str,
+        env: Mapping[str, str] | None = None,
+    ) -> RayPool:
+        """Start the actors (Ray too, when asked); the session calls this. ``env``: environment variables
+        for the actors (the tokens of the servers they call), added to ``runtime_env["env_vars"]``."""
+        pool = RayPool(self, agent, store, store_url=store_url, backend_url=backend_url, env=env)
         await pool.start()
         return pool
 
@@ -104,9 +113,17 @@ class RayPool:
     """The running actors of a session; ``run_until_idle`` is what the session awaits for a batch."""
 
     def __init__(
-        self, config: RayRunners, agent: WrappedAgent, store: Store, *, store_url: str, backend_url: str
+        self,
+        config: RayRunners,
+        agent: WrappedAgent,
+        store: Store,
+        *,
+        store_url: str,
+        backend_url: str,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
+        self.env = dict(env or {})
         self.agent = agent
         self.store = store
         self.store_url = store_url
@@ -145,8 +162,11 @@ class RayPool:
     def _spawn(self) -> _Actor:
         worker_id = f"ray-{uuid.uuid4().hex[:8]}"
         options: dict[str, Any] = {"num_cpus": self.config.num_cpus, **self.config.options}
-        if self.config.runtime_env is not None:
-            options["runtime_env"] = dict(self.config.runtime_env)
+        runtime_env = dict(self.config.runtime_env or {})
+        if self.env:  # through Ray's runtime env, never the actor's arguments (which Ray's dashboard shows)
+            runtime_env["env_vars"] = {**dict(runtime_env.get("env_vars") or {}), **self.env}
+        if runtime_env:
+            options["runtime_env"] = runtime_env
         handle = self._actor_class.options(**options).remote(
             self.agent,
             store_url=self.store_url,

@@ -32,9 +32,11 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tether import spans
 from tether._json import jsonable
+from tether._seeds import derive_seed
 from tether.capture import redirect
 from tether.capture.context import RolloutScope, current_sink, rollout_scope
 from tether.capture.emit import record_final_rewards
@@ -44,6 +46,7 @@ from tether.plugin.manager import get_plugins
 from tether.plugin.wrap import WrappedAgent
 from tether.proxy import system_messages
 from tether.store.base import InvalidTransition, NotFound, StoreError
+from tether.store.retry import DEFAULT_OUTAGE_S, retry_outage
 from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout
 
 if TYPE_CHECKING:
@@ -67,7 +70,9 @@ class RunnerStats:
 class Runner:
     """Runs rollouts of one wrapped agent from ``store``, at most ``concurrency`` at a time, their model
     calls served by ``proxy``; adapters' spans go to ``batcher`` (the proxy's). A store that fails (busy,
-    briefly unreachable) is retried; one that refuses every ``dequeue`` for ``store_patience_s`` stops it.
+    briefly unreachable) is retried; one that refuses every ``dequeue`` for ``store_patience_s`` stops it. Ending
+    an attempt is retried while the store fails, for up to ``outage_s`` (60 s), so a short outage does not turn
+    finished work into failures.
 
     Use as an async context manager (it instruments the adapter and tracers on enter and removes them on
     exit), then ``await run_until_idle()`` or ``await serve(stop_event)``.
@@ -84,6 +89,7 @@ class Runner:
         worker_id: str | None = None,
         poll_s: float = 0.02,
         store_patience_s: float = 30.0,
+        outage_s: float = DEFAULT_OUTAGE_S,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -95,6 +101,7 @@ class Runner:
         self.worker_id = worker_id or f"runner-{uuid.uuid4().hex[:8]}"
         self.poll_s = poll_s
         self.store_patience_s = store_patience_s  # how long a store that refuses every dequeue is retried
+        self.outage_s = outage_s  # how long ending an attempt is retried while the store fails
         self.stats = RunnerStats()
         self.sink: RolloutSink | None = None
         self._instrumented: list[Tracer] = []
@@ -239,7 +246,7 @@ class Runner:
             # candidates)
             replacements = system_messages.rule_of(resources.prompts)
             async with self.proxy.attempt(
-                rollout_id, attempt_id, resources.llm.sampling, replacements
+                rollout_id, attempt_id, _sampling(rollout, attempt, resources.llm.sampling), replacements
             ) as base_url:
                 resources.llm.base_url = base_url
                 with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url)):
@@ -257,11 +264,15 @@ class Runner:
             if reward is None and emitted:
                 reward = sum(emitted)
             await self.sink.flush()
-            await self.store.finish_attempt(
-                attempt_id, AttemptStatus.SUCCEEDED, output=jsonable(output), reward=reward
+            await self._finish(
+                rollout_id, attempt_id, AttemptStatus.SUCCEEDED, output=jsonable(output), reward=reward
             )
             self.stats.succeeded += 1
-        except Exception as exc:
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            # an agent's SystemExit (a tool calling exit()), KeyboardInterrupt or GeneratorExit fails its rollout
+            # and goes no further: raised out of this task it would stop tether's event loop (tether._loop)
             self.sink.pop_rewards(attempt_id)
             if isinstance(exc, TimeoutError) and deadline.expired():
                 error = f"attempt timed out after {rollout.timeout_s:g} s"
@@ -275,7 +286,7 @@ class Runner:
                     # the store's sweep ends it as `timeout` (and requeues or fails the rollout) exactly as it
                     # would for a runner that died, so both ways to notice a timeout end the same
                     await self.store.requeue_stale()
-                await self.store.finish_attempt(attempt_id, AttemptStatus.FAILED, error=error)
+                await self._finish(rollout_id, attempt_id, AttemptStatus.FAILED, error=error)
             except InvalidTransition:  # already ended: the sweep timed it out, or the rollout was cancelled
                 log.debug("attempt %s had already ended", attempt_id)
             except Exception:  # the store itself failed: the attempt stays running until the sweep ends it
@@ -286,6 +297,25 @@ class Runner:
             self._beats.pop(attempt_id, None)
             current_sink.reset(sink_token)
 
+    async def _finish(self, rollout_id: str, attempt_id: str, status: AttemptStatus, **fields: Any) -> None:
+        """End the attempt, riding out a store outage (``tether.store.retry``); a retry that finds the attempt
+        already ended as asked (the first call landed, its answer was lost) is done, not an error."""
+        tries = 0
+
+        async def finish() -> None:
+            nonlocal tries
+            tries += 1
+            try:
+                await self.store.finish_attempt(attempt_id, status, **fields)
+            except InvalidTransition:
+                if tries == 1:
+                    raise
+                attempts = await self.store.get_attempts(rollout_id)
+                if not any(a.attempt_id == attempt_id and a.status == status for a in attempts):
+                    raise
+
+        await retry_outage(finish, f"ending attempt {attempt_id}", self.outage_s)
+
     async def _resources_for(self, rollout: Rollout) -> Resources:
         """The rollout's resources, with a copy of the LLM endpoint the runner fills with the attempt's URL."""
         resources = await self.store.get_resources(rollout.resources_version)
@@ -294,6 +324,15 @@ class Runner:
         llm = resources.llm or LLMEndpoint(base_url="")
         resources.llm = LLMEndpoint(base_url=llm.base_url, model=llm.model, sampling=dict(llm.sampling))
         return resources
+
+
+def _sampling(rollout: Rollout, attempt: Attempt, sampling: dict[str, Any]) -> dict[str, Any]:
+    """The attempt's sampling: the resources' with, in a seeded run, the attempt's own seed (from the rollout's
+    and the attempt's index: a retry samples afresh, the same way in every run)."""
+    seed = rollout.metadata.get(spans.SEED_METADATA) if isinstance(rollout.metadata, dict) else None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return sampling
+    return {**sampling, "seed": derive_seed(seed, attempt.index)}
 
 
 def _beat_every(rollout: Rollout) -> float:

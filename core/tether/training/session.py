@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether import _json, spans
+from tether._seeds import derive_seed
 from tether.models.base import ModelBackend
 from tether.policies import PolicyMap
 from tether.spans import is_proxy_llm_span
 from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
+from tether.training.credit import Credit, CreditRule, CreditStats, assign_credit
 from tether.training.run_dir import RunDir
-from tether.training.transitions import CreditRule, build_transitions
+from tether.training.transitions import build_transitions
 from tether.types import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     LLMEndpoint,
@@ -67,6 +69,8 @@ class Settings:
     credit: CreditRule = "episode"
     tool_error_penalty: float = 0.0
     gamma: float = 1.0
+    #: the algorithm's: whether advantages are divided by their group's standard deviation
+    scale_by_std: bool = True
     n_runners: int = 4
     #: how long an attempt may go without a heartbeat before the store's sweep ends it (a dead runner's)
     heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
@@ -74,6 +78,11 @@ class Settings:
     steps: int = 20
     eval_every: int = 5
     progress: bool = True
+
+    @property
+    def credit_rule(self) -> Credit:
+        """The credit rule these settings give (``ValueError`` naming the fix for a bad one)."""
+        return Credit(self.credit, self.tool_error_penalty, self.gamma, self.scale_by_std)
 
 
 @dataclass(slots=True)
@@ -105,10 +114,15 @@ class RolloutResult:
 
 @dataclass(slots=True)
 class Batch:
-    """The rollouts of one batch, in the order they were enqueued, and the seconds the batch took."""
+    """The rollouts of one batch, in the order they were enqueued, and the seconds the batch took. The Session
+    credits every batch once under the settings' rule (``tether.training.credit.assign_credit``): each
+    transition's ``reward`` (its value) and ``advantage`` are set, ``trained`` holds the trainable ones with a
+    non-zero advantage (what a policy update trains on) and ``credit`` what the assignment did."""
 
     results: list[RolloutResult] = field(default_factory=list)
     seconds: float = 0.0
+    trained: list[Transition] = field(default_factory=list)
+    credit: CreditStats = field(default_factory=CreditStats)
 
     @property
     def rollouts(self) -> list[Rollout]:
@@ -213,6 +227,7 @@ class Session:
         self.runners = runners
         self._exporter: SpanExporter | None = None
         self._parts: _Parts | None = None
+        self._batches = 0  # batches run: part of each rollout's seed
         self._stack: contextlib.AsyncExitStack | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -263,16 +278,23 @@ class Session:
     ) -> RayPool:
         """Serve the store (unless the actors can open its URL themselves) and the backend to ``runners``
         and start them."""
-        from tether.models.http_backend import BackendServer
+        import secrets
+
+        from tether.models.http_backend import TOKEN_ENV, BackendServer
         from tether.store.http_server import start_server
 
+        # each server gets a token of this session's, handed to the actors in their runtime env: beyond
+        # loopback the bind rule needs one, and on loopback it keeps other local users out
+        env: dict[str, str] = {}
         store_url = self.store_url
         if not store_url.startswith(("http://", "https://", "postgresql://", "postgres://")):
-            server = await start_server(store, host=runners.host)
+            env["TETHER_STORE_TOKEN"] = secrets.token_urlsafe(32)
+            server = await start_server(store, host=runners.host, token=env["TETHER_STORE_TOKEN"])
             stack.push_async_callback(server.stop)
             store_url = server.url
-        served = await stack.enter_async_context(BackendServer(backend, host=runners.host))
-        pool = await runners.start(self.agent, store, store_url=store_url, backend_url=served.url)
+        env[TOKEN_ENV] = secrets.token_urlsafe(32)
+        served = await stack.enter_async_context(BackendServer(backend, host=runners.host, token=env[TOKEN_ENV]))
+        pool = await runners.start(self.agent, store, store_url=store_url, backend_url=served.url, env=env)
         stack.push_async_callback(pool.close)
         return pool
 
@@ -348,11 +370,12 @@ class Session:
         return await self._run(jobs, mode, harvest, time.perf_counter())
 
     async def _run(self, jobs: Sequence[Job], mode: Mode, harvest: bool, started: float) -> list[Batch]:
+        self._batches += 1  # (seeds differ between batches: a task's rollouts at step 2 are not step 1's)
         specs = [
-            self._spec(task, mode, job.resources_version, job.metadata)
+            self._spec(task, mode, job.resources_version, job.metadata, (self._batches, repeat))
             for job in jobs
             for task in job.tasks
-            for _ in range(job.repeats)
+            for repeat in range(job.repeats)
         ]
         enqueued = await self.store.enqueue(specs)
         ids = [r.rollout_id for r in enqueued]
@@ -370,14 +393,20 @@ class Session:
         seconds = time.perf_counter() - started
         for batch in batches:
             batch.seconds = seconds
+            batch.trained, batch.credit = assign_credit(batch.results, self.settings.credit_rule)  # (recorded)
         return batches
 
-    def _spec(self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any]) -> RolloutSpec:
-        """The one place a rollout of a task is specified."""
+    def _spec(
+        self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any], place: tuple[int, int] = (0, 0)
+    ) -> RolloutSpec:
+        """The one place a rollout of a task is specified; ``place`` is (batch, repeat), what its seed
+        derives from with the run seed and the task (never the order rollouts run in)."""
         known = isinstance(task, Task)
         meta = {**task.metadata, **metadata} if known else dict(metadata)
-        if self.agent.optimize is not None:
-            meta[spans.OPTIMIZE_METADATA] = sorted(self.agent.optimize)
+        meta[spans.SEED_METADATA] = derive_seed(self.settings.seed, *place, task.task_id if known else _key(task))
+        # what training builds and credits this rollout's transitions with, for the dashboard to do the same
+        meta[spans.POLICIES_METADATA] = self.agent.policies.to_metadata()
+        meta[spans.CREDIT_METADATA] = self.settings.credit_rule.to_metadata()
         return RolloutSpec(
             input=task.input if known else task,
             task_id=task.task_id if known else None,
@@ -402,15 +431,7 @@ class Session:
 
     def _result(self, item: Harvested) -> RolloutResult:
         last = item.last_attempt_spans()
-        built = build_transitions(
-            item.rollout,
-            last,
-            optimize=self.agent.optimize,
-            policies=self.agent.policies,
-            credit=self.settings.credit,
-            tool_error_penalty=self.settings.tool_error_penalty,
-            gamma=self.settings.gamma,
-        )
+        built = build_transitions(item.rollout, last, policies=self.agent.policies)
         return RolloutResult(
             item.rollout,
             last,
@@ -474,6 +495,14 @@ def _has_tool_call(span: Span) -> bool:
     if not is_proxy_llm_span(span):
         return False
     return any((c.get("message") or {}).get("tool_calls") for c in span.attributes.get("choices") or [])
+
+
+def _key(task: Any) -> str:
+    """A raw task's identity for its seed: its JSON, else its repr."""
+    try:
+        return _json.dumps(task).decode()
+    except TypeError:
+        return repr(task)
 
 
 def _last_line(text: str | None) -> str:

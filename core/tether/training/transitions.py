@@ -1,33 +1,33 @@
-"""Turns an attempt's spans into transitions (one per LLM call) and assigns credit.
+"""Turns an attempt's spans into transitions (one per LLM call), recording the facts credit is assigned from.
 
 The proxy's ``llm`` span of a call (``tether.spans.LLM_CALL``, attributes ``ProxyLLMAttributes``) is the
 source of truth: it holds the request messages, the response and the token ids exactly as the backend
 produced them, and the sub-agent name sent by the adapter in a header. An adapter's own ``llm`` span of the
 same call (same request messages) only supplies the agent name when the proxy's is missing.
 
-Rewards and credit (``credit=``; ``tether.training.credit`` turns them into advantages):
+Facts recorded on each transition (``tether.training.credit.assign_credit`` turns them into its ``reward`` and
+``advantage``; nothing here sets either):
 
-- A call's *target reward* ``R`` is the final reward of its sub-agent when the ``reward=`` function returned a
-  mapping holding it (``REWARD_FINAL`` spans), else its policy's, else the rollout's reward.
-- ``"episode"`` (default): a call's ``reward`` (its value, ``call_value``) is ``R``.
-- ``"per_call"``: a call's ``reward`` is its return ``G_t = r_t + gamma**(T-1-t) * R`` (``T`` calls in the
-  attempt), where ``r_t`` (``Transition.step_reward``) sums the rewards emitted for it:
-  ``tether.emit_reward(v)`` spans after it and before the next call, and ``tether.emit_reward(v, agent=X)``
-  spans whose latest call of ``X`` (a sub-agent or a policy) before them is this one.
-- ``tool_error_penalty``: subtracted from a call's value once for each tool it requested that failed (a
-  ``tool`` span with ``TOOL_ERROR``, attributed to the last call before it: ``Transition.failed_tools``).
-  Works with either rule.
+- ``policy`` and ``trainable``: from the wrapped agent's ``PolicyMap`` (which policy serves the sub-agent, and
+  whether it trains).
+- ``target`` and ``target_reward``: the call's sub-agent when the ``reward=`` function returned a mapping
+  holding it (``REWARD_FINAL`` spans), else its policy when the mapping holds that, with that final reward;
+  else no target and the rollout's reward.
+- ``step_reward``: the rewards emitted for the call: ``tether.emit_reward(v)`` spans after it and before the
+  next call, and ``tether.emit_reward(v, agent=X)`` spans whose latest call of ``X`` (a sub-agent or a
+  policy) before them is this one.
+- ``failed_tools``: the tools it requested that failed (a ``tool`` span with ``TOOL_ERROR``, attributed to the
+  last call before it).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from tether import _json
-from tether.policies import PolicyMap
+from tether.policies import PolicyMap, agent_key
 from tether.spans import (
     ERROR,
     LLM_CALL_FAILED,
@@ -41,10 +41,9 @@ from tether.spans import (
     WEIGHTS_VERSION,
     ProxyLLMAttributes,
     is_proxy_llm_span,
+    proxy_llm_problem,
 )
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
-
-CreditRule = Literal["episode", "per_call"]
 
 
 @dataclass(slots=True)
@@ -63,19 +62,10 @@ class TransitionReport:
 
 
 def build_transitions(
-    rollout: Rollout,
-    spans: Sequence[Span],
-    *,
-    optimize: frozenset[str] | None = None,
-    credit: CreditRule = "episode",
-    tool_error_penalty: float = 0.0,
-    policies: PolicyMap | None = None,
-    gamma: float = 1.0,
+    rollout: Rollout, spans: Sequence[Span], *, policies: PolicyMap | None = None
 ) -> TransitionReport:
-    """Transitions of one attempt (its spans in sequence order), with rewards, ``trainable`` flags and
-    policies. ``policies`` (the wrapped agent's) decides both; without it ``optimize`` decides what trains."""
-    if credit not in ("episode", "per_call"):
-        raise ValueError(f"credit must be 'episode' or 'per_call', got {credit!r}")
+    """Transitions of one attempt (its spans in sequence order) with the facts credit needs. ``policies`` (the
+    wrapped agent's) decides each call's policy and whether it trains; None: every call trains."""
     report = TransitionReport()
     ordered = sorted(spans, key=lambda s: s.sequence if s.sequence is not None else 0)
     names_by_request = _adapter_agent_names(ordered)
@@ -84,12 +74,9 @@ def build_transitions(
     for span in ordered:
         if is_proxy_llm_span(span):
             current = _transition_from(rollout, span, len(report.transitions), names_by_request)
-            if policies is not None:
-                current.trainable = policies.trains(current.agent_name)
-                if current.policy is None:  # (the proxy records it; older spans may lack it)
-                    current.policy = policies.policy_of(current.agent_name)
-            else:
-                current.trainable = optimize is None or (current.agent_name in optimize)
+            current.trainable = policies is None or policies.trains(current.agent_name)
+            if policies is not None and current.policy is None:  # (the proxy records it; older spans may lack it)
+                current.policy = policies.policy_of(current.agent_name)
             report.transitions.append(current)
             if current.agent_name:
                 report.agent_names.add(current.agent_name)
@@ -104,9 +91,8 @@ def build_transitions(
             report.tool_spans += 1
             if current is not None and span.attributes.get(TOOL_ERROR) is not None:
                 current.failed_tools += 1
-    _set_rewards(report, rollout)
-    for t in report.transitions:
-        t.reward = call_value(t, len(report.transitions), credit, gamma, tool_error_penalty)
+    _set_targets(report, rollout)
+    report.problems.extend(p for p in map(proxy_llm_problem, ordered) if p is not None)
     failed = [s for s in ordered if s.kind == SpanKind.LLM and s.name == LLM_CALL_FAILED]
     if failed:
         calls = len(failed) + len(report.transitions)
@@ -121,25 +107,6 @@ def build_transitions(
             "model client is an OpenAI-compatible client and that the framework's plugin is installed"
         )
     return report
-
-
-def check_credit(credit: Any, tool_error_penalty: Any, gamma: Any) -> None:
-    """``ValueError`` naming the fix for a bad ``credit=``, ``tool_error_penalty=`` or ``gamma=``."""
-    if credit not in ("episode", "per_call"):
-        raise ValueError(f"credit must be 'episode' or 'per_call', got {credit!r}")
-    if not _finite(tool_error_penalty) or tool_error_penalty < 0:
-        raise ValueError(f"tool_error_penalty must be a finite number >= 0, got {tool_error_penalty!r}")
-    if not _finite(gamma) or not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-    if gamma != 1.0 and credit != "per_call":
-        raise ValueError(
-            f"gamma={gamma!r} discounts per-call returns: set credit='per_call', or leave gamma at 1.0 for "
-            "'episode'"
-        )
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def final_rewards(spans: Iterable[Span]) -> dict[str, float]:
@@ -157,29 +124,21 @@ def _reward_owner(calls: list[Transition], target: Any, current: Transition | No
     call (no target); None when there is no such call before it."""
     if not isinstance(target, str) or not target:
         return current
-    return next((t for t in reversed(calls) if target in (t.agent_name, t.policy)), None)
+    key = agent_key(target)
+    return next((t for t in reversed(calls) if key in (agent_key(t.agent_name), t.policy)), None)
 
 
-def _set_rewards(report: TransitionReport, rollout: Rollout) -> None:
+def _set_targets(report: TransitionReport, rollout: Rollout) -> None:
     """Each call's target (its sub-agent, else its policy, when the ``reward=`` mapping names it) and target
     reward (that target's final reward, else the rollout's)."""
+    by_key = {agent_key(name): name for name in report.target_rewards}
     for t in report.transitions:
-        if t.agent_name is not None and t.agent_name in report.target_rewards:
-            t.target = t.agent_name
+        named = by_key.get(agent_key(t.agent_name)) if t.agent_name is not None else None
+        if named is not None:
+            t.target = named
         elif t.policy is not None and t.policy in report.target_rewards:
             t.target = t.policy
         t.target_reward = report.target_rewards[t.target] if t.target is not None else rollout.reward
-
-
-def call_value(t: Transition, calls: int, credit: CreditRule, gamma: float, tool_error_penalty: float) -> float:
-    """A call's value under ``credit``: ``R - p * failed`` (``"episode"``) or its return ``G_t = r_t - p * failed
-    + gamma**(T-1-t) * R`` (``"per_call"``), with ``R`` its target reward (0 when none), ``r_t`` the rewards
-    emitted for it, ``T`` the calls of its attempt and ``p`` the ``tool_error_penalty``."""
-    final = t.target_reward if t.target_reward is not None else 0.0
-    own = -tool_error_penalty * t.failed_tools
-    if credit == "per_call":
-        return t.step_reward + own + gamma ** (calls - 1 - t.step) * final
-    return own + final
 
 
 def _transition_from(rollout: Rollout, span: Span, step: int, names_by_request: dict[bytes, str]) -> Transition:
@@ -244,10 +203,13 @@ def unknown_optimize_names(optimize: frozenset[str] | None, seen: set[str]) -> s
     """A clear message when ``optimize=`` names sub-agents that never appeared, else None."""
     if optimize is None:
         return None
-    missing = sorted(optimize - seen)
+    seen_keys = {agent_key(name) for name in seen}
+    missing = sorted(name for name in optimize if agent_key(name) not in seen_keys)
     if not missing:
         return None
-    quoted = ", ".join(f"'{m}'" for m in missing)
-    captured = ", ".join(sorted(seen)) or "none (no call carried an agent name)"
+    quoted = ", ".join(repr(m) for m in missing)
+    # repr shows a name's surrounding whitespace, which matching ignores (tether.policies.agent_key)
+    captured = ", ".join(n if n == agent_key(n) else repr(n) for n in sorted(seen))
+    captured = captured or "none (no call carried an agent name)"
     noun = "sub-agent" if len(missing) == 1 else "sub-agents"
     return f"unknown {noun} {quoted} in optimize=; captured agents are: {captured}"

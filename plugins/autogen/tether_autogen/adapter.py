@@ -18,7 +18,8 @@ and the raw AutoGen ``TaskResult`` as its ``.task_result`` attribute. A reward f
 (``str(output)`` is also the final text.)
 
 Model calls reach tether's proxy through tether's endpoint redirect (AutoGen's OpenAI model
-client is an ``openai`` SDK client); capture is in ``tether_autogen.capture``.
+client is an ``openai`` SDK client); capture is in ``tether_autogen.capture``. A ``SelectorGroupChat``'s
+speaker-selection calls are named ``"<team name>.selector"`` (``tether_autogen.teams``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tether.plugin.instrument import Patch
 from tether.types import Resources, Task
 from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
 from tether_autogen.loop_clients import LoopClients
+from tether_autogen.teams import make_factory_wrapper
 
 TASK_KEYS = ("task", "question", "input", "prompt")
 
@@ -85,6 +87,7 @@ class AutoGenAdapter(Adapter):
         self._handler: EventHandler | None = None
         self._logger_state: tuple[int, bool] | None = None  # the event logger's level and propagate
         self._turns: Patch | None = None  # AssistantAgent.on_messages_stream, run under the agent's name
+        self._selector: Patch | None = None  # SelectorGroupChat's manager factory: "<team>.selector" calls
         self._clients = LoopClients()
 
     def accepts(self, agent: Any) -> bool:
@@ -115,6 +118,10 @@ class AutoGenAdapter(Adapter):
             AssistantAgent, "on_messages_stream", lambda original: make_turn_wrapper(original, lambda: self.sink)
         )
         self._turns.apply()
+        from autogen_agentchat.teams import SelectorGroupChat
+
+        self._selector = Patch(SelectorGroupChat, "_create_group_chat_manager_factory", make_factory_wrapper)
+        self._selector.apply()
 
     def _repoint(self, sink: SpanSink) -> None:
         if self._handler is not None:
@@ -136,9 +143,12 @@ class AutoGenAdapter(Adapter):
             logger.propagate = propagate
         if self._turns is not None:
             self._turns.undo()
+        if self._selector is not None:
+            self._selector.undo()
         self._handler = None
         self._logger_state = None
         self._turns = None
+        self._selector = None
 
     # -- running ------------------------------------------------------------------------------------------
 

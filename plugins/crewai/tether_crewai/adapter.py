@@ -15,8 +15,9 @@ It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
 
 and the raw ``CrewOutput`` as ``.crew_output``. ``str(output)`` is the final text.
 
-Capture is in ``tether_crewai.capture``; model requests reach tether's proxy through tether's endpoint
-redirect (CrewAI's native OpenAI provider is an ``openai`` SDK client).
+Calls converting an agent's answer to a task's ``output_json`` / ``output_pydantic`` are named
+``"<agent role>.converter"``. Capture is in ``tether_crewai.capture``; model requests reach tether's proxy
+through tether's endpoint redirect (CrewAI's native OpenAI provider is an ``openai`` SDK client).
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from tether.capture import redirect
 from tether.plugin.adapters import Adapter, CannotCopy, SpanSink
 from tether.plugin.instrument import Patch
 from tether.types import Resources, Task
-from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper
+from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper, make_export_wrapper
 
 #: seconds to wait for CrewAI's handler thread pool after a kickoff
 FLUSH_TIMEOUT_S = 30.0
 
 _PATCHED = ("execute_task", "aexecute_task")
+#: where a task's answer becomes its output_json / output_pydantic: run as "<role>.converter"
+_EXPORTS = ("_export_output", "_aexport_output")
 
 
 class CrewAIOutput(dict[str, Any]):
@@ -87,6 +90,7 @@ class CrewAIAdapter(Adapter):
 
     def _instrument(self, sink: SpanSink) -> None:
         from crewai import Agent
+        from crewai import Task as CrewTask
         from crewai.events import crewai_event_bus
 
         handlers = EventHandlers(lambda: self.sink, self._requests).handlers()
@@ -97,6 +101,12 @@ class CrewAIAdapter(Adapter):
             original = Agent.__dict__.get(attr)
             if original is not None and not Patch.is_patch(original):
                 patch = Patch(Agent, attr, make_execute_wrapper)
+                patch.apply()
+                self._patches.append(patch)
+        for attr in _EXPORTS:
+            original = CrewTask.__dict__.get(attr)
+            if original is not None and not Patch.is_patch(original):
+                patch = Patch(CrewTask, attr, make_export_wrapper)
                 patch.apply()
                 self._patches.append(patch)
         _add_request_listener(self._requests)

@@ -15,6 +15,10 @@
   the ``X-Tether-Agent`` header, which names the proxy's span (the one with token ids). CrewAI copies the
   context into the threads it starts (async tasks, task timeouts), so the name follows; a delegated task
   runs under the coworker's role.
+- A wrapper around ``Task._export_output`` / ``_aexport_output`` (private; where CrewAI turns an answer into
+  a task's ``output_json`` / ``output_pydantic``, asking the model again when the answer is not valid JSON)
+  that runs the conversion under ``"<agent role>.converter"`` (``converter_name``): those calls can be named
+  in ``optimize=`` and policy maps like any agent's.
 
 Capture never breaks the crew: an event that cannot be turned into a span is logged (debug) and skipped.
 """
@@ -30,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import spans
-from tether.capture.context import RolloutScope, agent_scope
+from tether.capture.context import RolloutScope, agent_scope, current_agent_name
 from tether.plugin.adapters import SpanSink
 from tether.plugin.adapters import json_safe as plain
 from tether.plugin.adapters import tool_arguments as _arguments
@@ -141,7 +145,7 @@ class EventHandlers:
             SpanKind.LLM,
             LLM_SPAN_NAME,
             attributes,
-            agent_name=event.agent_role,
+            agent_name=event.agent_role or current_agent_name(),
             start_time=min(start, end),
             end_time=end,
         )
@@ -197,6 +201,38 @@ class EventHandlers:
 def role_of(agent: Any) -> str | None:
     role = getattr(agent, "role", None)
     return role if isinstance(role, str) and role else None
+
+
+CONVERTER_SUFFIX = ".converter"
+
+
+def converter_name(role: str | None) -> str | None:
+    """The sub-agent name of the calls that convert ``role``'s answer to a task's structured output (the role
+    without surrounding whitespace: a YAML-folded role ends in a newline)."""
+    return f"{role.strip()}{CONVERTER_SUFFIX}" if role and role.strip() else None
+
+
+def make_export_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``Task._export_output`` or ``_aexport_output`` so the conversion runs under the converter's name."""
+
+    def _name(task: Any) -> str | None:
+        return converter_name(role_of(getattr(task, "agent", None)))
+
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def _aexport_output(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with agent_scope(_name(self)):
+                return await original(self, *args, **kwargs)
+
+        return _aexport_output
+
+    @functools.wraps(original)
+    def _export_output(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with agent_scope(_name(self)):
+            return original(self, *args, **kwargs)
+
+    return _export_output
 
 
 def make_execute_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -3,7 +3,9 @@
 ``run(agent, task, resources)`` is ``await Runner.run(agent, input=<task text>, run_config=...)`` and
 returns the run's ``final_output``. The task text is the task when it is a string (a list is passed on as
 the SDK's input items); for a dict, the first string among its ``"task"``, ``"question"``, ``"input"`` and
-``"prompt"`` keys, else the dict as JSON. The run's ``RunConfig`` gives it:
+``"prompt"`` keys, else the dict as JSON. An agent that declares its run context's type
+(``Agent[MyContext](...)``) gets a fresh ``MyContext()`` per rollout (``tether_openai_agents.context``: when
+that cannot be built, the rollout's error says what to pass). The run's ``RunConfig`` gives it:
 
 - a model provider that makes every agent whose ``model`` is a name (or unset) call the Chat Completions
   API — the API tether's proxy serves — at the rollout's endpoint, through an ``AsyncOpenAI`` client made
@@ -40,6 +42,7 @@ from tether.capture.context import add_agent_resolver, current_scope, remove_age
 from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
 from tether_openai_agents import gate
+from tether_openai_agents.context import default_context, explain
 
 TASK_KEYS = ("task", "question", "input", "prompt")
 
@@ -195,6 +198,13 @@ class OpenAIAgentsAdapter(Adapter):
         from agents import Runner
 
         config = rollout_run_config(resources)
+        context, why_none = default_context(agent)
         with self.run_scope(agent):
-            result = await Runner.run(agent, input=task_input(task), run_config=config)
+            try:
+                result = await Runner.run(agent, input=task_input(task), context=context, run_config=config)
+            except Exception as exc:
+                needed = explain(exc, agent, why_none)
+                if needed is None:
+                    raise
+                raise needed from exc
         return result.final_output

@@ -21,6 +21,7 @@ from tether.capture.context import (
     RolloutScope,
     add_agent_resolver,
     agent_scope,
+    decode_agent_header,
     remove_agent_resolver,
     rollout_scope,
 )
@@ -301,4 +302,6 @@ def test_listeners_see_each_redirected_body_and_cannot_break_the_call(
 def test_non_ascii_agent_names_reach_the_server(agent_module: ModuleType, redirected: None) -> None:
     with FakeLLM(handler=_echo) as llm, rollout_scope(_scope(llm.base_url)), agent_scope("rédacteur"):
         assert agent_module.answer("q") == "echo: q"
-    assert llm.requests[0].headers[AGENT_HEADER] == "rédacteur"
+    # percent-encoded UTF-8 (any name is a valid header value), decoded by the proxy
+    assert llm.requests[0].headers[AGENT_HEADER] == "r%C3%A9dacteur"
+    assert decode_agent_header(llm.requests[0].headers[AGENT_HEADER]) == "rédacteur"

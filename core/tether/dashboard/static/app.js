@@ -382,7 +382,8 @@ async function renderRollout(main, source, id, params) {
   const attempt = d.attempts.find((a) => a.attempt_id === d.attempt_id);
   const started = d.attempts.length ? d.attempts[0].started_at : null;
   const ended = d.attempts.length ? d.attempts[d.attempts.length - 1].finished_at : null;
-  const back = params.back || href(source.name, "rollouts");
+  // only a route of this page (``#/...``): never a javascript: or another site's address
+  const back = typeof params.back === "string" && params.back.startsWith("#/") ? params.back : href(source.name, "rollouts");
   const agents = [...new Set(d.tree.flatMap(collectAgents))];
   const head = h("div", {},
     h("div", { class: "crumbs" }, h("a", { href: back }, `← ${source.name} · rollouts`)),
@@ -396,6 +397,7 @@ async function renderRollout(main, source, id, params) {
     stat("Duration", fmtDuration(started && (ended || (r.status === "running" ? Date.now() / 1000 : null)) ? (ended || Date.now() / 1000) - started : null), `resources v${r.resources_version ?? "–"}`),
     stat("Sub-agents", agents.length ? h("span", {}, agents.map(agentBadge)) : "–",
       d.optimize ? `optimized: ${d.optimize.join(", ")}` : "all trainable (no optimize= recorded)"));
+  const credit = d.credit ? `credit ${d.credit.rule}${d.credit.tool_error_penalty ? `, tool penalty ${d.credit.tool_error_penalty}` : ""}${d.credit.rule === "per_call" ? `, gamma ${d.credit.gamma}` : ""}: as training assigned it` : "one per LLM call, as the algorithm builds them";
   const attemptTabs = d.attempts.length > 1 ? h("div", { class: "attempt-tabs" }, d.attempts.map((a) =>
     h("a", { class: `btn ${a.attempt_id === d.attempt_id ? "active" : ""}`, href: href(source.name, "rollout", id, { ...params, attempt: a.attempt_id }) },
       `Attempt ${a.index} · ${a.status}`))) : null;
@@ -407,11 +409,11 @@ async function renderRollout(main, source, id, params) {
     h("div", { class: "card-head" }, h("h2", {}, "Trace"), h("span", { class: "card-note" }, `${d.span_count} spans`, attemptTabs ? " · " : "", attemptTabs || "")),
     d.tree.length ? h("div", { class: "tree" }, h("ul", {}, d.tree.map(treeNode))) : h("div", { class: "empty" }, "No spans recorded for this attempt."));
   const trans = h("div", { class: "card" },
-    h("div", { class: "card-head" }, h("h2", {}, "Transitions"), h("span", { class: "card-note" }, "one per LLM call, as the algorithm builds them")),
+    h("div", { class: "card-head" }, h("h2", {}, "Transitions"), h("span", { class: "card-note" }, credit)),
     d.transitions.length ? h("div", { class: "table-wrap" }, h("table", { class: "rows" },
-      h("thead", {}, h("tr", {}, ["Step", "Sub-agent", "Trainable", "Reward", "Advantage", "Prompt tokens", "Response tokens", "Logprobs", "Weights"].map((t) => h("th", {}, t)))),
+      h("thead", {}, h("tr", {}, ["Step", "Sub-agent", "Policy", "Trainable", "Value", "Advantage", "Prompt tokens", "Response tokens", "Logprobs", "Weights"].map((t) => h("th", {}, t)))),
       h("tbody", {}, d.transitions.map((t) => h("tr", {},
-        h("td", {}, t.step), h("td", {}, agentBadge(t.agent)),
+        h("td", {}, t.step), h("td", {}, agentBadge(t.agent)), h("td", {}, t.policy || "–"),
         h("td", {}, h("span", { class: `tag ${t.trainable ? "yes" : "no"}` }, t.trainable ? "trainable" : "frozen")),
         h("td", {}, fmtNum(t.reward)), h("td", {}, t.advantage === null ? "–" : fmtNum(t.advantage)),
         h("td", {}, t.prompt_tokens ? fmtInt(t.prompt_tokens) : "–"), h("td", {}, t.response_tokens ? fmtInt(t.response_tokens) : "–"),
@@ -458,8 +460,8 @@ function treeNode(node) {
     kind = "reward"; kindClass = "k-reward"; title = node.name; preview = fmtNum(node.value, 4); meta = "";
     body = null;
   } else {
-    kind = node.type; kindClass = "k-other"; title = node.name; preview = oneLine(node.attributes, 120); meta = "";
-    body = h("pre", { class: "block boxed" }, json(node.attributes));
+    kind = node.type; kindClass = "k-other"; title = node.name; preview = oneLine(node.error || node.attributes, 120); meta = "";
+    body = h("div", {}, node.error ? h("pre", { class: "block boxed error" }, node.error) : null, h("pre", { class: "block boxed" }, json(node.attributes)));
   }
   const li = h("li", { class: "node", dataset: { type: node.type, span: node.span_id } });
   const row = h("div", { class: "node-row", onclick: () => body && li.classList.toggle("open") },
