@@ -1,6 +1,7 @@
 """Store benchmark: throughput and latency of each backend on the calls a training run makes.
 
 Run: ``.venv/bin/python bench/store.py [--quick] [--backends memory,sqlite,http+memory,http+sqlite,postgresql]``
+(``http+sqlite-nocache``: the SQLite server with its span cache off, the baseline of the memory figures)
 
 Workloads (each on a fresh store): enqueue (1 rollout a call), dequeue (1 a call), add_span with LLM-sized
 spans one per call and in batches of 100, get_spans of a 20-span attempt, the full rollout lifecycle
@@ -15,7 +16,8 @@ ratios are printed (``_AglStore`` below).
 ``postgresql`` (and ``http+postgresql``) run against a throwaway local server (``tether.testing.pg_server``:
 initdb into a temp dir, ``fsync=off``; needs Debian's ``postgresql`` and ``tether[postgres]``), a fresh
 schema per workload; its ratios to SQLite are printed under the table.
-Prints one table: ops/s, p50 and p99 latency of one call (of one whole rollout for the lifecycle).
+Prints one table: ops/s, p50 and p99 latency of one call (of one whole rollout for the lifecycle), then the
+store server's peak RSS in each workload group (``http+`` backends), against the server without span cache.
 """
 
 from __future__ import annotations
@@ -253,8 +255,15 @@ import asyncio, sys
 from tether import open_store
 from tether.server import start_server
 
+from tether.store.sqlite import SqliteStore
+
 async def main():
-    server = await start_server(open_store(sys.argv[1]), host="127.0.0.1", port=0, token=None)
+    url = sys.argv[1]
+    if len(sys.argv) > 2:  # a span cache bound for the SQLite store
+        store = SqliteStore(url[len("sqlite:///"):], span_cache_bytes=int(sys.argv[2]))
+    else:
+        store = open_store(url)
+    server = await start_server(store, host="127.0.0.1", port=0, token=None)
     print(server.url, flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     await server.stop()
@@ -281,8 +290,10 @@ def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAs
 
     @asynccontextmanager
     async def http() -> AsyncIterator[Store]:
+        kind, _, variant = backend.removeprefix("http+").partition("-")
+        extra = ["0"] if variant == "nocache" else []  # the SQLite store without its span cache
         proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVER, url_for(backend.removeprefix("http+"))],
+            [sys.executable, "-c", _SERVER, url_for(kind), *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -297,10 +308,46 @@ def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAs
             yield store
         finally:
             await store.close()
+            SERVER_RSS_MB.setdefault(backend, []).append(_peak_rss_mb(proc.pid))
             proc.stdin.close()
             proc.wait(timeout=30)
 
     return http if backend.startswith("http+") else local
+
+
+#: the store server's peak RSS (MB) in each fresh store of a ``http+`` backend, in bench_backend's order
+SERVER_RSS_MB: dict[str, list[float]] = {}
+_FRESH_STORES = ["enqueue", "add_span", "get_spans", "write+read", "lifecycle x1", "lifecycle x16"]
+
+
+def _peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (VmHWM) in MB; Linux only (0 elsewhere)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0.0)
+
+
+def print_server_memory() -> None:
+    """The store server's peak RSS per fresh store; against the SQLite server without its span cache."""
+    if not SERVER_RSS_MB:
+        return
+    base = SERVER_RSS_MB.get("http+sqlite-nocache")
+    print("\nstore server peak RSS, MB (a fresh server per workload group):")
+    print(f"  {'backend':<20} " + " ".join(f"{label:>13}" for label in _FRESH_STORES))
+    for backend, peaks in SERVER_RSS_MB.items():
+        cells = []
+        for k, peak in enumerate(peaks):
+            ratio = (
+                f" x{peak / base[k]:.2f}"
+                if base and k < len(base) and base[k] and backend != "http+sqlite-nocache"
+                else ""
+            )
+            cells.append(f"{peak:.0f}{ratio}".rjust(13))
+        print(f"  {backend:<20} " + " ".join(cells))
+    if base:
+        print("  (xN: against http+sqlite-nocache, the same server with the SQLite span cache off)")
 
 
 def _http_available() -> str | None:
@@ -446,10 +493,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in a few seconds")
     parser.add_argument("--backends", default="memory,sqlite,http+memory,http+sqlite")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the sizes (0.5: half scale)")
     args = parser.parse_args()
     sizes = {"calls": 2000, "batches": 50, "queries": 400, "rollouts": 400, "read_rollouts": 256, "read_passes": 3}
     if args.quick:
         sizes = {"calls": 200, "batches": 5, "queries": 50, "rollouts": 64, "read_rollouts": 32, "read_passes": 2}
+    sizes = {key: max(1, round(value * args.scale)) for key, value in sizes.items()}
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if note := _http_available():
         print(note)
@@ -481,6 +530,7 @@ async def main() -> None:
             agl_results += await bench_backend(f"agl {mode}", _agl_factory(mode), sizes)
     print_table(results + agl_results)
     print_read_ratios(results + agl_results)
+    print_server_memory()
     if pg is not None and any(r.backend == "sqlite" for r in results):
         print_ratios([r for r in results if "postgresql" in r.backend or r.backend == "sqlite"], "sqlite")
     if agl_results:  # in-process backends against its memory store, HTTP ones against its HTTP store

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from tether import _json
 from tether.store import Store, StoreError, open_store
 from tether.store.base import InvalidTransition, NotFound
 from tether.store.sqlite import SCHEMA_VERSION, SqliteStore
 from tether.testing.store_conformance import StoreConformance, span, spec
-from tether.types import AttemptStatus, LLMEndpoint, RolloutStatus
+from tether.types import AttemptStatus, LLMEndpoint, RolloutStatus, Span
 
 
 class TestSqliteStore(StoreConformance):
@@ -173,6 +176,41 @@ async def test_a_small_span_cache_evicts_and_reads_stay_right(tmp_path: Path) ->
     for k, (_, attempt) in enumerate(claimed):
         got = await store.get_spans(attempt.attempt_id)
         assert [(s.name, s.attributes["ids"][0]) for s in got] == [(f"{k}-{j}", k) for j in range(3)]
+    await store.close()
+
+
+async def test_the_span_cache_bounds_the_memory_it_holds_not_json(tmp_path: Path) -> None:
+    """A token id is ~6 bytes of JSON but ~40 of Python objects: the bound is on the memory the cached spans
+    hold, measured here with tracemalloc as a store server holds them (each span decoded from a request)."""
+    bound = 2 * 1024 * 1024
+    store = SqliteStore(tmp_path / "s.db", span_cache_bytes=bound)
+    await store.enqueue([spec(i) for i in range(40)])
+    claimed = await store.dequeue("w", limit=40)
+    encoded = [
+        _json.dumps([
+            span(rollout.rollout_id, attempt.attempt_id, f"{k}-{j}", attributes={
+                "prompt_token_ids": [1000 + (k * 31 + j * 7 + n) % 150_000 for n in range(512)],
+                "response_token_ids": [2000 + n for n in range(128)],
+                "messages": [{"role": "user", "content": f"question {k} {j} " * 40}],
+            }).to_dict()
+            for j in range(16)
+        ])
+        for k, (rollout, attempt) in enumerate(claimed)
+    ]  # fmt: skip
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for batch in encoded:  # as the server decodes each request's spans
+            await store.add_spans([Span.from_dict(fields) for fields in _json.loads(batch)])
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0 < store._cache.bytes <= bound
+    assert held <= bound * 1.15, f"the cache holds {held / 2**20:.1f} MiB for a {bound / 2**20:.0f} MiB bound"
+    assert held >= bound * 0.5, "the estimate of what a span holds is far too high: the cache holds little"
+    got = await store.get_spans(claimed[-1][1].attempt_id)  # the newest attempt is cached and reads right
+    assert [s.name for s in got] == [f"39-{j}" for j in range(16)]
     await store.close()
 
 

@@ -12,6 +12,7 @@ import pytest
 from tether.server import StoreServer, start_server
 from tether.store import Store, StoreError, open_store
 from tether.store._pg_schema import MIGRATIONS, SCHEMA_VERSION
+from tether.store.base import NotFound
 from tether.store.http_client import HttpStore
 from tether.store.postgres import PostgresStore
 from tether.testing.pg_server import TempPostgres
@@ -126,4 +127,62 @@ async def test_many_concurrent_first_calls_on_one_store(pg_url: str) -> None:
     assert len({r[0].rollout_id for r in results}) == 16
     claimed = await asyncio.wait_for(asyncio.gather(*(store.dequeue(f"w{i}") for i in range(16))), 60)
     assert sorted(r.rollout_id for got in claimed for r, _ in got) == sorted(r[0].rollout_id for r in results)
+    await store.close()
+
+
+class TestPostgresWithoutSpanCache(StoreConformance):
+    """Every read decoded from the database, as a process that did not write the spans reads them."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, pg_server: TempPostgres) -> None:
+        self.pg = pg_server
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        return PostgresStore(self.pg.new_schema(), span_cache_bytes=0)
+
+
+async def test_reads_combine_cached_spans_with_those_another_process_wrote(pg_url: str) -> None:
+    mine, other = PostgresStore(pg_url), PostgresStore(pg_url)  # two stores, as two processes have
+    (rollout,) = await mine.enqueue([spec(1)])
+    ((_, attempt),) = await mine.dequeue("w")
+    rid, aid = rollout.rollout_id, attempt.attempt_id
+
+    def named(name: str) -> object:
+        return span(rid, aid, name, attributes={"name": name, "ids": list(range(50))}, start_time=1)
+
+    assert await mine.add_spans([named("a"), named("b")]) == [0, 1]
+    assert await other.add_spans([named("c")]) == [2]
+    assert await mine.add_spans([named("d")]) == [3]
+    for store in (mine, other):
+        got = await store.get_spans(aid)
+        assert [(s.name, s.sequence, s.attributes["name"]) for s in got] == [
+            ("a", 0, "a"), ("b", 1, "b"), ("c", 2, "c"), ("d", 3, "d")
+        ]  # fmt: skip
+        assert [s.name for s in await store.get_spans(aid, since=2)] == ["c", "d"]
+        assert got[0].to_dict() == (await other.get_spans(aid))[0].to_dict()  # cached == decoded, field by field
+        assert type(got[0].start_time) is float
+        got[0].attributes["ids"].append("mutated")  # a caller's copy: the cache is not changed by it
+    assert len((await mine.get_spans(aid))[0].attributes["ids"]) == 50
+    await mine.finish_attempt(aid, AttemptStatus.SUCCEEDED)
+    (harvested,) = await other.harvest([rid])
+    assert [s.name for s in harvested.spans] == ["a", "b", "c", "d"]
+    with pytest.raises(NotFound):  # harvested by the other process: the spans this one cached are not read
+        await mine.get_spans(aid)
+    await mine.close()
+    await other.close()
+
+
+async def test_a_small_span_cache_evicts_and_reads_stay_right(pg_url: str) -> None:
+    store = PostgresStore(pg_url, span_cache_bytes=8192)  # about two of these spans
+    await store.enqueue([spec(i) for i in range(6)])
+    claimed = await store.dequeue("w", limit=6)
+    for k, (rollout, attempt) in enumerate(claimed):
+        spans = [
+            span(rollout.rollout_id, attempt.attempt_id, f"{k}-{j}", attributes={"ids": list(range(k, k + 200))})
+            for j in range(3)
+        ]
+        await store.add_spans(spans)
+    for k, (_, attempt) in enumerate(claimed):
+        got = await store.get_spans(attempt.attempt_id)
+        assert [(s.name, s.attributes["ids"][0]) for s in got] == [(f"{k}-{j}", k) for j in range(3)]
     await store.close()

@@ -97,14 +97,18 @@ class Connections:
             self._pools[loop] = pool
         return pool
 
-    async def transaction(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
-        """Run ``work(conn)`` in one transaction; commit on success, roll back on any error."""
+    async def transaction(self, work: Callable[[Any], Awaitable[_T]], *, single_statement: bool = False) -> _T:
+        """Run ``work(conn)`` in one transaction; commit on success, roll back on any error. With
+        ``single_statement`` the work sends one statement, atomic on its own: no ``BEGIN``/``COMMIT`` is sent."""
         pool = await self.pool()
         exceptions = self.asyncpg.exceptions
         for attempt in range(_RETRIES):
             try:
-                async with pool.acquire() as conn, conn.transaction():
-                    return await work(conn)
+                async with pool.acquire() as conn:
+                    if single_statement:
+                        return await work(conn)
+                    async with conn.transaction():
+                        return await work(conn)
             except (exceptions.DeadlockDetectedError, exceptions.SerializationError) as exc:
                 if attempt == _RETRIES - 1:
                     raise self.error(exc) from None

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tether.store._pg_schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, rollout_from_row
+from tether.store._pg_schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.store.base import InvalidTransition, NotFound
-from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus
+from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
 
 async def status_of(conn: Any, rollout_id: str, *, lock: bool = False) -> RolloutStatus:
@@ -39,13 +39,47 @@ async def attempts_of(conn: Any, rollout_ids: list[str]) -> list[Attempt]:
     return [attempt_from_row(row) for row in rows]
 
 
+async def claim_queued(conn: Any, worker_id: str, limit: int, now: float) -> list[tuple[Rollout, Attempt]]:
+    """Claim up to ``limit`` queued rollouts in queue order (skipping those other workers hold), mark them
+    running and insert their attempts: one statement, atomic on its own."""
+    ids = [new_id("at") for _ in range(limit)]  # the k-th rollout claimed, in queue order, gets ids[k]
+    rows = await conn.fetch(
+        "WITH picked AS (SELECT rollout_id, queue_pos FROM tether_rollouts WHERE queue_pos IS NOT NULL "
+        "ORDER BY queue_pos LIMIT $1 FOR UPDATE SKIP LOCKED), "
+        "claimed AS (UPDATE tether_rollouts r SET status = 'running', queue_pos = NULL, "
+        "attempt_count = r.attempt_count + 1 FROM picked WHERE r.rollout_id = picked.rollout_id "
+        f"RETURNING {qualified('r', ROLLOUT_COLS)}, picked.queue_pos), "
+        "inserted AS (INSERT INTO tether_attempts (attempt_id, rollout_id, idx, worker_id, status, "
+        "started_at, last_heartbeat_at) SELECT ($2::text[])[row_number() OVER (ORDER BY queue_pos)], "
+        "rollout_id, attempt_count, $3, 'running', $4, $4 FROM claimed) "
+        "SELECT * FROM claimed ORDER BY queue_pos",
+        limit,
+        ids,
+        worker_id,
+        now,
+    )
+    out = []
+    for row, attempt_id in zip(rows, ids, strict=False):
+        rollout = rollout_from_row(row)
+        attempt = Attempt(
+            attempt_id=attempt_id, rollout_id=rollout.rollout_id, index=rollout.attempt_count, worker_id=worker_id,
+            started_at=now, last_heartbeat_at=now,
+        )  # fmt: skip
+        out.append((rollout, attempt))
+    return out
+
+
 async def lock_running_attempt(conn: Any, attempt_id: str) -> str:
     """Lock the rollout of a running attempt (rollout first, as everywhere) and return its id;
     ``NotFound`` / ``InvalidTransition`` otherwise."""
-    rollout_id = await conn.fetchval("SELECT rollout_id FROM tether_attempts WHERE attempt_id = $1", attempt_id)
+    rollout_id = await conn.fetchval(  # one round trip: find the rollout and lock it
+        "SELECT rollout_id FROM tether_rollouts WHERE rollout_id = "
+        "(SELECT rollout_id FROM tether_attempts WHERE attempt_id = $1) FOR UPDATE",
+        attempt_id,
+    )
     if rollout_id is None:
         raise NotFound(f"unknown attempt {attempt_id!r}")
-    await conn.execute("SELECT 1 FROM tether_rollouts WHERE rollout_id = $1 FOR UPDATE", rollout_id)
+    # read after the lock: a change committed while we waited for it counts
     status = await conn.fetchval("SELECT status FROM tether_attempts WHERE attempt_id = $1", attempt_id)
     if status != AttemptStatus.RUNNING.value:
         raise InvalidTransition(f"attempt {attempt_id} is already {status}")
@@ -60,7 +94,8 @@ async def end_attempt(
     error: str | None,
     output: bytes | None,
     reward: float | None,
-) -> None:
+) -> Rollout:
+    """End a running attempt (its rollout locked) and settle its rollout; the rollout as it is now."""
     now = time.time()
     await conn.execute(
         "UPDATE tether_attempts SET status = $2, finished_at = $3, error = $4 WHERE attempt_id = $1",
@@ -70,29 +105,30 @@ async def end_attempt(
         error,
     )
     if status == AttemptStatus.SUCCEEDED:
-        await conn.execute(
+        row = await conn.fetchrow(
             "UPDATE tether_rollouts SET status = 'succeeded', output = $2, reward = $3, error = NULL, "
-            "finished_at = $4 WHERE rollout_id = $1",
+            f"finished_at = $4 WHERE rollout_id = $1 RETURNING {ROLLOUT_COLS}",
             rollout_id,
             output,
             reward,
             now,
         )
-        return
-    await conn.execute(
+        return rollout_from_row(row)
+    row = await conn.fetchrow(
         "UPDATE tether_rollouts SET "
         "queue_pos = CASE WHEN attempt_count < max_attempts THEN nextval('tether_queue_pos') END, "
         "status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END, "
         "output = CASE WHEN attempt_count < max_attempts THEN output ELSE $2::bytea END, "
         "reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE $3::float8 END, "
         "finished_at = CASE WHEN attempt_count < max_attempts THEN NULL ELSE $4::float8 END, "
-        "error = $5 WHERE rollout_id = $1",
+        f"error = $5 WHERE rollout_id = $1 RETURNING {ROLLOUT_COLS}",
         rollout_id,
         output,
         reward,
         now,
         error,
     )
+    return rollout_from_row(row)
 
 
 def opt_float(value: float | None) -> float | None:

@@ -1,12 +1,13 @@
-"""The SQLite store's cache of the spans it wrote recently (``tether.store.sqlite``), kept frozen.
+"""The SQLite and PostgreSQL stores' cache of the spans they wrote recently, kept frozen.
 
 Training reads back every span its runners just wrote (``harvest``, ``get_spans``), and decoding an LLM
-span's JSON (hundreds of token ids, each a new ``int``) is most of what a read from the file costs. So the
-store keeps the spans it committed, frozen (``tether.store._frozen``), by attempt, and a read thaws those
-instead of decoding them. The file stays the truth: a read asks it which spans exist (from its index) and
-decodes only those the cache lacks (written by another process, or evicted). Spans never change once
+span's JSON (hundreds of token ids, each a new ``int``) is most of what a read costs. So the store keeps the
+spans it committed, frozen (``tether.store._frozen``), by attempt, and a read thaws those instead of decoding
+them. The file (or database) stays the truth: a read asks it which spans exist (the attempt's ``next_seq``)
+and decodes only those the cache lacks (written by another process, or evicted). Spans never change once
 written and attempt ids are never reused, so a cached span cannot go stale; harvested attempts are dropped.
-The cache holds at most ``max_bytes`` of span JSON, least recently used attempts evicted first.
+The cache holds at most ``max_bytes`` of memory as its caller counts it (``_frozen.frozen_size``: the spans'
+Python objects, several times their JSON), least recently used attempts evicted first.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from collections.abc import Iterable
 
 from tether.types import Span
 
-__all__ = ["SpanCache"]
+__all__ = ["DEFAULT_SPAN_CACHE_BYTES", "SPAN_BYTES", "SpanCache"]
+
+DEFAULT_SPAN_CACHE_BYTES = 64 * 1024 * 1024  # of memory: a training batch's spans, until harvested
+SPAN_BYTES = 400  # what a cached span holds besides its attributes: the Span, its id strings, its cache slot
 
 
 class SpanCache:
-    """Frozen spans by attempt id and sequence, bounded by the size of their JSON. Thread-safe."""
+    """Frozen spans by attempt id and sequence, bounded by the memory they hold. Thread-safe."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -31,7 +35,7 @@ class SpanCache:
         self._lock = threading.Lock()
 
     def add(self, spans: Iterable[tuple[Span, int]]) -> None:
-        """Keep ``(span, size of its JSON)`` pairs; each span carries its sequence and frozen attributes."""
+        """Keep ``(span, bytes it holds)`` pairs; each span carries its sequence and frozen attributes."""
         if self.max_bytes <= 0:
             return
         with self._lock:

@@ -30,10 +30,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
+from tether.store._frozen import frozen_size, snapshot
 from tether.store._pg_conn import Connections
 from tether.store._pg_import import import_work
 from tether.store._pg_ops import (
     attempts_of,
+    claim_queued,
     end_attempt,
     lock_running_attempt,
     opt_float,
@@ -50,6 +52,8 @@ from tether.store._pg_schema import (
     rollout_from_row,
     span_from_row,
 )
+from tether.store._pg_spans import read_spans
+from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
 from tether.store.base import (
     Harvested,
     ImportedRollout,
@@ -82,17 +86,22 @@ from tether.types import (
 )
 
 _FINISHED = ("succeeded", "failed", "cancelled")
+_CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
 _RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources version at a time
 
 
 class PostgresStore(Store):
     """A store in a PostgreSQL database. Creates (or migrates) its ``tether_*`` tables on first use."""
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(self, url: str, *, pool_size: int = 10, span_cache_bytes: int = DEFAULT_SPAN_CACHE_BYTES) -> None:
+        """``span_cache_bytes`` bounds the memory of the spans this store wrote and keeps for reads
+        (``tether.store._pg_spans``); 0 turns the cache off."""
         self.url = url
         self._db = Connections(url, max_size=pool_size)
+        self._cache = SpanCache(span_cache_bytes)
 
     async def close(self) -> None:
+        self._cache.clear()
         await self._db.close()
 
     # -- rollouts -----------------------------------------------------------------------------------------
@@ -135,7 +144,8 @@ class PostgresStore(Store):
                 rows,
             )
 
-        await self._db.transaction(insert)
+        # asyncpg's executemany is atomic on its own (one implicit transaction, since 0.22): no BEGIN/COMMIT
+        await self._db.transaction(insert, single_statement=True)
         return rollouts
 
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
@@ -147,37 +157,16 @@ class PostgresStore(Store):
         now = time.time()
 
         async def claim(conn: Any) -> list[tuple[Rollout, Attempt]]:
-            rows = await conn.fetch(
-                "WITH picked AS (SELECT rollout_id, queue_pos FROM tether_rollouts WHERE queue_pos IS NOT NULL "
-                "ORDER BY queue_pos LIMIT $1 FOR UPDATE SKIP LOCKED) "
-                "UPDATE tether_rollouts r SET status = 'running', queue_pos = NULL, "
-                "attempt_count = r.attempt_count + 1 FROM picked WHERE r.rollout_id = picked.rollout_id "
-                f"RETURNING {qualified('r', ROLLOUT_COLS)}, picked.queue_pos",
-                limit,
-            )
-            if not rows:
-                return []
-            rollouts = [rollout_from_row(row) for row in sorted(rows, key=lambda row: row[16])]
-            attempts = [
-                Attempt(
-                    attempt_id=new_id("at"), rollout_id=r.rollout_id, index=r.attempt_count, worker_id=worker_id,
-                    started_at=now, last_heartbeat_at=now,
-                )
-                for r in rollouts
-            ]  # fmt: skip
-            await conn.execute(
-                "INSERT INTO tether_attempts (attempt_id, rollout_id, idx, worker_id, status, started_at, "
-                "last_heartbeat_at) SELECT a, r, i, $4, 'running', $5, $5 "
-                "FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(a, r, i)",
-                [a.attempt_id for a in attempts],
-                [a.rollout_id for a in attempts],
-                [a.index for a in attempts],
-                worker_id,
-                now,
-            )
-            return list(zip(rollouts, attempts, strict=True))
+            claimed: list[tuple[Rollout, Attempt]] = []
+            while len(claimed) < limit:  # (in chunks: the attempt ids are made here, one per rollout asked for)
+                chunk = await claim_queued(conn, worker_id, min(limit - len(claimed), _CLAIM_CHUNK), now)
+                claimed += chunk
+                if len(chunk) < _CLAIM_CHUNK:
+                    break
+            return claimed
 
-        return await self._db.transaction(claim)
+        # up to a chunk, one statement: atomic on its own, so no BEGIN/COMMIT round trips
+        return await self._db.transaction(claim, single_statement=limit <= _CLAIM_CHUNK)
 
     async def finish_attempt(
         self,
@@ -199,8 +188,7 @@ class PostgresStore(Store):
 
         async def finish(conn: Any) -> Rollout:
             rollout_id = await lock_running_attempt(conn, attempt_id)
-            await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
-            return await rollout_of(conn, rollout_id)
+            return await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
 
         return await self._db.transaction(finish)
 
@@ -351,6 +339,7 @@ class PostgresStore(Store):
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         columns: list[list[Any]] = [[] for _ in range(10)]
+        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the memory it holds
         for span in spans:
             validate_span(span)
             start = validate_number(span.start_time, f"span {span.name!r} start_time")
@@ -359,8 +348,16 @@ class PostgresStore(Store):
                 attributes = _json.dumps(span.attributes)
             except TypeError as exc:
                 raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
-            values = (span.attempt_id, span.rollout_id, span.span_id, SpanKind(span.kind).value, span.name,
+            kind = SpanKind(span.kind)
+            values = (span.attempt_id, span.rollout_id, span.span_id, kind.value, span.name,
                       span.agent_name, span.parent_id, start, end, attributes)  # fmt: skip
+            if self._cache.max_bytes > 0:  # as a read decodes it: float8 times, the kind as the enum
+                frozen = snapshot(span.attributes, attributes)
+                cached.append(
+                    (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
+                          span.parent_id, float(start), None if end is None else float(end)),
+                     frozen_size(frozen) + SPAN_BYTES)
+                )  # fmt: skip
             for column, value in zip(columns, values, strict=True):
                 column.append(value)
         if not spans:
@@ -404,28 +401,22 @@ class PostgresStore(Store):
             )  # fmt: skip
             return sequences
 
-        return await self._db.transaction(insert)
+        sequences = await self._db.transaction(insert)
+        if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
+            for (span, _), sequence in zip(cached, sequences, strict=True):
+                span.sequence = sequence
+            self._cache.add(cached)
+        return sequences
 
     async def import_rollout(self, item: ImportedRollout) -> ImportResult:
         return await self._db.transaction(import_work(item))
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         validate_int(since, "since")
-
-        async def read(conn: Any) -> list[Span]:
-            rows = await conn.fetch(
-                f"SELECT {SPAN_COLS} FROM tether_spans WHERE attempt_id = $1 AND sequence >= $2 ORDER BY sequence",
-                attempt_id,
-                since,
-            )
-            if (
-                not rows
-                and await conn.fetchval("SELECT 1 FROM tether_attempts WHERE attempt_id = $1", attempt_id) is None
-            ):
-                raise NotFound(f"unknown attempt {attempt_id!r}")
-            return [span_from_row(row) for row in rows]
-
-        return await self._db.transaction(read)
+        found = await read_spans(self._db, self._cache, attempt_id, since)
+        if found is None:
+            raise NotFound(f"unknown attempt {attempt_id!r}")
+        return found
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -492,6 +483,7 @@ class PostgresStore(Store):
                 [a.attempt_id for a in attempts],
             )
             await conn.execute("DELETE FROM tether_attempts WHERE rollout_id = ANY($1::text[])", ids)
+            self._cache.drop(a.attempt_id for a in attempts)
             spans_of: dict[str, list[Span]] = {a.attempt_id: [] for a in attempts}
             for span in sorted(map(span_from_row, span_rows), key=lambda s: s.sequence or 0):
                 spans_of[span.attempt_id].append(span)

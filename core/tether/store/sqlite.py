@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether import _json
-from tether.store._frozen import snapshot
+from tether.store._frozen import frozen_size, snapshot
 from tether.store._group_commit import GroupCommit
-from tether.store._span_cache import SpanCache
+from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
 from tether.store._sqlite_conn import connect, store_error
 from tether.store._sqlite_import import import_work
 from tether.store._sqlite_rows import (
@@ -83,14 +83,14 @@ from tether.types import (
 )
 
 _T = TypeVar("_T")
-DEFAULT_SPAN_CACHE_BYTES = 64 * 1024 * 1024  # of span JSON: a training batch's spans, until harvested
 
 
 class SqliteStore(Store):
     """A store in one SQLite file (or ``":memory:"``). Creates the file, its folder and the schema.
 
     ``span_cache_bytes`` bounds the cache of the spans this store wrote (``tether.store._span_cache``),
-    counted as the size of their JSON; 0 turns it off."""
+    counted as the memory their Python objects hold (``frozen_size``; several times their JSON); 0 turns it
+    off."""
 
     def __init__(
         self,
@@ -364,7 +364,7 @@ class SqliteStore(Store):
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         rows = []
-        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the size of its JSON
+        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the memory it holds
         for span in spans:
             validate_span(span)
             try:
@@ -377,7 +377,7 @@ class SqliteStore(Store):
                 frozen = snapshot(span.attributes, attributes)
                 cached.append(
                     (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
-                          span.parent_id, start, end), len(attributes))
+                          span.parent_id, start, end), frozen_size(frozen) + SPAN_BYTES)
                 )  # fmt: skip
             rows.append(
                 [span.attempt_id, 0, span.rollout_id, span.span_id, kind.value, span.name, span.agent_name,

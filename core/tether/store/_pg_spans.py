@@ -1,0 +1,41 @@
+"""The PostgreSQL store's span reads (``tether.store.postgres``): thawed from its cache when it can.
+
+Reading a rollout's spans back is most of what training asks of a store, and decoding each LLM span's JSON
+(hundreds of token ids) is most of what such a read costs; three round trips (``BEGIN``, ``SELECT``,
+``COMMIT``) were the rest. So the store keeps the spans it committed in a ``SpanCache``, as the SQLite store
+does, and a read is one statement: the attempt's ``next_seq`` (a batch's rows and its ``next_seq`` commit
+together, so every sequence below it exists) when the cache holds the attempt, the rows otherwise. The
+database stays the truth: spans another process wrote, or the cache evicted, are read and decoded.
+"""
+
+from __future__ import annotations
+
+from tether.store._frozen import thawed_span
+from tether.store._pg_conn import Connections
+from tether.store._pg_schema import SPAN_COLS, span_from_row
+from tether.store._span_cache import SpanCache
+from tether.types import Span
+
+__all__ = ["read_spans"]
+
+
+async def read_spans(db: Connections, cache: SpanCache, attempt_id: str, since: int) -> list[Span] | None:
+    """The attempt's spans from ``since`` on, in order; None when the attempt is unknown."""
+    cached = cache.spans_of(attempt_id)
+    if cached is not None:
+        found = await db.fetch("SELECT next_seq FROM tether_attempts WHERE attempt_id = $1", attempt_id)
+        if not found:
+            return None
+        wanted = range(max(since, 0), found[0][0])
+        if all(seq in cached for seq in wanted):
+            return [thawed_span(cached[seq]) for seq in wanted]
+    rows = await db.fetch(  # none cached, or some written by another process, or evicted
+        f"SELECT {SPAN_COLS} FROM tether_spans WHERE attempt_id = $1 AND sequence >= $2 ORDER BY sequence",
+        attempt_id,
+        since,
+    )
+    if not rows and not await db.fetch("SELECT 1 FROM tether_attempts WHERE attempt_id = $1", attempt_id):
+        return None
+    if not cached:
+        return [span_from_row(row) for row in rows]
+    return [thawed_span(cached[row[10]]) if row[10] in cached else span_from_row(row) for row in rows]
