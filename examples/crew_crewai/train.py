@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps")
     parser.add_argument("--dev-only", action="store_true", help="run Trainer.dev once and stop (no training)")
     parser.add_argument("--run-dir", default="runs/crew_crewai", help="where checkpoints and metrics go")
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing, e.g. all wrong)",
+    )
     args = parser.parse_args(argv)
 
     agent = wrapped()
@@ -66,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         name="grpo",
         sampling={"max_tokens": 32},
     )
-    result = trainer.fit(agent, train=tasks(), val=tasks()[:2])
+    try:
+        result = trainer.fit(agent, train=tasks(), val=tasks()[:2], preflight=not args.no_preflight)
+    except tether.FitError as exc:  # it would train nothing and says why: no traceback
+        print(f"training stopped: {exc}", file=sys.stderr)
+        return 1
     if result.interrupted:
         print(result.summary())  # where the last checkpoint is and how to resume
         return 1

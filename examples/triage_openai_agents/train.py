@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimize", nargs="*", default=None, help="agent names to train (default: all)")
     parser.add_argument("--run-root", default="runs", help="folder that holds the run folders")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip fit's preflight (it stops a run whose first rollouts would train nothing, e.g. all wrong)",
+    )
     args = parser.parse_args(argv)
 
     from agent import triage_agent  # the user's agent, unchanged
@@ -70,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         run_root=args.run_root,
         sampling={"max_tokens": args.max_tokens},
     )
-    result = trainer.fit(wrapped, train=tasks(32, args.seed), val=tasks(8, args.seed + 1))
+    try:
+        result = trainer.fit(
+            wrapped, train=tasks(32, args.seed), val=tasks(8, args.seed + 1), preflight=not args.no_preflight
+        )
+    except tether.FitError as exc:  # it would train nothing and says why: no traceback
+        print(f"training stopped: {exc}", file=sys.stderr)
+        return 1
     if result.interrupted:
         print(result.summary())  # where the last checkpoint is and how to resume
         return 1

@@ -16,7 +16,7 @@ TRAIN = Path(__file__).resolve().parents[3] / "examples" / "crew_crewai" / "trai
 @pytest.mark.slow
 def test_the_example_trains_one_step_with_the_embedded_model(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(TRAIN), "--steps", "1", "--run-dir", str(tmp_path)],
+        [sys.executable, str(TRAIN), "--steps", "1", "--run-dir", str(tmp_path), "--no-preflight"],
         capture_output=True,
         text=True,
         timeout=600,
