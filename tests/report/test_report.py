@@ -167,7 +167,8 @@ def test_grpo_curves_per_policy_and_target_reach_tensorboard(tmp_path: Path) -> 
         report_to="tensorboard",
     )
     wrapped = tether.wrap(two_agents, reward=reward, optimize={"w": ["writer"], "c": ["checker"]})
-    result = trainer.fit(wrapped, train=tasks, val=tasks[:2])
+    # the untrained nano model may score nothing, which the preflight rightly stops: this checks the curves
+    result = trainer.fit(wrapped, train=tasks, val=tasks[:2], preflight=False)
     run_dir = Path(result.run_dir)
     want = _expected(run_dir)
     # a curve per target of the reward and per policy of the update, besides the run's own

@@ -12,7 +12,7 @@ imports OpenTelemetry until an exporter starts.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,4 +111,5 @@ class SpanExporter:
 
     def close(self) -> None:
         """Flush and stop the processor's thread (blocking)."""
-        self._processor.shutdown()  # type: ignore[no-untyped-call]  # untyped in some SDK releases
+        shutdown: Callable[[], object] = self._processor.shutdown  # (untyped in some SDK releases)
+        shutdown()
