@@ -6,6 +6,7 @@ again."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -138,7 +139,9 @@ def test_warm_start_then_grpo_in_one_run_resumes_without_the_teacher(
     assert grpo_steps == [sft_steps[-1] + 1, sft_steps[-1] + 2]  # one step axis: GRPO carries on
     evals = [r for r in records if r["kind"] == "eval"]
     assert len(evals) == 4  # base, after the warm start (GRPO's start: not repeated), steps 1 and 2
-    assert first.before == evals[0] | {} and first.plot is not None and first.plot.exists()
+    assert first.before == evals[0] | {}
+    if importlib.util.find_spec("matplotlib") is not None:  # the curve is drawn when matplotlib is installed
+        assert first.plot is not None and first.plot.exists()
 
     second = trainer(3).fit(agent, train=_tasks(8), val=_tasks(2, offset=50), resume=True)
     assert len(teacher.chat_requests) == asked  # the warm start was not redone
