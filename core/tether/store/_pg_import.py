@@ -11,24 +11,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tether import _json
-from tether.store.base import ImportedRollout, ImportResult, InvalidInput, import_id, validate_import
+from tether.store.base import ImportedRollout, ImportResult, encode_import, import_id
 from tether.types import SpanKind
 
 
 def import_work(item: ImportedRollout) -> Callable[[Any], Awaitable[ImportResult]]:
     """Check and encode ``item`` now (``InvalidInput``); return the write to run in a transaction."""
-    spans = validate_import(item)
-    try:
-        input_blob, output_blob, meta_blob = (_json.dumps(v) for v in (item.input, item.output, item.metadata))
-    except TypeError as exc:
-        raise InvalidInput(f"imported rollout input/output/metadata: {exc}") from None
+    spans, (input_blob, output_blob, meta_blob), encoded = encode_import(item)
     rows = []
-    for span in spans:
-        try:
-            attributes = _json.dumps(span.attributes)
-        except TypeError as exc:
-            raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+    for span, attributes in zip(spans, encoded, strict=True):
         rows.append(
             (span.span_id, SpanKind(span.kind).value, span.name, span.agent_name, span.parent_id,
              float(span.start_time), None if span.end_time is None else float(span.end_time), attributes)

@@ -12,23 +12,15 @@ from collections.abc import Callable
 
 from tether import _json
 from tether.store._sqlite_rows import IMPORTED
-from tether.store.base import ImportedRollout, ImportResult, InvalidInput, import_id, validate_import
+from tether.store.base import ImportedRollout, ImportResult, encode_import, import_id
 from tether.types import SpanKind
 
 
 def import_work(item: ImportedRollout) -> Callable[[sqlite3.Connection], ImportResult]:
     """Check and encode ``item`` now (``InvalidInput``); return the write to run in a transaction."""
-    spans = validate_import(item)
-    try:
-        input_blob, output_blob, meta_blob = (_json.dumps(v) for v in (item.input, item.output, item.metadata))
-    except TypeError as exc:
-        raise InvalidInput(f"imported rollout input/output/metadata: {exc}") from None
+    spans, (input_blob, output_blob, meta_blob), encoded = encode_import(item)
     rows = []
-    for span in spans:
-        try:
-            attributes = _json.dumps(span.attributes)
-        except TypeError as exc:
-            raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+    for span, attributes in zip(spans, encoded, strict=True):
         rows.append(
             [span.attempt_id, 0, span.rollout_id, span.span_id, SpanKind(span.kind).value, span.name,
              span.agent_name, span.parent_id, float(span.start_time),

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import _json
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -188,6 +189,23 @@ def validate_import(item: ImportedRollout) -> list[Span]:
                  span.span_id, span.parent_id, span.start_time, span.end_time)
         )  # fmt: skip
     return out
+
+
+def encode_import(item: ImportedRollout) -> tuple[list[Span], tuple[bytes, bytes, bytes], list[bytes]]:
+    """``validate_import``, then the JSON a SQL backend stores: the rollout's input, output and metadata, and
+    each span's attributes (``InvalidInput`` naming what does not encode). Nothing is written yet."""
+    spans = validate_import(item)
+    try:
+        blobs = (_json.dumps(item.input), _json.dumps(item.output), _json.dumps(item.metadata))
+    except TypeError as exc:
+        raise InvalidInput(f"imported rollout input/output/metadata: {exc}") from None
+    attributes = []
+    for span in spans:
+        try:
+            attributes.append(_json.dumps(span.attributes))
+        except TypeError as exc:
+            raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+    return spans, blobs, attributes
 
 
 FINISHED_ATTEMPT_STATUSES = frozenset(
