@@ -87,8 +87,15 @@ CREATE TRIGGER tether_rollout_finished AFTER UPDATE OF status ON tether_rollouts
     EXECUTE FUNCTION tether_notify_finished();
 """
 
+#: what the dashboard's pages read (``tether.store.rollout_query``): rollouts by reward, by task, and by mode
+_V2 = """
+CREATE INDEX tether_rollouts_reward ON tether_rollouts (reward, seq);
+CREATE INDEX tether_rollouts_task ON tether_rollouts (task_id, seq);
+CREATE INDEX tether_rollouts_mode ON tether_rollouts (mode, status, seq);
+"""
+
 #: schema version -> the SQL that brings the previous version to it; applied in order, each once
-MIGRATIONS: dict[int, str] = {1: _V1}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 SCHEMA_VERSION = max(MIGRATIONS)
 _MIGRATION_LOCK = 0x7E7E_E12  # pg_advisory_xact_lock key: one process migrates at a time
 

@@ -43,7 +43,7 @@ import abc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import _json
 from tether.types import (
@@ -59,6 +59,9 @@ from tether.types import (
     Span,
     SpanKind,
 )
+
+if TYPE_CHECKING:
+    from tether.store.rollout_query import RolloutPage, RolloutQuery
 
 
 class StoreError(Exception):
@@ -275,6 +278,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         """Attempts of a rollout, first first. ``NotFound`` if the rollout is unknown."""
+
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        """One page of the rollouts matching ``query``'s filters, in its order, after its cursor
+        (``tether.store.rollout_query``). ``InvalidInput`` for a malformed query or cursor. The SQL backends
+        read one index range per page; this default pages a full ``list_rollouts()``."""
+        from tether.store.rollout_query import page_of
+
+        return page_of(query, await self.list_rollouts())
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        """How many rollouts (of ``mode``, if given) the store holds in each status (every status a key).
+        The SQL backends count an index; this default counts a full ``list_rollouts()``."""
+        from tether.store.rollout_query import counts_of
+
+        return counts_of(await self.list_rollouts(mode=mode))
 
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05

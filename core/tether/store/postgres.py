@@ -70,6 +70,7 @@ from tether.store.base import (
     validate_spec,
 )
 from tether.store.memory import stale_reason
+from tether.store.rollout_query import RolloutPage, RolloutQuery, sql_page
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -299,6 +300,24 @@ class PostgresStore(Store):
             args.append(limit)
             sql += f" LIMIT ${len(args)}"
         return [rollout_from_row(row) for row in await self._db.fetch(sql, *args)]
+
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        async def fetch(sql: str, args: list[Any]) -> list[Any]:
+            return await self._db.fetch(sql, *args)
+
+        return await sql_page(query, fetch, rollout_from_row, table="tether_rollouts", cols=ROLLOUT_COLS,
+                              placeholder=lambda i: f"${i}", like="ILIKE")  # fmt: skip
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        out = {s.value: 0 for s in RolloutStatus}
+        if mode is None:
+            rows = await self._db.fetch("SELECT status, COUNT(*) FROM tether_rollouts GROUP BY status")
+        else:
+            rows = await self._db.fetch(
+                "SELECT status, COUNT(*) FROM tether_rollouts WHERE mode = $1 GROUP BY status", Mode(mode).value
+            )
+        out.update({row[0]: int(row[1]) for row in rows})
+        return out
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         async def read(conn: Any) -> list[Attempt]:
