@@ -10,8 +10,8 @@ set when the page is opened once as ``/dashboard/?token=<token>``.
 from __future__ import annotations
 
 import hmac
-import math
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any

@@ -14,6 +14,7 @@ a time budget and says how far it got.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -179,10 +180,10 @@ class RolloutIndex:
         after = self._cursors.get((key, offset)) if offset else None
         skip = 0 if after is not None else offset
         chosen: list[tuple[Row, Detail]] = []
-        position, scanned, exact, more = offset, 0, True, True
+        position, exact, more = offset, True, True
         deadline = time.monotonic() + SCAN_BUDGET_S
         while more and len(chosen) < limit:
-            if filters.agent and scanned and time.monotonic() > deadline:
+            if filters.agent and position > offset and time.monotonic() > deadline:
                 exact = False
                 break
             want = limit - len(chosen)
@@ -190,20 +191,13 @@ class RolloutIndex:
             after, skip = found.next, 0
             more = found.next is not None
             position += len(found.rollouts)
-            if more:
-                self._remember((key, position), found.next)  # type: ignore[arg-type]
-            for rollout in found.rollouts:
-                if _is_record(rollout):
-                    continue
-                row = Row.of(rollout)
-                detail = await self.detail(row)
-                if filters.agent:
-                    scanned += 1
-                    if filters.agent not in detail.agents:
-                        continue
-                else:
-                    scanned += 1
-                chosen.append((row, detail))
+            if found.next is not None:
+                self._remember((key, position), found.next)
+            rows = [Row.of(r) for r in found.rollouts if not _is_record(r)]
+            details = await asyncio.gather(*(self.detail(row) for row in rows))  # concurrent on a pooled store
+            for row, detail in zip(rows, details, strict=True):
+                if not filters.agent or filters.agent in detail.agents:
+                    chosen.append((row, detail))
             if not filters.agent:
                 break  # a page is one query (a record among its rows leaves it one row short)
         counted = self._counts[mode]
@@ -213,7 +207,7 @@ class RolloutIndex:
             total=total,
             offset=offset,
             next_offset=position if more else None,
-            scanned=position - offset if filters.agent else scanned,
+            scanned=position - offset,
             exact=exact,
             counts=counts,
             refreshed_at=counted.at,

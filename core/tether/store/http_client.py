@@ -18,7 +18,6 @@ from urllib.parse import quote, urlencode
 from tether import _json
 from tether._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
 from tether.store import _wire
-from tether.store.rollout_query import RolloutPage, RolloutQuery
 from tether.store.base import (
     Harvested,
     ImportedRollout,
@@ -35,6 +34,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
+from tether.store.rollout_query import RolloutPage, RolloutQuery
 from tether.types import (
     Attempt,
     AttemptStatus,

@@ -320,11 +320,15 @@ class PostgresStore(Store):
         return out
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
-        async def read(conn: Any) -> list[Attempt]:
-            await status_of(conn, rollout_id)
-            return await attempts_of(conn, [rollout_id])
-
-        return await self._db.transaction(read)
+        # one statement (one round trip, one snapshot): the rollout, joined to its attempts if it has any
+        rows = await self._db.fetch(
+            f"SELECT r.rollout_id, {qualified('a', ATTEMPT_COLS)} FROM tether_rollouts r "
+            "LEFT JOIN tether_attempts a ON a.rollout_id = r.rollout_id WHERE r.rollout_id = $1 ORDER BY a.idx",
+            rollout_id,
+        )
+        if not rows:
+            raise NotFound(f"unknown rollout {rollout_id!r}")
+        return [attempt_from_row(row[1:]) for row in rows if row[1] is not None]
 
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05

@@ -58,7 +58,8 @@ class RolloutQuery:
                 raise InvalidInput(f"{name} must be a string or None, got {type(value).__name__}")
         if self.search is not None and len(self.search) > MAX_SEARCH:
             raise InvalidInput(f"search must be at most {MAX_SEARCH} characters")
-        version = None if self.resources_version is None else validate_int(self.resources_version, "resources_version")
+        version = self.resources_version
+        version = None if version is None else validate_int(version, "resources_version")
         low = None if self.min_reward is None else validate_number(self.min_reward, "min_reward")
         high = None if self.max_reward is None else validate_number(self.max_reward, "max_reward")
         return RolloutQuery(
@@ -154,7 +155,8 @@ def _filters(query: RolloutQuery, arg: Callable[[Any], str], like: str) -> list[
         where.append(f"reward <= {arg(query.max_reward)}")
     if query.search:
         pattern = "%" + query.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        where.append(f"(rollout_id {like} {arg(pattern)} ESCAPE '\\' OR task_id {like} {arg(pattern)} ESCAPE '\\')")
+        in_id, in_task = arg(pattern), arg(pattern)
+        where.append(f"(rollout_id {like} {in_id} ESCAPE '\\' OR task_id {like} {in_task} ESCAPE '\\')")
     return where
 
 
@@ -286,7 +288,7 @@ def _after(query: RolloutQuery, keys: list[tuple[str, float, int, Rollout]]) -> 
     for k, key in enumerate(keys):
         if key[3].rollout_id == rollout_id:
             return k + 1
-    raise InvalidInput(f"page cursor {text!r} names a rollout no longer in these results; start from the first page")
+    raise InvalidInput(f"page cursor {text!r} names a rollout no longer in these results; start at the first page")
 
 
 def counts_of(rollouts: Iterable[Rollout], mode: Mode | None = None) -> dict[str, int]:

@@ -33,7 +33,7 @@ class QueryConformance:
     """Paged queries return what ``list_rollouts`` holds, filtered and ordered, with no row lost or repeated."""
 
     async def _mixed(self, store: Store) -> list[Rollout]:
-        """24 rollouts: succeeded with tied and distinct rewards, failed, queued, running, two modes, three tasks."""
+        """24 rollouts: succeeded with tied and distinct rewards, failed, queued, running; two modes, 3 tasks."""
         specs = [
             RolloutSpec(input=i, task_id=f"task-{i % 3}", mode=Mode.VAL if i % 4 == 0 else Mode.TRAIN,
                         resources_version=i % 2)
