@@ -87,11 +87,53 @@ CREATE TRIGGER tether_rollout_finished AFTER UPDATE OF status ON tether_rollouts
     EXECUTE FUNCTION tether_notify_finished();
 """
 
-#: what the dashboard's pages read (``tether.store.rollout_query``): rollouts by reward, by task, and by mode
-_V2 = """
+#: the SQLSTATEs ``tether_finish_attempt`` raises: an unknown attempt, and one that is not running (its status
+#: is the message)
+UNKNOWN_ATTEMPT, NOT_RUNNING = "TT404", "TT409"
+
+#: what the dashboard's pages read (``tether.store.rollout_query``): rollouts by reward, by task, and by mode;
+#: and ``finish_attempt`` as one statement (one round trip instead of six: ``BEGIN``, lock the rollout, read
+#: the attempt's status after the lock, end the attempt, settle the rollout, ``COMMIT``), the same steps
+#: in the same order. Each statement of a PL/pgSQL function takes a new snapshot: the status read after the
+#: lock sees what was committed while it waited, as it did from the client.
+_V2 = f"""
 CREATE INDEX tether_rollouts_reward ON tether_rollouts (reward, seq);
 CREATE INDEX tether_rollouts_task ON tether_rollouts (task_id, seq);
 CREATE INDEX tether_rollouts_mode ON tether_rollouts (mode, status, seq);
+CREATE FUNCTION tether_finish_attempt(
+    p_attempt text, p_status text, p_output bytea, p_reward double precision, p_error text,
+    p_now double precision
+) RETURNS SETOF tether_rollouts LANGUAGE plpgsql AS $$
+DECLARE
+    rid text;
+    current text;
+BEGIN
+    SELECT rollout_id INTO rid FROM tether_rollouts
+        WHERE rollout_id = (SELECT rollout_id FROM tether_attempts WHERE attempt_id = p_attempt) FOR UPDATE;
+    IF rid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '{UNKNOWN_ATTEMPT}', MESSAGE = 'unknown attempt';
+    END IF;
+    SELECT status INTO current FROM tether_attempts WHERE attempt_id = p_attempt;
+    IF current <> 'running' THEN
+        RAISE EXCEPTION USING ERRCODE = '{NOT_RUNNING}', MESSAGE = current;
+    END IF;
+    UPDATE tether_attempts SET status = p_status, finished_at = p_now, error = p_error
+        WHERE attempt_id = p_attempt;
+    IF p_status = 'succeeded' THEN
+        RETURN QUERY UPDATE tether_rollouts SET status = 'succeeded', output = p_output, reward = p_reward,
+            error = NULL, finished_at = p_now WHERE rollout_id = rid RETURNING *;
+    ELSE
+        RETURN QUERY UPDATE tether_rollouts SET
+            queue_pos = CASE WHEN attempt_count < max_attempts THEN nextval('tether_queue_pos') END,
+            status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END,
+            output = CASE WHEN attempt_count < max_attempts THEN output ELSE p_output END,
+            reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE p_reward END,
+            finished_at = CASE WHEN attempt_count < max_attempts THEN NULL ELSE p_now END,
+            error = p_error
+            WHERE rollout_id = rid RETURNING *;
+    END IF;
+END
+$$;
 """
 
 #: schema version -> the SQL that brings the previous version to it; applied in order, each once

@@ -44,9 +44,11 @@ from tether.store._pg_ops import (
 )
 from tether.store._pg_schema import (
     ATTEMPT_COLS,
+    NOT_RUNNING,
     ROLLOUT_COLS,
     SCHEMA_VERSION,
     SPAN_COLS,
+    UNKNOWN_ATTEMPT,
     attempt_from_row,
     qualified,
     rollout_from_row,
@@ -188,10 +190,20 @@ class PostgresStore(Store):
             raise InvalidInput(f"rollout output: {exc}") from None
 
         async def finish(conn: Any) -> Rollout:
-            rollout_id = await lock_running_attempt(conn, attempt_id)
-            return await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
+            try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
+                row = await conn.fetchrow(
+                    f"SELECT {ROLLOUT_COLS} FROM tether_finish_attempt($1, $2, $3, $4, $5, $6)",
+                    attempt_id, final.value, output_blob, reward, error, time.time(),
+                )  # fmt: skip
+            except self._db.asyncpg.exceptions.PostgresError as exc:
+                if exc.sqlstate == UNKNOWN_ATTEMPT:
+                    raise NotFound(f"unknown attempt {attempt_id!r}") from None
+                if exc.sqlstate == NOT_RUNNING:
+                    raise InvalidTransition(f"attempt {attempt_id} is already {exc.args[0]}") from None
+                raise
+            return rollout_from_row(row)
 
-        return await self._db.transaction(finish)
+        return await self._db.transaction(finish, single_statement=True)
 
     async def heartbeat(self, attempt_id: str) -> None:
         async def beat(conn: Any) -> None:
