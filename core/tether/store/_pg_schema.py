@@ -89,7 +89,7 @@ CREATE TRIGGER tether_rollout_finished AFTER UPDATE OF status ON tether_rollouts
 
 #: the SQLSTATEs ``tether_finish_attempt`` raises: an unknown attempt, and one that is not running (its status
 #: is the message)
-UNKNOWN_ATTEMPT, NOT_RUNNING = "TT404", "TT409"
+UNKNOWN_ATTEMPT, NOT_RUNNING, WRONG_ROLLOUT = "TT404", "TT409", "TT422"
 
 #: what the dashboard's pages read (``tether.store.rollout_query``): rollouts by reward, by task, and by mode;
 #: and ``finish_attempt`` as one statement (one round trip instead of six: ``BEGIN``, lock the rollout, read
@@ -132,6 +132,57 @@ BEGIN
             error = p_error
             WHERE rollout_id = rid RETURNING *;
     END IF;
+END
+$$;
+CREATE FUNCTION tether_add_spans(
+    p_attempts text[], p_counts bigint[], p_now double precision,
+    s_attempt text[], s_rollout text[], s_span text[], s_kind text[], s_name text[], s_agent text[],
+    s_parent text[], s_start double precision[], s_end double precision[], s_attributes bytea[]
+) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    b_ids text[];
+    b_owner text[];
+    b_base bigint[];
+    b_status text[];
+    b_error text[];
+    bad record;
+    seqs bigint[];
+BEGIN
+    -- each attempt's numbers are taken by bumping next_seq (which locks the attempt: concurrent batches of
+    -- one attempt get consecutive numbers); a span is a running attempt's heartbeat
+    WITH bumped AS (
+        UPDATE tether_attempts a SET next_seq = a.next_seq + c.n, last_heartbeat_at =
+            CASE WHEN a.status = 'running' THEN p_now ELSE a.last_heartbeat_at END
+        FROM unnest(p_attempts, p_counts) AS c(attempt_id, n) WHERE a.attempt_id = c.attempt_id
+        RETURNING a.attempt_id, a.rollout_id, a.next_seq - c.n AS base, a.status, a.error
+    )
+    SELECT array_agg(attempt_id), array_agg(rollout_id), array_agg(base), array_agg(status), array_agg(error)
+        INTO b_ids, b_owner, b_base, b_status, b_error FROM bumped;
+    SELECT s.ord, s.rid, b.owner, b.status, b.error INTO bad
+        FROM unnest(s_attempt, s_rollout) WITH ORDINALITY AS s(aid, rid, ord)
+        LEFT JOIN unnest(b_ids, b_owner, b_status, b_error) AS b(aid, owner, status, error) ON b.aid = s.aid
+        WHERE b.aid IS NULL OR b.owner <> s.rid OR b.status = 'timeout' ORDER BY s.ord LIMIT 1;
+    IF FOUND THEN
+        IF bad.owner IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '{UNKNOWN_ATTEMPT}', MESSAGE = 'unknown attempt', DETAIL = bad.ord;
+        ELSIF bad.owner <> bad.rid THEN
+            RAISE EXCEPTION USING ERRCODE = '{WRONG_ROLLOUT}', MESSAGE = 'another rollout', DETAIL = bad.ord,
+                HINT = bad.owner;
+        ELSE
+            RAISE EXCEPTION USING ERRCODE = '{NOT_RUNNING}', MESSAGE = 'timed out', DETAIL = bad.ord,
+                HINT = coalesce(bad.error, '');
+        END IF;
+    END IF;
+    SELECT array_agg(seq ORDER BY ord) INTO seqs FROM (
+        SELECT s.ord, b.base + row_number() OVER (PARTITION BY s.aid ORDER BY s.ord) - 1 AS seq
+        FROM unnest(s_attempt) WITH ORDINALITY AS s(aid, ord)
+        JOIN unnest(b_ids, b_base) AS b(aid, base) ON b.aid = s.aid
+    ) numbered;
+    INSERT INTO tether_spans (attempt_id, sequence, rollout_id, span_id, kind, name, agent_name, parent_id,
+        start_time, end_time, attributes)
+    SELECT * FROM unnest(s_attempt, seqs, s_rollout, s_span, s_kind, s_name, s_agent, s_parent, s_start, s_end,
+        s_attributes);
+    RETURN seqs;
 END
 $$;
 """

@@ -49,6 +49,7 @@ from tether.store._pg_schema import (
     SCHEMA_VERSION,
     SPAN_COLS,
     UNKNOWN_ATTEMPT,
+    WRONG_ROLLOUT,
     attempt_from_row,
     qualified,
     rollout_from_row,
@@ -91,6 +92,23 @@ from tether.types import (
 _FINISHED = ("succeeded", "failed", "cancelled")
 _CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
 _RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources version at a time
+
+
+def _span_refusal(exc: Any, columns: list[list[Any]]) -> Exception:
+    """The contract's error for what ``tether_add_spans`` refused: the first span (in batch order) that names
+    an unknown attempt, another rollout's attempt, or one that timed out; anything else as it came."""
+    if exc.sqlstate not in (UNKNOWN_ATTEMPT, NOT_RUNNING, WRONG_ROLLOUT):
+        return exc  # (the transaction's error mapping turns it into a StoreError)
+    i = int(exc.detail) - 1
+    aid, rid, name = columns[0][i], columns[1][i], columns[4][i]
+    if exc.sqlstate == UNKNOWN_ATTEMPT:
+        return InvalidInput(f"span {name!r}: unknown attempt {aid!r}")
+    if exc.sqlstate == WRONG_ROLLOUT:
+        return InvalidInput(f"span {name!r}: attempt {aid} belongs to rollout {exc.hint}, not {rid}")
+    return InvalidTransition(
+        f"span {name!r}: attempt {aid} timed out ({exc.hint or 'no reason recorded'}): its worker "
+        "was presumed dead and its rollout moved on, so spans of it are refused"
+    )
 
 
 class PostgresStore(Store):
@@ -403,38 +421,14 @@ class PostgresStore(Store):
         wanted = sorted(counts)  # a fixed lock order for batches that share attempts
 
         async def insert(conn: Any) -> list[int]:
-            rows = await conn.fetch(
-                "UPDATE tether_attempts a SET next_seq = a.next_seq + c.n, last_heartbeat_at = "
-                "CASE WHEN a.status = 'running' THEN $3 ELSE a.last_heartbeat_at END "
-                "FROM unnest($1::text[], $2::bigint[]) AS c(attempt_id, n) WHERE a.attempt_id = c.attempt_id "
-                "RETURNING a.attempt_id, a.rollout_id, a.next_seq - c.n, a.status, a.error",
-                wanted,
-                [counts[aid] for aid in wanted],
-                time.time(),
-            )
-            found = {row[0]: [row[1], row[2], row[3], row[4]] for row in rows}
-            sequences = []
-            for aid, rid, name in zip(columns[0], columns[1], columns[4], strict=True):
-                info = found.get(aid)
-                if info is None:
-                    raise InvalidInput(f"span {name!r}: unknown attempt {aid!r}")
-                if info[0] != rid:
-                    raise InvalidInput(f"span {name!r}: attempt {aid} belongs to rollout {info[0]}, not {rid}")
-                if info[2] == AttemptStatus.TIMEOUT.value:
-                    raise InvalidTransition(
-                        f"span {name!r}: attempt {aid} timed out ({info[3] or 'no reason recorded'}): its worker "
-                        "was presumed dead and its rollout moved on, so spans of it are refused"
-                    )
-                sequences.append(info[1])
-                info[1] += 1
-            await conn.execute(
-                "INSERT INTO tether_spans (attempt_id, sequence, rollout_id, span_id, kind, name, agent_name, "
-                "parent_id, start_time, end_time, attributes) SELECT * FROM unnest($1::text[], $2::bigint[], "
-                "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::float8[], "
-                "$10::float8[], $11::bytea[])",
-                columns[0], sequences, *columns[1:],
-            )  # fmt: skip
-            return sequences
+            try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
+                found = await conn.fetchval(
+                    "SELECT tether_add_spans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    wanted, [counts[aid] for aid in wanted], time.time(), *columns,
+                )  # fmt: skip
+            except self._db.asyncpg.exceptions.PostgresError as exc:
+                raise _span_refusal(exc, columns) from None
+            return list(found)
 
         sequences = await self._db.transaction(insert)
         if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
