@@ -15,6 +15,8 @@ a time budget and says how far it got.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -28,6 +30,7 @@ from tether.types import Attempt, Mode, Rollout, RolloutStatus, Span, SpanKind
 
 COUNT_MIN_S = 2.0  # counts by status are taken again at most this often ...
 COUNT_FACTOR = 20.0  # ... and at most once per this many times the count's own duration
+COLD_WAIT_S = 0.2  # a page waits this long for the first count, then goes on without counts
 USAGE_MIN_S = 30.0  # the resources page's per-version figures (a full read) at most this often
 SCAN_BUDGET_S = 1.5  # a sub-agent filter reads spans for at most this long per page
 MAX_LIMIT = 200
@@ -121,8 +124,8 @@ class Page:
     next_offset: int | None  # where the next page starts in those rows; None at the end
     scanned: int  # with a sub-agent filter: how many rows were looked at for this page
     exact: bool  # False when a sub-agent filter stopped early (its budget) and more may match
-    counts: dict[str, int] = field(default_factory=dict)
-    refreshed_at: float = 0.0
+    counts: dict[str, int] | None = None  # None: not counted yet (a cold page went on without waiting)
+    refreshed_at: float = 0.0  # when the counts were taken
     agents: list[str] = field(default_factory=list)
 
 
@@ -143,26 +146,41 @@ class RolloutIndex:
         self._agents_seen: set[str] = set()
         self._cursors: OrderedDict[tuple[Any, ...], str] = OrderedDict()
         self._counts: dict[Mode | None, _Counted] = {}
+        self._counting: dict[Mode | None, asyncio.Future[_Counted]] = {}
         self._usage: tuple[float, dict[int, list[float]]] | None = None
         self.refreshed_at = 0.0
 
     async def close(self) -> None:
         self._cursors.clear()
+        for task in self._counting.values():
+            task.cancel()
+        for task in self._counting.values():
+            with contextlib.suppress(BaseException):
+                await task
 
     # -- counts -------------------------------------------------------------------------------------------
 
-    async def counts(self, mode: Mode | None = None) -> dict[str, int]:
-        """Rollouts by status, and ``all`` (of ``mode`` if given); taken again as the module docstring says."""
+    async def counts(self, mode: Mode | None = None) -> _Counted | None:
+        """Rollouts by status, and ``all`` (of ``mode`` if given), with when they were taken. The last count
+        is answered at once while a new one runs in the background (at most as often as the module docstring
+        says); with none yet, a page waits ``COLD_WAIT_S`` for the first and goes on without it (None)."""
         known = self._counts.get(mode)
-        now = time.monotonic()
-        if known is not None and now - known.monotonic < max(COUNT_MIN_S, COUNT_FACTOR * known.took):
-            return dict(known.counts)
+        task = self._counting.get(mode)
+        due = known is None or time.monotonic() - known.monotonic >= max(COUNT_MIN_S, COUNT_FACTOR * known.took)
+        if due and (task is None or task.done()):
+            task = self._counting[mode] = asyncio.ensure_future(self._count(mode))
+        if known is not None or task is None:
+            return known
+        finished, _ = await asyncio.wait({task}, timeout=COLD_WAIT_S)
+        return task.result() if finished else None
+
+    async def _count(self, mode: Mode | None) -> _Counted:
         started = time.monotonic()
         counts = await self.store.count_rollouts(mode=mode)
         counts["all"] = sum(counts.values())
         done = time.monotonic()
-        self._counts[mode] = _Counted(counts, time.time(), done - started, done)
-        return dict(counts)
+        self._counts[mode] = counted = _Counted(counts, time.time(), done - started, done)
+        return counted
 
     # -- pages --------------------------------------------------------------------------------------------
 
@@ -171,46 +189,59 @@ class RolloutIndex:
         limit = max(1, min(int(limit), MAX_LIMIT))
         offset = max(0, int(offset))
         mode = Mode(filters.mode) if filters.mode else None
-        counts = await self.counts(mode)
+        counted = await self.counts(mode)
         total: int | None = None
-        if filters.min_reward is None and filters.max_reward is None and not filters.query:
-            total = counts[filters.status] if filters.status else counts["all"]
+        if counted is not None and filters.min_reward is None and filters.max_reward is None and not filters.query:
+            total = counted.counts[filters.status] if filters.status else counted.counts["all"]
             offset = min(offset, total)
         key = filters.key()
         after = self._cursors.get((key, offset)) if offset else None
-        skip = 0 if after is not None else offset
         chosen: list[tuple[Row, Detail]] = []
         position, exact, more = offset, True, True
+        if after is None and total is not None and offset > total // 2 and filters.sort in _REVERSED:
+            if not filters.agent:  # a page past the middle: read from the other end (the last page is a first)
+                back = _query(filters, None, max(0, total - offset - limit), min(limit, total - offset))
+                found = await self.store.query_rollouts(back_query(back))
+                position += len(found.rollouts)
+                chosen = await self._with_details(filters, list(reversed(found.rollouts)))
+                return self._page(chosen, total, offset, position if position < total else None, exact, counted)
+        skip = 0 if after is not None else offset
         deadline = time.monotonic() + SCAN_BUDGET_S
         while more and len(chosen) < limit:
             if filters.agent and position > offset and time.monotonic() > deadline:
                 exact = False
                 break
-            want = limit - len(chosen)
-            found = await self.store.query_rollouts(_query(filters, after, skip, want))
+            found = await self.store.query_rollouts(_query(filters, after, skip, limit - len(chosen)))
             after, skip = found.next, 0
             more = found.next is not None
             position += len(found.rollouts)
             if found.next is not None:
                 self._remember((key, position), found.next)
-            rows = [Row.of(r) for r in found.rollouts if not _is_record(r)]
-            details = await asyncio.gather(*(self.detail(row) for row in rows))  # concurrent on a pooled store
-            for row, detail in zip(rows, details, strict=True):
-                if not filters.agent or filters.agent in detail.agents:
-                    chosen.append((row, detail))
+            chosen += await self._with_details(filters, found.rollouts)
             if not filters.agent:
                 break  # a page is one query (a record among its rows leaves it one row short)
-        counted = self._counts[mode]
-        self.refreshed_at = counted.at
+        return self._page(chosen, total, offset, position if more else None, exact, counted)
+
+    async def _with_details(self, filters: Filters, rollouts: Sequence[Rollout]) -> list[tuple[Row, Detail]]:
+        """The rows of ``rollouts`` (records left out) with their details, those of the sub-agent filter."""
+        rows = [Row.of(r) for r in rollouts if not _is_record(r)]
+        details = await asyncio.gather(*(self.detail(row) for row in rows))  # concurrent on a pooled store
+        return [(row, d) for row, d in zip(rows, details, strict=True) if _has_agent(filters, d)]
+
+    def _page(
+        self, chosen: list[tuple[Row, Detail]], total: int | None, offset: int, next_offset: int | None,
+        exact: bool, counted: _Counted | None,
+    ) -> Page:  # fmt: skip
+        end = next_offset if next_offset is not None else offset + len(chosen)
         return Page(
             rows=[_row_json(row, detail) for row, detail in chosen],
             total=total,
             offset=offset,
-            next_offset=position if more else None,
-            scanned=position - offset,
+            next_offset=next_offset,
+            scanned=end - offset,
             exact=exact,
-            counts=counts,
-            refreshed_at=counted.at,
+            counts=dict(counted.counts) if counted is not None else None,
+            refreshed_at=counted.at if counted is not None else time.time(),
             agents=sorted(self._agents_seen),
         )
 
@@ -275,6 +306,18 @@ class RolloutIndex:
                 self._details.pop(next(iter(self._details)))
             self._details[row.rollout_id] = detail
         return detail
+
+
+_REVERSED = {"newest": "oldest", "oldest": "newest"}
+
+
+def back_query(query: RolloutQuery) -> RolloutQuery:
+    """``query`` in the reverse order (``newest`` <-> ``oldest``)."""
+    return dataclasses.replace(query, order=_REVERSED[query.order])
+
+
+def _has_agent(filters: Filters, detail: Detail) -> bool:
+    return not filters.agent or filters.agent in detail.agents
 
 
 def _is_record(rollout: Rollout) -> bool:

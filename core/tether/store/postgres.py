@@ -98,7 +98,8 @@ def _span_refusal(exc: Any, columns: list[list[Any]]) -> Exception:
     """The contract's error for what ``tether_add_spans`` refused: the first span (in batch order) that names
     an unknown attempt, another rollout's attempt, or one that timed out; anything else as it came."""
     if exc.sqlstate not in (UNKNOWN_ATTEMPT, NOT_RUNNING, WRONG_ROLLOUT):
-        return exc  # (the transaction's error mapping turns it into a StoreError)
+        unexpected: Exception = exc  # (the transaction's error mapping turns it into a StoreError)
+        return unexpected
     i = int(exc.detail) - 1
     aid, rid, name = columns[0][i], columns[1][i], columns[4][i]
     if exc.sqlstate == UNKNOWN_ATTEMPT:

@@ -365,12 +365,30 @@ class SqliteStore(Store):
                               placeholder=lambda _: "?")  # fmt: skip
 
     async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        """Counted from an index (every entry of it: ~0.1 s per million rollouts). A file is counted on a
+        connection of its own in a worker thread (WAL readers do not wait on the writer), so the event loop
+        and this store's other calls go on meanwhile."""
         out = {s.value: 0 for s in RolloutStatus}
         sql, args = "SELECT status, COUNT(*) FROM rollouts GROUP BY status", []
         if mode is not None:
             sql, args = "SELECT status, COUNT(*) FROM rollouts WHERE mode = ? GROUP BY status", [Mode(mode).value]
-        with self._read() as conn:
-            out.update(dict(conn.execute(sql, args).fetchall()))
+        if self.path == ":memory:":
+            with self._read() as conn:
+                out.update(dict(conn.execute(sql, args).fetchall()))
+            return out
+        path = str(self.path)
+
+        def count() -> list[Any]:
+            conn = sqlite3.connect(Path(path).as_uri() + "?mode=ro", uri=True, timeout=30.0)
+            try:
+                return conn.execute(sql, args).fetchall()
+            finally:
+                conn.close()
+
+        try:
+            out.update(dict(await asyncio.to_thread(count)))
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
         return out
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:

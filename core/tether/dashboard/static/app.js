@@ -298,11 +298,13 @@ async function renderRollouts(main, source, params) {
   const offset = Number(params.offset || 0);
   const data = await api("rollouts", { source: source.name, ...params, offset, limit: PAGE });
   const set = (changes) => go(href(source.name, "rollouts", null, { ...params, offset: 0, ...changes }));
+  // counts: taken in the background and shown with their time; null while the first count of a big store runs
+  const counts = data.counts || {};
   const chips = h("div", { class: "chips", role: "group", "aria-label": "status",
-    title: `counted ${new Date(data.refreshed_at * 1000).toLocaleTimeString()} (counts are taken again every few seconds)` },
-    [["", "All", data.counts.all], ...STATUSES.map((st) => [st, st[0].toUpperCase() + st.slice(1), data.counts[st]])].map(([st, label, n]) =>
+    title: data.counts ? `counted at ${new Date(data.refreshed_at * 1000).toLocaleTimeString()} (taken again every few seconds)` : "counting…" },
+    [["", "All", counts.all], ...STATUSES.map((st) => [st, st[0].toUpperCase() + st.slice(1), counts[st]])].map(([st, label, n]) =>
       h("button", { class: `chip ${(params.status || "") === st ? "active" : ""}`, dataset: { status: st || "all" }, onclick: () => set({ status: st }) },
-        label, h("span", { class: "count" }, fmtInt(n)))));
+        label, h("span", { class: "count" }, n === undefined ? "…" : fmtInt(n)))));
   const agentList = h("datalist", { id: "agent-names" }, data.agents.map((a) => h("option", { value: a })));
   const input = (name, attrs) => h("input", { name, value: params[name] || "", ...attrs,
     onchange: (e) => set({ [name]: e.target.value.trim() }) });
