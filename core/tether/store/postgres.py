@@ -12,8 +12,11 @@ Semantics are the SQLite store's (``tether.store.sqlite``), with PostgreSQL doin
 - Every change is one transaction (``tether.store._pg_conn``); changes to a rollout lock its row first, then
   its attempts', so finishing, cancelling and the stale sweep never interleave on one rollout.
 - ``add_spans`` takes each attempt's sequence numbers by bumping ``tether_attempts.next_seq`` (which also
-  locks the attempt: concurrent batches of one attempt get consecutive numbers) and inserts the batch with
-  one statement; an invalid span rolls the whole batch back.
+  locks the attempt: concurrent batches of one attempt get consecutive numbers) and inserts the batch; an
+  invalid span rolls the whole batch back. It and ``finish_attempt`` are one round trip each: PL/pgSQL
+  functions of the schema (``tether.store._pg_schema``) run their steps, so a call is one statement, atomic
+  on its own, rather than ``BEGIN``, four statements and ``COMMIT`` each waited for (the cost that dominated
+  PostgreSQL's lifecycle on a busy machine).
 - ``wait_for_rollouts`` is woken by ``LISTEN``/``NOTIFY``: a trigger announces each rollout that reaches a
   finished status when its transaction commits.
 - The schema is created and migrated on first use (``tether.store._pg_schema``), never dropped.

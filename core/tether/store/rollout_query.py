@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.store.base import InvalidInput, validate_int, validate_number
+from tether.store.errors import InvalidInput, validate_int, validate_number
 from tether.types import Mode, Rollout, RolloutStatus
 
 ORDERS = ("newest", "oldest", "reward_desc", "reward_asc")
