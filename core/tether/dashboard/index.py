@@ -30,7 +30,7 @@ from tether.types import Attempt, Mode, Rollout, RolloutStatus, Span, SpanKind
 
 COUNT_MIN_S = 2.0  # counts by status are taken again at most this often ...
 COUNT_FACTOR = 20.0  # ... and at most once per this many times the count's own duration
-COLD_WAIT_S = 0.2  # a page waits this long for the first count, then goes on without counts
+COLD_WAIT_S = 0.15  # a page waits this long (from its start) for the first count, then goes on without
 USAGE_MIN_S = 30.0  # the resources page's per-version figures (a full read) at most this often
 SCAN_BUDGET_S = 1.5  # a sub-agent filter reads spans for at most this long per page
 MAX_LIMIT = 200
@@ -160,19 +160,24 @@ class RolloutIndex:
 
     # -- counts -------------------------------------------------------------------------------------------
 
-    async def counts(self, mode: Mode | None = None) -> _Counted | None:
+    async def counts(self, mode: Mode | None = None, wait_s: float = COLD_WAIT_S) -> _Counted | None:
         """Rollouts by status, and ``all`` (of ``mode`` if given), with when they were taken. The last count
         is answered at once while a new one runs in the background (at most as often as the module docstring
-        says); with none yet, a page waits ``COLD_WAIT_S`` for the first and goes on without it (None)."""
+        says); with none yet, this waits ``wait_s`` for the first and answers None if it is not in by then."""
+        known, task = self._counting_now(mode)
+        if known is not None or task is None:
+            return known
+        if wait_s > 0:
+            await asyncio.wait({task}, timeout=wait_s)
+        return task.result() if task.done() else None
+
+    def _counting_now(self, mode: Mode | None) -> tuple[_Counted | None, asyncio.Future[_Counted] | None]:
         known = self._counts.get(mode)
         task = self._counting.get(mode)
         due = known is None or time.monotonic() - known.monotonic >= max(COUNT_MIN_S, COUNT_FACTOR * known.took)
         if due and (task is None or task.done()):
             task = self._counting[mode] = asyncio.ensure_future(self._count(mode))
-        if known is not None or task is None:
-            return known
-        finished, _ = await asyncio.wait({task}, timeout=COLD_WAIT_S)
-        return task.result() if finished else None
+        return known, task
 
     async def _count(self, mode: Mode | None) -> _Counted:
         started = time.monotonic()
@@ -189,10 +194,12 @@ class RolloutIndex:
         limit = max(1, min(int(limit), MAX_LIMIT))
         offset = max(0, int(offset))
         mode = Mode(filters.mode) if filters.mode else None
-        counted = await self.counts(mode)
-        total: int | None = None
-        if counted is not None and filters.min_reward is None and filters.max_reward is None and not filters.query:
-            total = counted.counts[filters.status] if filters.status else counted.counts["all"]
+        started = time.monotonic()
+        # the first page of a store not counted yet is read while the count runs: it waits for the count at
+        # the end, for what is left of COLD_WAIT_S; a later page needs the total first (far pages, clamping)
+        counted = await self.counts(mode, 0.0 if offset == 0 else COLD_WAIT_S)
+        total = _total(filters, counted)
+        if total is not None:
             offset = min(offset, total)
         key = filters.key()
         after = self._cursors.get((key, offset)) if offset else None
@@ -204,7 +211,7 @@ class RolloutIndex:
                 found = await self.store.query_rollouts(back_query(back))
                 position += len(found.rollouts)
                 chosen = await self._with_details(filters, list(reversed(found.rollouts)))
-                return self._page(chosen, total, offset, position if position < total else None, exact, counted)
+                return self._page(chosen, filters, offset, position if position < total else None, exact, counted)
         skip = 0 if after is not None else offset
         deadline = time.monotonic() + SCAN_BUDGET_S
         while more and len(chosen) < limit:
@@ -220,7 +227,9 @@ class RolloutIndex:
             chosen += await self._with_details(filters, found.rollouts)
             if not filters.agent:
                 break  # a page is one query (a record among its rows leaves it one row short)
-        return self._page(chosen, total, offset, position if more else None, exact, counted)
+        if counted is None:
+            counted = await self.counts(mode, COLD_WAIT_S - (time.monotonic() - started))
+        return self._page(chosen, filters, offset, position if more else None, exact, counted)
 
     async def _with_details(self, filters: Filters, rollouts: Sequence[Rollout]) -> list[tuple[Row, Detail]]:
         """The rows of ``rollouts`` (records left out) with their details, those of the sub-agent filter."""
@@ -229,13 +238,13 @@ class RolloutIndex:
         return [(row, d) for row, d in zip(rows, details, strict=True) if _has_agent(filters, d)]
 
     def _page(
-        self, chosen: list[tuple[Row, Detail]], total: int | None, offset: int, next_offset: int | None,
+        self, chosen: list[tuple[Row, Detail]], filters: Filters, offset: int, next_offset: int | None,
         exact: bool, counted: _Counted | None,
     ) -> Page:  # fmt: skip
         end = next_offset if next_offset is not None else offset + len(chosen)
         return Page(
             rows=[_row_json(row, detail) for row, detail in chosen],
-            total=total,
+            total=_total(filters, counted),
             offset=offset,
             next_offset=next_offset,
             scanned=end - offset,
@@ -309,6 +318,14 @@ class RolloutIndex:
 
 
 _REVERSED = {"newest": "oldest", "oldest": "newest"}
+
+
+def _total(filters: Filters, counted: _Counted | None) -> int | None:
+    """How many rollouts match ``filters`` (but the sub-agent one), from the counts; None when a filter
+    the counts do not cover (reward, search) applies, or there are no counts yet."""
+    if counted is None or filters.min_reward is not None or filters.max_reward is not None or filters.query:
+        return None
+    return counted.counts[filters.status] if filters.status else counted.counts["all"]
 
 
 def back_query(query: RolloutQuery) -> RolloutQuery:
