@@ -24,13 +24,11 @@ speaker-selection calls are named ``"<team name>.selector"`` (``tether_autogen.t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sys
 from typing import Any
 
-from tether.capture import redirect
 from tether.plugin.adapters import Adapter, SpanSink
 from tether.plugin.instrument import Patch
 from tether.types import Resources, Task
@@ -152,10 +150,6 @@ class AutoGenAdapter(Adapter):
 
     # -- running ------------------------------------------------------------------------------------------
 
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
-        return redirect.installed()
-
     def rollout_copy(self, agent: Any) -> Any:
         """A fresh copy of the agent or team (``tether_autogen.isolate``) with this event loop's model clients:
         what ``run`` runs, and what a ``run=`` function gets."""
@@ -164,9 +158,7 @@ class AutoGenAdapter(Adapter):
         return fresh_copy(agent, self._clients.model_client)
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
-        runnable = self.rollout_copy(agent)
-        with self.run_scope(agent):
-            result = await runnable.run(task=task_text(task))
+        result = await self.rollout_copy(agent).run(task=task_text(task))
         return summarize(result)
 
 

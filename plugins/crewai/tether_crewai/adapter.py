@@ -23,7 +23,6 @@ through tether's endpoint redirect (CrewAI's native OpenAI provider is an ``open
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -125,10 +124,6 @@ class CrewAIAdapter(Adapter):
 
     # -- running ------------------------------------------------------------------------------------------
 
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
-        return redirect.installed()
-
     def rollout_copy(self, agent: Any) -> Any:
         """CrewAI's own copy of the crew (``Crew.copy``, as ``kickoff_for_each`` makes): what ``run`` kicks off,
         and what a ``run=`` function gets, so ``crew.kickoff(inputs=...)`` is safe in concurrent rollouts."""
@@ -143,8 +138,7 @@ class CrewAIAdapter(Adapter):
     async def run(self, agent: Any, task: Any, resources: Resources) -> CrewAIOutput:
         inputs = crew_inputs(task)
         crew = self.rollout_copy(agent)
-        with self.run_scope(agent):
-            result = await asyncio.to_thread(_kickoff, crew, inputs)
+        result = await asyncio.to_thread(_kickoff, crew, inputs)
         return summarize(result)
 
 

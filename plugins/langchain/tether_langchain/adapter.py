@@ -20,12 +20,10 @@ Which adapter takes a LangGraph graph: graphs built with ``langchain.agents.crea
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from contextvars import ContextVar
 from typing import Any
 
-from tether.capture import redirect
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
 from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources
@@ -115,13 +113,8 @@ class LangChainAdapter(Adapter):
             hooks.remove(self._hook_entry)
             self._registered = False
 
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect, so the runnable's model clients reach the rollout's endpoint."""
-        return redirect.installed()
-
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
-        with self.run_scope(agent):
-            return await agent.ainvoke(task_input(agent, task))
+        return await agent.ainvoke(task_input(agent, task))
 
 
 def task_input(agent: Any, task: Any) -> Any:

@@ -16,17 +16,15 @@ Capture has two parts, both installed by ``instrument`` and removed exactly by `
   so the proxy's span of the call — the one with token ids — is named after the node.
 
 ``run`` feeds a task to the graph with ``ainvoke``: a dict is the graph's input state, a string becomes
-``{"messages": [("user", task)]}``. It holds the endpoint redirect for the run.
+``{"messages": [("user", task)]}``. The runner holds the endpoint redirect around the rollout.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from tether.capture import redirect
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
 from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources
@@ -114,10 +112,6 @@ class LangGraphAdapter(Adapter):
             hooks.remove(self._hook_entry)
             self._registered = False
 
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect, so the graph's model clients reach the rollout's endpoint."""
-        return redirect.installed()
-
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
         if isinstance(task, dict):
             state: Any = task
@@ -129,5 +123,4 @@ class LangGraphAdapter(Adapter):
                 f"user message; got {type(task).__name__}: pass run=lambda graph, task: graph.ainvoke(...) "
                 "to tether.wrap to say how"
             )
-        with self.run_scope(agent):
-            return await agent.ainvoke(state)
+        return await agent.ainvoke(state)

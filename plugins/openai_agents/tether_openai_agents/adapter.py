@@ -19,7 +19,9 @@ that cannot be built, the rollout's error says what to pass). The run's ``RunCon
 A ``run=`` function that calls ``Runner.run`` itself can pass ``rollout_run_config(resources)`` to get the
 same. While instrumented the adapter also makes Chat Completions the SDK's default API
 (``set_default_openai_api("chat_completions")``), so agents run by a ``run=`` function without that config
-reach the proxy too; ``uninstrument`` restores the previous default.
+reach the proxy too; ``uninstrument`` restores the previous default. The SDK has no public getter for that
+default: it is read and restored through ``agents.models._openai_shared`` (private), which ``responses_default()``
+checks first, raising ``SeamMissing`` naming the SDK version if a release moves it (nothing is installed then).
 
 Capture (``instrument``) holds the gate — tether's trace processor in place of the SDK's, see
 ``tether_openai_agents.capture`` — and registers an agent resolver so the endpoint redirect's ``X-Tether-Agent``
@@ -31,14 +33,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import json
 import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from tether.capture import redirect
 from tether.capture.context import add_agent_resolver, current_scope, remove_agent_resolver
+from tether.capture.patching import Seam
 from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources, Task
 from tether_openai_agents import gate
@@ -48,6 +51,22 @@ TASK_KEYS = ("task", "question", "input", "prompt")
 
 #: (module, class) of the agents the adapter runs; looked up in sys.modules only
 _AGENT_TYPES = (("agents.agent", "Agent"), ("agents", "Agent"))
+
+_SEAM = Seam("openai-agents", "tether_openai_agents.adapter")
+#: the private module that holds the SDK's default OpenAI API, and its getter and setter
+RESPONSES_DEFAULT_MODULE = "agents.models._openai_shared"
+RESPONSES_DEFAULT_FUNCTIONS = ("get_use_responses_by_default", "set_use_responses_by_default")
+
+
+def responses_default() -> Any:
+    """The SDK's private module holding its default API (``RESPONSES_DEFAULT_MODULE``), checked: ``SeamMissing``
+    naming the SDK version when it or its getter and setter moved."""
+    try:
+        module = importlib.import_module(RESPONSES_DEFAULT_MODULE)
+    except ImportError as exc:
+        raise _SEAM.missing(f"{RESPONSES_DEFAULT_MODULE} cannot be imported ({exc})") from exc
+    _SEAM.require(module, *RESPONSES_DEFAULT_FUNCTIONS)
+    return module
 
 
 def agent_name() -> str | None:
@@ -157,12 +176,12 @@ class OpenAIAgentsAdapter(Adapter):
 
     def _instrument(self, sink: SpanSink) -> None:
         import agents
-        from agents.models import _openai_shared
 
+        shared = responses_default()  # checked before anything is installed
         processor = gate.hold()
         processor.sink = sink
         add_agent_resolver(agent_name)
-        self._responses_default = _openai_shared.get_use_responses_by_default()
+        self._responses_default = shared.get_use_responses_by_default()
         agents.set_default_openai_api("chat_completions")
 
     def _repoint(self, sink: SpanSink) -> None:
@@ -175,22 +194,19 @@ class OpenAIAgentsAdapter(Adapter):
         super().uninstrument()
 
     def _uninstrument(self) -> None:
-        from agents.models import _openai_shared
-
         remove_agent_resolver(agent_name)
         if self._responses_default is not None:
-            _openai_shared.set_use_responses_by_default(self._responses_default)
+            responses_default().set_use_responses_by_default(self._responses_default)
             self._responses_default = None
         gate.release()
 
     @contextlib.contextmanager
     def run_scope(self, agent: Any) -> Iterator[None]:
-        """Hold the endpoint redirect, and hold the upload gate: nothing about this run may reach the SDK's
-        trace uploader, even when the adapter is not instrumented."""
+        """Hold the upload gate: nothing about this run may reach the SDK's trace uploader, even when the
+        adapter is not instrumented (the runner holds the endpoint redirect)."""
         gate.hold()
         try:
-            with redirect.installed():
-                yield
+            yield
         finally:
             gate.release()
 
