@@ -24,7 +24,7 @@ from tether import _json, spans
 from tether._seeds import derive_seed
 from tether.models.base import ModelBackend
 from tether.policies import PolicyMap
-from tether.spans import is_proxy_llm_span
+from tether.spans import proxy_call
 from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
 from tether.training.credit import Credit, CreditRule, CreditStats, assign_credit
@@ -526,9 +526,8 @@ def declare_policies(backend: ModelBackend, policies: PolicyMap, *, required: bo
 
 
 def _has_tool_call(span: Span) -> bool:
-    if not is_proxy_llm_span(span):
-        return False
-    return any((c.get("message") or {}).get("tool_calls") for c in span.attributes.get("choices") or [])
+    call = proxy_call(span)
+    return call is not None and call.has_tool_call()
 
 
 def _key(task: Any) -> str:

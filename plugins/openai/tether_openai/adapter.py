@@ -1,10 +1,11 @@
 """The adapter for plain Python functions that call the ``openai`` client.
 
 ``OpenAIFunctionAdapter`` runs a function (sync or async, or a ``functools.partial`` of one) on a task input.
-It does not capture LLM spans itself: the endpoint redirect (``tether.capture.redirect``, held by the runner around
-each rollout) sends every SDK request made inside the rollout to tether's proxy, which records the request, the response, the token ids and the
-``X-Tether-Agent`` header on its own span. Sync functions run in a worker thread via ``asyncio.to_thread``, which
-copies the context, so the rollout scope (and hence the redirect) carries over.
+It does not capture LLM spans itself: the endpoint redirect (``tether.capture.redirect``, held by the runner
+around each rollout) sends every SDK request made inside the rollout to tether's proxy, which records the
+request, the response, the token ids and the ``X-Tether-Agent`` header on its own span. Sync functions run in
+a worker thread via ``asyncio.to_thread``, which copies the context, so the rollout scope (and hence the
+redirect) carries over.
 
 The sub-agent name of the function's calls is the function's ``__name__`` unless the caller (or the function,
 with ``tether.capture.context.agent_scope``) names one. Tool calls are reported as ``tool`` spans from the tool

@@ -40,7 +40,8 @@ def test_the_seams_are_where_the_copies_expect_them() -> None:
 def test_a_team_field_that_moved_fails_loudly() -> None:
     team = _team()
     del team._max_turns  # a release that stores max_turns elsewhere
-    with pytest.raises(SeamMissing, match=rf"autogen-agentchat {VERSION}: .*has no _max_turns.*tether_autogen\.isolate"):
+    moved = rf"autogen-agentchat {VERSION}: .*has no _max_turns.*tether_autogen\.isolate"
+    with pytest.raises(SeamMissing, match=moved):
         fresh_copy(team)
     with pytest.raises(SeamMissing, match="pin autogen-agentchat"):
         AutoGenAdapter().rollout_copy(team)  # what run() and a run= get: the same error, not a CannotCopy
