@@ -8,7 +8,7 @@ usage counters), so each rollout runs on CrewAI's own per-input copy (``rollout_
 too. The inputs are the task itself when it is a dict (its keys fill the ``{placeholders}`` of the agents'
 and tasks' texts), ``{"input": text}`` for a string.
 
-It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
+It returns a ``CrewAIOutput``: a ``tether.plugin.tasks.RunOutput`` (a ``dict``, stored as JSON) with
 
 - ``"text"`` — the crew's final answer (``CrewOutput.raw``),
 - ``"tasks"`` — each task's ``{"agent", "description", "text"}`` in order,
@@ -30,6 +30,7 @@ from typing import Any
 from tether.capture import redirect
 from tether.plugin.adapters import Adapter, CannotCopy, SpanSink
 from tether.plugin.instrument import Patch
+from tether.plugin.tasks import RunOutput
 from tether.types import Resources, Task
 from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper, make_export_wrapper
 
@@ -41,17 +42,10 @@ _PATCHED = ("execute_task", "aexecute_task")
 _EXPORTS = ("_export_output", "_aexport_output")
 
 
-class CrewAIOutput(dict[str, Any]):
+class CrewAIOutput(RunOutput):
     """What ``CrewAIAdapter.run`` returns: ``{"text", "tasks"}`` plus ``.crew_output``."""
 
     crew_output: Any = None
-
-    @property
-    def text(self) -> str:
-        return str(self.get("text") or "")
-
-    def __str__(self) -> str:
-        return self.text
 
 
 def crew_inputs(task: Any) -> dict[str, Any]:
