@@ -30,11 +30,12 @@ import sys
 from typing import Any
 
 from tether.plugin.adapters import Adapter, SpanSink
+from tether.plugin.adapters import json_safe as plain
 from tether.plugin.instrument import Patch
 from tether.plugin.tasks import RunOutput
 from tether.plugin.tasks import task_text as task_text
 from tether.types import Resources
-from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
+from tether_autogen.capture import EventHandler, make_turn_wrapper
 from tether_autogen.loop_clients import LoopClients
 from tether_autogen.teams import make_factory_wrapper
 
