@@ -104,8 +104,8 @@ def mark(span: Span, replacement: Replacement, indices: Iterable[int]) -> None:
     """Make the proxy span of a rewritten call hold what the model saw, and say what was replaced."""
     from tether import spans
 
-    request = span.attributes.get("request") or {}
-    messages = request.get("messages") or []
+    call = spans.proxy_call(span)
+    messages = call.messages if call is not None else []
     for i in indices:
         if i < len(messages) and isinstance(messages[i], dict):
             messages[i]["content"] = replacement.text
