@@ -328,7 +328,7 @@ class SqliteStore(Store):
             )  # fmt: skip
         if not rows:
             return []
-        wanted = list(dict.fromkeys(row[0] for row in rows))
+        wanted = list(dict.fromkeys(span.attempt_id for span in spans))
 
         sequences = await self._write(lambda conn: insert_spans(conn, rows, wanted))
         if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
