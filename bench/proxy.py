@@ -89,7 +89,12 @@ async def _start_proxy(fake_url: str, stack: contextlib.AsyncExitStack) -> list[
     return [await stack.enter_async_context(proxy.attempt(r.rollout_id, a.attempt_id)) for r, a in claimed]
 
 
-def _serve_proxy(fake_url: str, queue: Any) -> None:
+def _serve_proxy(fake_url: str, queue: Any, uvloop: bool = False) -> None:
+    if uvloop:  # the proxy process on uvloop's event loop (libuv) instead of asyncio's
+        import uvloop as _uvloop
+
+        _uvloop.install()
+
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:
             queue.put(await _start_proxy(fake_url, stack))
@@ -221,6 +226,11 @@ def main() -> None:
         default=os.environ.get("TETHER_BENCH_AGL_PYTHON"),
         help="a Python with agentlightning installed: also measure its LLMProxy (env TETHER_BENCH_AGL_PYTHON)",
     )
+    parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="run the proxy process on uvloop (pip install uvloop; not a dependency)",
+    )
     args = parser.parse_args()
     calls = args.calls or (400 if args.quick else 4000)
     rounds = 4 if args.quick else 10
@@ -236,7 +246,7 @@ def main() -> None:
     agl_process: subprocess.Popen[str] | None = None
     agl: tuple[list[str], int] | None = None
     if not args.in_process:
-        proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue), daemon=True)
+        proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue, args.uvloop), daemon=True)
         proxy.start()
         processes.insert(0, proxy)
         proxy_urls = queue.get(timeout=60)
@@ -257,6 +267,7 @@ def main() -> None:
 
     load = os.getloadavg()
     layout = "proxy in the clients' process" if args.in_process else "proxy in its own process"
+    layout += " on uvloop" if args.uvloop and not args.in_process else ""
     print(f"proxy overhead, {layout} ({calls} calls per row at most, {rounds} alternating rounds)")
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{when}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
