@@ -41,7 +41,7 @@ class Slots:
         except BaseException:
             if waiter.done() and not waiter.cancelled():  # handed a slot, then cancelled: pass it on
                 self.give()
-            else:
+            elif waiter in self._waiters:  # (``give`` may have dropped it already, cancelled)
                 self._waiters.remove(waiter)
             raise
 

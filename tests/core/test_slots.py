@@ -61,6 +61,18 @@ async def test_a_waiter_cancelled_after_being_handed_a_slot_passes_it_on() -> No
     assert slots.try_take()
 
 
+async def test_a_waiter_cancelled_while_a_slot_is_freed_leaves_it_free() -> None:
+    slots = Slots(1)
+    assert slots.try_take()
+    waiter = asyncio.create_task(slots.take())
+    await asyncio.sleep(0)
+    waiter.cancel()  # its future is cancelled now; it resumes later
+    slots.give()  # skips the cancelled waiter: the slot is free
+    (outcome,) = await asyncio.gather(waiter, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError)
+    assert slots.try_take() and not slots.try_take()
+
+
 def test_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="limit must be >= 1"):
         Slots(0)
