@@ -29,6 +29,7 @@ import os
 import re
 import statistics
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -152,6 +153,8 @@ def _start_agl(python: str, fake_url: str) -> tuple[subprocess.Popen[str], list[
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith("AGL_URLS "):
+            # drain what LiteLLM prints from now on, so that a full pipe never stalls its proxy
+            threading.Thread(target=process.stdout.read, daemon=True).start()
             return process, orjson.loads(line.split(" ", 1)[1])
     raise RuntimeError(
         f"Agent Lightning's LLMProxy did not start (exit status {process.wait()}): run "
