@@ -67,6 +67,8 @@ class MemoryStore(Store):
         self._finished: OrderedDict[str, None] = OrderedDict()  # finished rollout ids, oldest first
         self._lock = threading.Lock()
         self._rollouts: dict[str, Rollout] = {}
+        self._positions: dict[str, int] = {}  # rollout id -> the order it was added in (a page cursor's key)
+        self._added = 0
         self._queue: OrderedDict[str, None] = OrderedDict()  # queued rollout ids, oldest first
         self._attempts: dict[str, Attempt] = {}
         self._attempts_of: dict[str, list[str]] = {}
@@ -98,7 +100,7 @@ class MemoryStore(Store):
                     heartbeat_timeout_s=spec.heartbeat_timeout_s,
                     resources_version=spec.resources_version,
                 )
-                self._rollouts[rid] = rollout
+                self._add(rid, rollout)
                 self._attempts_of[rid] = []
                 self._queue[rid] = None
                 out.append(_copy_rollout(rollout))
@@ -213,7 +215,7 @@ class MemoryStore(Store):
 
     async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
         with self._lock:
-            page = page_of(query, list(self._rollouts.values()))
+            page = page_of(query, [(self._positions[rid], r) for rid, r in self._rollouts.items()])
             page.rollouts = [_copy_rollout(r) for r in page.rollouts]
             return page
 
@@ -302,7 +304,7 @@ class MemoryStore(Store):
                     attempt_id=attempt_id, rollout_id=rollout_id, index=1, worker_id=item.worker_id,
                     status=AttemptStatus.SUCCEEDED, started_at=now, last_heartbeat_at=now, finished_at=now,
                 )  # fmt: skip
-                self._rollouts[rollout_id] = rollout
+                self._add(rollout_id, rollout)
                 self._attempts[attempt_id] = attempt
                 self._attempts_of[rollout_id] = [attempt_id]
                 self._spans[attempt_id] = []
@@ -372,6 +374,7 @@ class MemoryStore(Store):
             out = []
             for rid in ids:
                 rollout = self._rollouts.pop(rid)
+                self._positions.pop(rid, None)
                 self._finished.pop(rid, None)
                 attempt_ids = self._attempts_of.pop(rid)
                 attempts = [self._attempts.pop(a) for a in attempt_ids]
@@ -424,12 +427,19 @@ class MemoryStore(Store):
             rollout.finished_at = now
             self._finish(rollout.rollout_id)
 
+    def _add(self, rollout_id: str, rollout: Rollout) -> None:
+        """Hold a new rollout, after every other in page order (lock held)."""
+        self._rollouts[rollout_id] = rollout
+        self._positions[rollout_id] = self._added
+        self._added += 1
+
     def _finish(self, rollout_id: str) -> None:
         """Count a rollout as finished and drop the oldest finished ones past ``keep_rollouts`` (lock held)."""
         self._finished[rollout_id] = None
         while self.keep_rollouts is not None and len(self._finished) > self.keep_rollouts:
             old, _ = self._finished.popitem(last=False)
             self._rollouts.pop(old, None)
+            self._positions.pop(old, None)
             for attempt_id in self._attempts_of.pop(old, []):
                 self._attempts.pop(attempt_id, None)
                 self._spans.pop(attempt_id, None)

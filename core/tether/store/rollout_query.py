@@ -8,12 +8,13 @@ newest first in ``desc`` and oldest first in ``asc``, then those without one, ne
 
 The SQL backends share ``page_sql``: one statement per page per phase (rewarded, then unrewarded) that an
 index serves in order, so a page reads ``offset + limit`` index entries, never the table. Stores without
-SQL page a Python list (``page_of``). A cursor is opaque to callers and only valid on the backend that
+SQL page a Python list (``page_of``) the same way. A cursor is opaque to callers and only valid on the backend that
 made it, for the same filters and order; a malformed one is ``InvalidInput``.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -258,37 +259,49 @@ def _matches(query: RolloutQuery, rollout: Rollout) -> bool:
     return True
 
 
-def page_of(query: RolloutQuery, rollouts: Iterable[Rollout]) -> RolloutPage:
-    """A page of ``rollouts`` (every rollout the store holds, oldest first), as the SQL backends page them:
-    positions are places in that list, which a cursor names by rollout id."""
+def page_of(query: RolloutQuery, rollouts: Iterable[Rollout | tuple[int, Rollout]]) -> RolloutPage:
+    """A page of ``rollouts`` (every rollout the store holds, oldest first), as the SQL backends page them. An
+    item is a rollout or ``(position, rollout)``: positions increase in the order rollouts were added and are
+    never reused (a bare rollout's position is its place in the list). The cursor holds the last row's sort
+    key (reward and position), as the SQL backends' do, so it survives the deletion of that row."""
     query = query.checked()
-    positioned = [(i, r) for i, r in enumerate(rollouts) if _matches(query, r)]
     keys: list[tuple[str, float, int, Rollout]] = []
-    for i, r in positioned:
-        if query.by_reward and r.reward is not None:
-            sign = -1.0 if query.order == "reward_desc" else 1.0
-            keys.append(("0r", sign * r.reward, int(sign) * i, r))
-        else:
-            keys.append(("1n", 0.0, i if query.order == "oldest" else -i, r))
+    for i, item in enumerate(rollouts):
+        position, r = item if isinstance(item, tuple) else (i, item)
+        if _matches(query, r):
+            keys.append(_key(query, "r" if query.by_reward and r.reward is not None else "n", r.reward, position)
+                        + (r,))  # fmt: skip
     keys.sort(key=lambda k: (k[0], k[1], k[2]))
     start = 0
-    if query.after is not None:
-        start = _after(query, keys)
+    after = Cursor.decode(query.after, query.by_reward)
+    if after is not None:
+        start = bisect.bisect_right(keys, _key(query, after.phase, after.reward, after.position), key=lambda k: k[:3])
     start += query.offset
     chosen = keys[start : start + query.limit]
     more = start + query.limit < len(keys) and query.limit > 0
-    return RolloutPage([k[3] for k in chosen], f"n:{chosen[-1][3].rollout_id}" if more and chosen else None)
+    if not (more and chosen):
+        return RolloutPage([k[3] for k in chosen], None)
+    last = chosen[-1]
+    phase = "r" if last[0] == "0r" else "n"
+    cursor = Cursor(phase, last[3].reward if phase == "r" else None, _position(query, phase, last[2]))
+    return RolloutPage([k[3] for k in chosen], cursor.encode())
 
 
-def _after(query: RolloutQuery, keys: list[tuple[str, float, int, Rollout]]) -> int:
-    text = query.after or ""
-    if not text.startswith("n:"):
-        raise InvalidInput(f"malformed page cursor {text!r}: pass the 'next' of the previous page")
-    rollout_id = text[2:]
-    for k, key in enumerate(keys):
-        if key[3].rollout_id == rollout_id:
-            return k + 1
-    raise InvalidInput(f"page cursor {text!r} names a rollout no longer in these results; start at the first page")
+def _descending(query: RolloutQuery, phase: str) -> bool:
+    """Whether ``phase`` runs newest (largest) first in ``query``'s order."""
+    return query.order in ("newest", "reward_desc") or (phase == "n" and query.by_reward)
+
+
+def _key(query: RolloutQuery, phase: str, reward: float | None, position: int) -> tuple[str, float, int]:
+    """The ascending sort key of a row of ``phase`` (``page_of``'s order)."""
+    sign = -1 if _descending(query, phase) else 1
+    if phase == "r":
+        return ("0r", sign * float(reward or 0.0), sign * position)
+    return ("1n", 0.0, sign * position)
+
+
+def _position(query: RolloutQuery, phase: str, keyed: int) -> int:
+    return -keyed if _descending(query, phase) else keyed
 
 
 def counts_of(rollouts: Iterable[Rollout], mode: Mode | None = None) -> dict[str, int]:

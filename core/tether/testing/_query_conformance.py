@@ -114,6 +114,28 @@ class QueryConformance:
         everything = await store.list_rollouts()
         assert [r.rollout_id for r in second.rollouts] == _expected(everything, "newest")[11:21]
 
+    @pytest.mark.parametrize("order", ["newest", "oldest", "reward_desc", "reward_asc"])
+    async def test_a_cursor_survives_the_harvest_of_its_row(self, store: Store, order: str) -> None:
+        everything = await self._mixed(store)
+        expected = _expected(everything, order)
+        finished = {r.rollout_id for r in everything if r.status.finished}
+        ends = [k for k in range(1, len(expected)) if expected[k - 1] in finished]  # pages ending on a finished row
+        cut = next(k for k in ends if k >= 6)
+        first = await store.query_rollouts(RolloutQuery(order=order, limit=cut))
+        assert first.rollouts[-1].rollout_id == expected[cut - 1]
+        gone = [expected[cut - 1]] + [i for i in expected[cut - 4 : cut - 1] if i in finished][:1]
+        await store.harvest(gone)
+        rest = await self._walk_from(store, first.next, order=order, limit=5)
+        assert rest == [i for i in expected[cut:] if i not in gone]
+
+    async def _walk_from(self, store: Store, after: str | None, **query: Any) -> list[str]:
+        seen: list[str] = []
+        while after is not None:
+            page = await store.query_rollouts(RolloutQuery(after=after, **query))
+            seen += [r.rollout_id for r in page.rollouts]
+            after = page.next
+        return seen
+
     async def test_bad_queries_are_invalid_input(self, store: Store) -> None:
         await self._mixed(store)
         bad: list[dict[str, Any]] = [
