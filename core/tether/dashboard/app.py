@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -179,12 +178,11 @@ async def _api_resources(request: web.Request) -> web.Response:
     versions = []
     for i, resources in enumerate(fetched[:limit]):
         older = fetched[i + 1] if i + 1 < len(fetched) else None
-        used = usage.get(resources.version, [])
-        rewards = [r for r in used if not math.isnan(r)]
+        used = usage.get(resources.version)
         data = resources.to_dict()
         data["prompts_changed"] = older is None or older.prompts != resources.prompts
-        data["rollouts"] = len(used)
-        data["mean_reward"] = sum(rewards) / len(rewards) if rewards else None
+        data["rollouts"] = used.rollouts if used is not None else 0
+        data["mean_reward"] = used.mean_reward if used is not None else None
         data["apo"] = scores.get(resources.version, [])
         versions.append(data)
     end = offset + limit

@@ -25,13 +25,13 @@ from typing import Any
 
 from tether import spans
 from tether.store.base import NotFound, Store
-from tether.store.rollout_query import MAX_PAGE, RolloutQuery
+from tether.store.rollout_query import MAX_PAGE, RolloutQuery, VersionUsage
 from tether.types import Attempt, Mode, Rollout, RolloutStatus, Span, SpanKind
 
 COUNT_MIN_S = 2.0  # counts by status are taken again at most this often ...
 COUNT_FACTOR = 20.0  # ... and at most once per this many times the count's own duration
 COLD_WAIT_S = 0.15  # a page waits this long (from its start) for the first count, then goes on without
-USAGE_MIN_S = 30.0  # the resources page's per-version figures (a full read) at most this often
+USAGE_MIN_S = 30.0  # the resources page's per-version figures (an aggregate query) at most this often
 SCAN_BUDGET_S = 1.5  # a sub-agent filter reads spans for at most this long per page
 MAX_LIMIT = 200
 _DETAIL_CACHE = 50_000  # finished rollouts whose sub-agents and duration are kept
@@ -147,7 +147,7 @@ class RolloutIndex:
         self._cursors: OrderedDict[tuple[Any, ...], str] = OrderedDict()
         self._counts: dict[Mode | None, _Counted] = {}
         self._counting: dict[Mode | None, asyncio.Future[_Counted]] = {}
-        self._usage: tuple[float, dict[int, list[float]]] | None = None
+        self._usage: tuple[float, dict[int, VersionUsage]] | None = None
         self.refreshed_at = 0.0
 
     async def close(self) -> None:
@@ -282,17 +282,13 @@ class RolloutIndex:
         query = RolloutQuery(task_id=record_task(kind), order="oldest", limit=MAX_PAGE)
         return (await self.store.query_rollouts(query)).rollouts
 
-    async def version_usage(self) -> dict[int, list[float]]:
-        """Rewards of the rollouts of each resources version (``nan`` for one without a reward): a full read
-        of the store, kept for ``max(USAGE_MIN_S, COUNT_FACTOR x its duration)``."""
+    async def version_usage(self) -> dict[int, VersionUsage]:
+        """Rollouts, rewarded rollouts and reward sum of each resources version: one aggregate query of the
+        store (``Store.usage_by_version``), kept for ``max(USAGE_MIN_S, COUNT_FACTOR x its duration)``."""
         now = time.monotonic()
         if self._usage is not None and now < self._usage[0]:
             return self._usage[1]
-        usage: dict[int, list[float]] = {}
-        for rollout in await self.store.list_rollouts():
-            if rollout.resources_version is not None and not _is_record(rollout):
-                reward = rollout.reward if rollout.reward is not None else float("nan")
-                usage.setdefault(rollout.resources_version, []).append(reward)
+        usage = await self.store.usage_by_version()
         took = time.monotonic() - now
         self._usage = (time.monotonic() + max(USAGE_MIN_S, COUNT_FACTOR * took), usage)
         return usage

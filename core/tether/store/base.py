@@ -53,7 +53,7 @@ from tether.store.errors import NotFound as NotFound
 from tether.store.errors import StoreError as StoreError
 from tether.store.errors import validate_int as validate_int
 from tether.store.errors import validate_number as validate_number
-from tether.store.rollout_query import RolloutPage, RolloutQuery, counts_of, page_of
+from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, counts_of, page_of, usage_from
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -275,6 +275,12 @@ class Store(abc.ABC):
         """How many rollouts (of ``mode``, if given) the store holds in each status (every status a key).
         The SQL backends count an index; this default counts a full ``list_rollouts()``."""
         return counts_of(await self.list_rollouts(mode=mode))
+
+    async def usage_by_version(self) -> dict[int, VersionUsage]:
+        """Per resources version: how many rollouts ran on it, how many have a reward and their sum (rollouts
+        without a version left out). The SQL backends run one ``GROUP BY``; this default reads a full
+        ``list_rollouts()``."""
+        return usage_from(await self.list_rollouts())
 
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05

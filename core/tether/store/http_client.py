@@ -34,7 +34,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
-from tether.store.rollout_query import RolloutPage, RolloutQuery
+from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, usage_of
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -205,6 +205,9 @@ class HttpStore(Store):
     async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
         body = {"mode": None if mode is None else Mode(mode).value}
         return dict(await self._call("POST", "/v1/rollouts/count", self._encode(body, "count_rollouts")))
+
+    async def usage_by_version(self) -> dict[int, VersionUsage]:
+        return usage_of(await self._call("GET", "/v1/rollouts/usage"))
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         data = await self._call("GET", f"/v1/rollouts/{_q(rollout_id)}/attempts")

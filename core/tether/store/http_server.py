@@ -152,6 +152,11 @@ async def _count_rollouts(request: web.Request) -> web.Response:
     return _ok(await _store(request).count_rollouts(mode=None if mode is None else _wire.mode_from_wire(mode)))
 
 
+async def _usage_by_version(request: web.Request) -> web.Response:
+    usage = await _store(request).usage_by_version()
+    return _ok([[version, *u.to_list()] for version, u in sorted(usage.items())])
+
+
 async def _get_attempts(request: web.Request) -> web.Response:
     return _ok(await _store(request).get_attempts(request.match_info["rollout_id"]))
 
@@ -221,6 +226,7 @@ _ROUTES: list[tuple[str, str, _Handler]] = [
     ("POST", "/v1/rollouts/list", _list_rollouts),
     ("POST", "/v1/rollouts/query", _query_rollouts),
     ("POST", "/v1/rollouts/count", _count_rollouts),
+    ("GET", "/v1/rollouts/usage", _usage_by_version),
     ("POST", "/v1/rollouts/wait", _wait),
     ("GET", "/v1/rollouts/" + _ID % "rollout_id", _get_rollout),
     ("POST", "/v1/rollouts/" + _ID % "rollout_id" + "/cancel", _cancel_rollout),

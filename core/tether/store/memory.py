@@ -38,7 +38,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
-from tether.store.rollout_query import RolloutPage, RolloutQuery, counts_of, page_of
+from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, counts_of, page_of, usage_from
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -222,6 +222,10 @@ class MemoryStore(Store):
     async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
         with self._lock:
             return counts_of(self._rollouts.values(), None if mode is None else Mode(mode))
+
+    async def usage_by_version(self) -> dict[int, VersionUsage]:
+        with self._lock:
+            return usage_from(self._rollouts.values())
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._lock:

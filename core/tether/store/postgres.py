@@ -76,7 +76,7 @@ from tether.store.base import (
     validate_spec,
 )
 from tether.store.memory import stale_reason
-from tether.store.rollout_query import RolloutPage, RolloutQuery, sql_page
+from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, sql_page, usage_of, usage_sql
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -352,6 +352,9 @@ class PostgresStore(Store):
             )
         out.update({row[0]: int(row[1]) for row in rows})
         return out
+
+    async def usage_by_version(self) -> dict[int, VersionUsage]:
+        return usage_of(await self._db.fetch(usage_sql("tether_rollouts")))
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         # one statement (one round trip, one snapshot): the rollout, joined to its attempts if it has any

@@ -269,13 +269,14 @@ def page_of(query: RolloutQuery, rollouts: Iterable[Rollout | tuple[int, Rollout
     for i, item in enumerate(rollouts):
         position, r = item if isinstance(item, tuple) else (i, item)
         if _matches(query, r):
-            keys.append(_key(query, "r" if query.by_reward and r.reward is not None else "n", r.reward, position)
-                        + (r,))  # fmt: skip
+            phase = "r" if query.by_reward and r.reward is not None else "n"
+            keys.append((*_key(query, phase, r.reward, position), r))
     keys.sort(key=lambda k: (k[0], k[1], k[2]))
     start = 0
     after = Cursor.decode(query.after, query.by_reward)
     if after is not None:
-        start = bisect.bisect_right(keys, _key(query, after.phase, after.reward, after.position), key=lambda k: k[:3])
+        where = _key(query, after.phase, after.reward, after.position)
+        start = bisect.bisect_right(keys, where, key=lambda k: k[:3])
     start += query.offset
     chosen = keys[start : start + query.limit]
     more = start + query.limit < len(keys) and query.limit > 0
@@ -302,6 +303,48 @@ def _key(query: RolloutQuery, phase: str, reward: float | None, position: int) -
 
 def _position(query: RolloutQuery, phase: str, keyed: int) -> int:
     return -keyed if _descending(query, phase) else keyed
+
+
+@dataclass(frozen=True, slots=True)
+class VersionUsage:
+    """The rollouts of one resources version: how many, how many have a reward, and those rewards' sum."""
+
+    rollouts: int
+    rewarded: int
+    reward_sum: float
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward_sum / self.rewarded if self.rewarded else None
+
+    def to_list(self) -> list[Any]:
+        return [self.rollouts, self.rewarded, self.reward_sum]
+
+
+def usage_sql(table: str) -> str:
+    """``Store.usage_by_version`` in SQL: one aggregate over the table (rows without a version left out)."""
+    return (
+        f"SELECT resources_version, COUNT(*), COUNT(reward), COALESCE(SUM(reward), 0) FROM {table} "
+        "WHERE resources_version IS NOT NULL GROUP BY resources_version"
+    )
+
+
+def usage_of(rows: Iterable[Sequence[Any]]) -> dict[int, VersionUsage]:
+    """``usage_sql``'s rows (or the wire's ``[version, rollouts, rewarded, sum]`` lists) by version."""
+    return {int(v): VersionUsage(int(n), int(k), float(total)) for v, n, k, total in rows}
+
+
+def usage_from(rollouts: Iterable[Rollout]) -> dict[int, VersionUsage]:
+    """``Store.usage_by_version`` of a list of rollouts (stores without SQL)."""
+    out: dict[int, list[Any]] = {}
+    for r in rollouts:
+        if r.resources_version is not None:
+            entry = out.setdefault(r.resources_version, [0, 0, 0.0])
+            entry[0] += 1
+            if r.reward is not None:
+                entry[1] += 1
+                entry[2] += r.reward
+    return {v: VersionUsage(n, k, total) for v, (n, k, total) in out.items()}
 
 
 def counts_of(rollouts: Iterable[Rollout], mode: Mode | None = None) -> dict[str, int]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tether.store.base import InvalidInput, Store
-from tether.store.rollout_query import RolloutQuery, counts_of
+from tether.store.rollout_query import RolloutQuery, VersionUsage, counts_of
 from tether.types import AttemptStatus, Mode, Rollout, RolloutSpec, RolloutStatus
 
 
@@ -106,6 +106,20 @@ class QueryConformance:
         assert await store.count_rollouts(mode=Mode.VAL) == counts_of(everything, Mode.VAL)
         assert sum((await store.count_rollouts()).values()) == 24
 
+    async def test_usage_by_version(self, store: Store) -> None:
+        assert await store.usage_by_version() == {}
+        everything = await self._mixed(store)
+        await store.enqueue([RolloutSpec(input="no version", task_id="task-0")])
+        usage = await store.usage_by_version()
+        assert set(usage) == {0, 1}
+        for version in (0, 1):
+            rewards = [r.reward for r in everything if r.resources_version == version and r.reward is not None]
+            assert usage[version].rollouts == 12
+            assert usage[version].rewarded == len(rewards) > 0
+            assert usage[version].reward_sum == pytest.approx(sum(rewards))
+            assert usage[version].mean_reward == pytest.approx(sum(rewards) / len(rewards))
+        assert VersionUsage(3, 0, 0.0).mean_reward is None
+
     async def test_a_cursor_survives_new_rollouts(self, store: Store) -> None:
         await self._mixed(store)
         first = await store.query_rollouts(RolloutQuery(order="newest", limit=10))
@@ -119,11 +133,11 @@ class QueryConformance:
         everything = await self._mixed(store)
         expected = _expected(everything, order)
         finished = {r.rollout_id for r in everything if r.status.finished}
-        ends = [k for k in range(1, len(expected)) if expected[k - 1] in finished]  # pages ending on a finished row
+        ends = [k for k in range(1, len(expected)) if expected[k - 1] in finished]  # pages ending on a finished
         cut = next(k for k in ends if k >= 6)
         first = await store.query_rollouts(RolloutQuery(order=order, limit=cut))
         assert first.rollouts[-1].rollout_id == expected[cut - 1]
-        gone = [expected[cut - 1]] + [i for i in expected[cut - 4 : cut - 1] if i in finished][:1]
+        gone = [expected[cut - 1], *[i for i in expected[cut - 4 : cut - 1] if i in finished][:1]]
         await store.harvest(gone)
         rest = await self._walk_from(store, first.next, order=order, limit=5)
         assert rest == [i for i in expected[cut:] if i not in gone]
