@@ -5,7 +5,9 @@ rollouts by status, reads one page meanwhile, then waits for the count until 0.1
 until a page carries the counts, the next page (continuing from the first page's cursor), the last page (past
 the middle: read as a first page of the reverse order), the first page of each filter (status, reward range,
 search) and of the reward order. Each is one request, the first of its page (the rows' sub-agents and
-durations not yet read: what a click costs), except "first page again" (the median of 5 repeats).
+durations not yet read: what a click costs), except "first page again" (the median of 5 repeats). Then the
+resources page (one version per 5,000 rows; its per-version figures are one ``Store.usage_by_version``
+aggregate, timed on its own too, where it used to be a full ``list_rollouts()``: the baseline).
 The baseline is what the first page used to cost: one full ``list_rollouts()`` (the old dashboard read the
 whole store to build its index before it served a page), timed in the same run up to ``--baseline-max``
 rollouts (a million rollouts decoded at once would take gigabytes). Prints milliseconds, the ratio of each
@@ -149,16 +151,20 @@ async def _median(session: aiohttp.ClientSession, url: str, repeat: int = 5) -> 
 
 async def measure(url: str, n: int, baseline_max: int) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    if n <= baseline_max:
-        store = open_store(url)
-        try:
+    store = open_store(url)
+    try:
+        out["baseline: list_rollouts()"] = None
+        if n <= baseline_max:  # (also what the resources page read before usage_by_version)
             started = time.perf_counter()
             await store.list_rollouts()
             out["baseline: list_rollouts()"] = (time.perf_counter() - started) * 1000
-        finally:
-            await store.close()
-    else:
-        out["baseline: list_rollouts()"] = None
+        for _ in range((n - 1) // 5000 + 1):  # the resources versions the rows name
+            await store.add_resources()
+        started = time.perf_counter()
+        await store.usage_by_version()
+        out["usage_by_version()"] = (time.perf_counter() - started) * 1000
+    finally:
+        await store.close()
     server = await start_dashboard(Sources(url, None))
     try:
         async with aiohttp.ClientSession() as session:
@@ -184,6 +190,8 @@ async def measure(url: str, n: int, baseline_max: int) -> dict[str, float | None
             out["sort=reward_desc"] = await _once(session, api + "&sort=reward_desc")
             out["sort=reward_desc, next"] = await _once(session, api + f"&sort=reward_desc&offset={PAGE}")
             out["search task-996"] = await _once(session, api + "&q=task-996")
+            resources = f"{server.url}api/resources?source={quote(name, safe='')}"
+            out["resources page (cold)"] = await _once(session, resources)  # (its figures are then kept 30 s)
     finally:
         await server.stop()
     return out

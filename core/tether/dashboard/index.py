@@ -6,7 +6,9 @@ on its indexes. The next page continues from the cursor the previous one returne
 position), a far page (the last, or one typed in) skips rows with an offset. The counts by status come from
 ``Store.count_rollouts``, kept for ``max(COUNT_MIN_S, COUNT_FACTOR x the count's own duration)`` and shown with
 the time they were taken; a page filtered by reward or by search has no count (it would scan the store): it
-says whether more follow instead. Algorithm records (``spans.RECORD_METADATA``) are not rows of the list.
+says whether more follow instead. Algorithm records (``spans.RECORD_METADATA``, task id ``record_task``) are
+rows of the list like any rollout (marked ``record``), as they are in the counts: a page holds ``limit`` rows
+and the pages add up to the count.
 The sub-agents and duration of a rollout come from its attempts and spans: they are read for the rows of
 the page shown only, and kept for finished rollouts. A sub-agent filter therefore scans rows in order under
 a time budget and says how far it got.
@@ -226,14 +228,14 @@ class RolloutIndex:
                 self._remember((key, position), found.next)
             chosen += await self._with_details(filters, found.rollouts)
             if not filters.agent:
-                break  # a page is one query (a record among its rows leaves it one row short)
+                break  # a page is one query
         if counted is None:
             counted = await self.counts(mode, COLD_WAIT_S - (time.monotonic() - started))
         return self._page(chosen, filters, offset, position if more else None, exact, counted)
 
     async def _with_details(self, filters: Filters, rollouts: Sequence[Rollout]) -> list[tuple[Row, Detail]]:
-        """The rows of ``rollouts`` (records left out) with their details, those of the sub-agent filter."""
-        rows = [Row.of(r) for r in rollouts if not _is_record(r)]
+        """The rows of ``rollouts`` with their details, those of the sub-agent filter."""
+        rows = [Row.of(r) for r in rollouts]
         details = await asyncio.gather(*(self.detail(row) for row in rows))  # concurrent on a pooled store
         return [(row, d) for row, d in zip(rows, details, strict=True) if _has_agent(filters, d)]
 
@@ -383,6 +385,7 @@ def _row_json(row: Row, detail: Detail) -> dict[str, Any]:
         "tool_calls": detail.tool_calls,
         "tool_errors": detail.tool_errors,
         "candidate": row.candidate,
+        "record": row.record,
     }
 
 

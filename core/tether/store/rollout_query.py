@@ -9,7 +9,10 @@ newest first in ``desc`` and oldest first in ``asc``, then those without one, ne
 The SQL backends share ``page_sql``: one statement per page per phase (rewarded, then unrewarded) that an
 index serves in order, so a page reads ``offset + limit`` index entries, never the table. Stores without
 SQL page a Python list (``page_of``) the same way. A cursor is opaque to callers and only valid on the backend that
-made it, for the same filters and order; a malformed one is ``InvalidInput``.
+made it, for the same filters and order; a malformed one is ``InvalidInput``. It holds the sort key of the
+page's last row (its phase, reward and position), never a lookup of that row, so it survives the row's deletion.
+
+``Store.usage_by_version`` (the dashboard's resources page) is one aggregate: ``usage_sql`` on SQL backends.
 """
 
 from __future__ import annotations
