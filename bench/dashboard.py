@@ -246,6 +246,12 @@ async def main() -> None:
         first = results[(backend, n)]["first page (cold)"]
         if base is not None and first is not None:
             print(f"  {backend:<11} {n:>11,} rollouts: {first:.1f} ms vs {base:.1f} ms: x{base / first:,.1f}")
+    print("resources page against the baseline (its old full read of the store), same run:")
+    for backend, n in columns:
+        base = results[(backend, n)]["baseline: list_rollouts()"]
+        page = results[(backend, n)]["resources page (cold)"]
+        if base is not None and page is not None:
+            print(f"  {backend:<11} {n:>11,} rollouts: {page:.1f} ms vs {base:.1f} ms: x{base / page:,.1f}")
 
 
 if __name__ == "__main__":
