@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import _json, spans
 from tether._seeds import derive_seed
-from tether.models.base import ModelBackend
+from tether.models.base import ModelBackend, PolicyBackend
 from tether.policies import PolicyMap
 from tether.spans import is_proxy_llm_span
 from tether.store import Store, StoreError, open_store
@@ -513,16 +513,15 @@ def declare_policies(backend: ModelBackend, policies: PolicyMap, *, required: bo
     neither does a backend that cannot hold policies when nothing trains (``required=False``: ``dev``)."""
     if policies.shared:
         return
-    declare = getattr(backend, "declare_policies", None)
-    if declare is None and not required:
-        return
-    if declare is None:
+    if not isinstance(backend, PolicyBackend):
+        if not required:
+            return
         raise ValueError(
             f"optimize={{policy: [sub-agents]}} gives each policy its own weights, which the "
             f"{type(backend).__name__} cannot hold: use model='embedded', 'hf:<path>' or 'vllm:<model>' with "
             "GRPO(lora=tether.LoRA(...)), or pass optimize= as a list (one shared policy)"
         )
-    declare(policies.names)
+    backend.declare_policies(policies.names)
 
 
 def _has_tool_call(span: Span) -> bool:
