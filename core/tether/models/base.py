@@ -5,12 +5,13 @@ produced (when it has them) and their logprobs, so the proxy can record them wit
 Backends are chosen by ``model=`` strings; see ``tether.models.open_backend``. A backend whose weights tether
 can update in place (the embedded and ``hf:`` ones) is also a ``TrainableBackend``.
 
-**Capabilities.** What a backend can do beyond ``chat`` is a tier, each a ``runtime_checkable`` Protocol that an
-algorithm tests with ``isinstance`` (never by looking a method up): ``TrainableBackend`` (weights updated in
-place), ``LoRACapable`` (adapters attached before it starts), ``PolicyBackend`` (one set of weights per policy of
-``wrap(optimize={policy: [...]})``), ``RendersReplies`` (a chat template that tokenizes a demonstration, what
-SFT needs) and ``RefitsTokenizer`` (a fresh model's tokenizer retrained on a corpus). A backend lacking the tier
-an algorithm needs is refused with a ``ValueError`` naming the backends that have it.
+**Capabilities.** What a backend can do beyond ``chat`` is a tier, each a ``runtime_checkable`` Protocol that
+an algorithm tests with ``isinstance`` (never by looking a method up): ``TrainableBackend`` (weights updated in
+place), ``LoRACapable`` (adapters attached before it starts), ``PolicyBackend`` and ``PolicyVersions`` (one set
+of weights per policy of ``wrap(optimize={policy: [...]})``, and each one's version), ``RendersReplies`` (a chat
+template that tokenizes a demonstration, what SFT needs) and ``RefitsTokenizer`` (a fresh model's tokenizer
+retrained on a corpus). A backend lacking the tier an algorithm needs is refused with a ``ValueError`` naming
+the backends that have it.
 """
 
 from __future__ import annotations
@@ -136,10 +137,16 @@ class LoRACapable(Protocol):
 @runtime_checkable
 class PolicyBackend(Protocol):
     """A backend that holds one set of weights per policy (``wrap(optimize={policy: [sub-agents]})``):
-    ``declare_policies(names)`` before it starts (the Session calls it), ``weights_version_of(name)`` each
-    policy's version (the embedded and ``hf:`` backends, and vLLM with LoRA)."""
+    ``declare_policies(names)`` before it starts (the Session calls it); the embedded and ``hf:`` backends, and
+    vLLM with LoRA."""
 
     def declare_policies(self, names: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class PolicyVersions(Protocol):
+    """A backend that trains one set of weights per policy: ``weights_version_of(name)`` is each policy's
+    version (what a per-policy update measures staleness against)."""
 
     def weights_version_of(self, name: str | None = None) -> int: ...
 
