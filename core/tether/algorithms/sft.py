@@ -134,7 +134,7 @@ class SFT(Algorithm):
             "examples": len(examples),
             "imported": sum(e.imported for e in examples),
             "retokenized": retokenized,  # calls tokenized here with the model's chat template
-            "tokenizer": getattr(backend, "name", type(backend).__name__),
+            "tokenizer": session.backend.name or type(backend).__name__,
         }
         rows = [_transition(e, policy_map.policy_of(e.agent_name)) for e in examples]
         per_epoch = math.ceil(len(rows) / self.batch_size)
