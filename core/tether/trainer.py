@@ -195,7 +195,7 @@ class Trainer:
             credit=self.credit,
             tool_error_penalty=self.tool_error_penalty,
             gamma=self.gamma,
-            scale_by_std=self.resolved_algorithm().scale_by_std if self.algorithm is not None else True,
+            scale_by_std=self._resolved_algorithm().scale_by_std if self.algorithm is not None else True,
             n_runners=self.n_runners,
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             seed=self.seed,
@@ -207,7 +207,7 @@ class Trainer:
         settings.credit_rule  # noqa: B018 - checked: a bad rule is refused before anything runs
         return settings
 
-    def resolved_algorithm(self) -> Algorithm:
+    def _resolved_algorithm(self) -> Algorithm:
         """``algorithm`` as one ``tether.Algorithm``: a list becomes ``Stages``, a mapping ``Joint``, an object
         with only ``fit`` gets the contract's defaults; ``TypeError`` / ``ValueError`` naming the fix."""
         if self.algorithm is None:
@@ -226,7 +226,7 @@ class Trainer:
         self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None, resume: bool
     ) -> tuple[Algorithm, list[Task], list[Task], RunDir]:
         """Check the arguments and decide the run folder, before anything runs."""
-        algorithm = self.resolved_algorithm()
+        algorithm = self._resolved_algorithm()
         if not isinstance(agent, WrappedAgent):
             raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
         algorithm.check_agent(agent)  # before the run folder or anything else exists

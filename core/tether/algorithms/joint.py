@@ -3,7 +3,9 @@
 A mapping from policy names (the keys of the wrapped agent's ``optimize=`` mapping) to algorithms becomes one
 ``Joint`` algorithm: GRPO trains the weights of its policy only (``GRPO.policies = [name]``), and APO searches a
 prompt of the other policy's sub-agents — a template the agent reads, or a sub-agent's system message in
-flight (``APO(system_message_of=...)``) — on the same session: one store, one proxy, one run folder.
+flight (``APO(system_message_of=...)``) — on the same session: one store, one proxy, one run folder. The run is
+GRPO's own loop (``grpo_loop.fit``) with the prompt search in its hooks (``_PromptSearch``, a
+``grpo_loop.LoopHooks``): no second copy of the steps, evaluations, checkpoints or resume.
 
 **The schedule** (``settings.steps`` training steps; APO's ``rounds`` at most):
 
