@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether._loop import run_sync
-from tether.algorithms.base import Algorithm, SupportsFit, check_algorithm
+from tether.algorithms.base import Algorithm, SupportsFit, check_algorithm, name_of
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
@@ -251,7 +251,7 @@ class Trainer:
         resume: bool,
         preflight: bool = True,
     ) -> FitResult:
-        config = {"model": str(self.model), "algorithm": algorithm.name, "steps": self.steps}
+        config = {"model": str(self.model), "algorithm": name_of(algorithm), "steps": self.steps}
         with reporting(self.report_to, run, config):
             # the algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
             session = self.session(agent, run=run, resume=resume, before_start=algorithm.prepare_backend)

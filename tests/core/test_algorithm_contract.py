@@ -111,7 +111,7 @@ async def test_a_subclass_that_writes_only_fit_trains_with_the_defaults(tmp_path
     assert [h["kind"] for h in result.history] == ["train"]
     # the defaults: training tasks needed, the session opened, advantages scaled by their group's spread
     assert algorithm.uses_train_tasks and algorithm.uses_session and algorithm.scale_by_std
-    assert algorithm.preflight_group is None and algorithm.name == "OnlyFit"
+    assert algorithm.preflight_group is None
     assert (tmp_path / "r" / "store.db").exists()
 
 

@@ -243,4 +243,4 @@ def test_a_subclass_of_the_base_with_only_fit_trains_through_trainer_fit(warm_st
         asyncio.run(backend.close())
     assert len(algorithm.inner.batches) == 6
     assert after > before + 0.3, (before, after, [h["reward"] for h in result.history])
-    assert algorithm.name == "ReinforceSubclass" and algorithm.preflight_group is None
+    assert algorithm.preflight_group is None and algorithm.uses_session

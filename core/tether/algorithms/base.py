@@ -79,11 +79,6 @@ class Algorithm(abc.ABC):
     # -- optional parts, with their defaults ---------------------------------------------------------------
 
     @property
-    def name(self) -> str:
-        """What the run's config and a stage's label call it."""
-        return type(self).__name__
-
-    @property
     def uses_train_tasks(self) -> bool:
         """Whether ``fit`` needs training tasks (``Trainer.fit`` refuses an empty ``train`` when it does)."""
         return True
@@ -146,12 +141,14 @@ class _FitOnly(Algorithm):
     def __init__(self, wrapped: SupportsFit) -> None:
         self.wrapped = wrapped
 
-    @property
-    def name(self) -> str:
-        return type(self.wrapped).__name__
-
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         return await self.wrapped.fit(session, train, val)
+
+
+def name_of(algorithm: Algorithm) -> str:
+    """What the run's config and a stage's label call ``algorithm``: its class's name (the wrapped object's, for
+    an object with only ``fit``)."""
+    return type(algorithm.wrapped if isinstance(algorithm, _FitOnly) else algorithm).__name__
 
 
 def check_algorithm(algorithm: Any) -> Algorithm:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.algorithms.base import Algorithm, check_algorithm
+from tether.algorithms.base import Algorithm, check_algorithm, name_of
 from tether.models.base import ModelBackend, TrainableBackend
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
@@ -82,7 +82,7 @@ class Stages(Algorithm):
         from tether.algorithms.joint import Joint
 
         self.stages: list[Algorithm] = [check_algorithm(Joint(s) if isinstance(s, Mapping) else s) for s in stages]
-        names = [s.name.lower() for s in self.stages]
+        names = [name_of(s).lower() for s in self.stages]
         self.labels = [n if names.count(n) == 1 else f"{n}{i + 1}" for i, n in enumerate(names)]
 
     # -- the algorithm contract: every stage's parts --------------------------------------------------------
