@@ -21,7 +21,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
-from tether.algorithms.grpo_policies import update_policies  # noqa: E402
+from tether.algorithms.grpo.policies import update_policies  # noqa: E402
 from tether.models.base import (  # noqa: E402
     LoRACapable,
     PolicyBackend,

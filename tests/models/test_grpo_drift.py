@@ -309,7 +309,7 @@ async def test_rows_sampled_by_other_weights_are_refused(backend: EmbeddedBacken
 def test_each_policy_reports_its_refused_rows_and_the_step_their_sum() -> None:
     """With several policies (one adapter each), a step's metrics keep each policy's drift and refusals apart,
     so rows another policy's adapter answered show on the policy they were sampled for."""
-    from tether.algorithms.grpo_policies import merge_metrics
+    from tether.algorithms.grpo.policies import merge_metrics
 
     writer = {
         "trained_transitions": 6.0,

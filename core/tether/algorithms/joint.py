@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.algorithms import grpo_loop
 from tether.algorithms.apo import APO
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
 from tether.algorithms.base import Algorithm
-from tether.algorithms.grpo_loop import LoopHooks, PolicyUpdate
+from tether.algorithms.grpo import loop as grpo_loop
+from tether.algorithms.grpo.loop import LoopHooks, PolicyUpdate
 from tether.training.preflight import PreflightGroup
 from tether.training.result import FitResult
 from tether.types import PromptTemplate
@@ -114,7 +114,7 @@ class Joint(Algorithm):
             else:
                 raise TypeError(
                     f"algorithm[{name!r}] is a {type(part).__name__}: a joint run takes tether.GRPO(...) "
-                    "(weights: any tether.algorithms.grpo_loop.PolicyUpdate) or tether.APO(...) (prompts) "
+                    "(weights: any tether.algorithms.grpo.loop.PolicyUpdate) or tether.APO(...) (prompts) "
                     "per policy"
                 )
 

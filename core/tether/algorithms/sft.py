@@ -27,7 +27,7 @@ import torch
 from tether.algorithms import batching
 from tether.algorithms.base import Algorithm
 from tether.algorithms.evaluation import carried_eval, evaluate
-from tether.algorithms.grpo_policies import trained_policies, update_policies
+from tether.algorithms.grpo.policies import trained_policies, update_policies
 from tether.algorithms.sft_data import Example, Filter, read_finished, select, tokenize
 from tether.models.base import RendersReplies, TrainableBackend
 from tether.store import open_store

@@ -14,7 +14,7 @@ dropped (see ``GRPO``). Transitions are packed into micro-batches by length unde
 optional gradient checkpointing, so the update of a large model fits one GPU; the gradient is the one-batch
 gradient whatever the packing.
 
-``GRPO.fit`` is the training loop of ``tether.algorithms.grpo_loop`` (steps, evaluation, checkpoints; GRPO is
+``GRPO.fit`` is the training loop of ``tether.algorithms.grpo.loop`` (steps, evaluation, checkpoints; GRPO is
 its ``PolicyUpdate``) on the ``Session`` that ``Trainer.fit`` opens; rows are packed and scored by
 ``tether.algorithms.batching``. torch is imported here, so this module is loaded only when GRPO is used.
 """
@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tether.algorithms import batching, grpo_loop
-from tether.algorithms.grpo_defaults import Reference, default_lr
-from tether.algorithms.grpo_drift import Drift, Refusals
+from tether.algorithms import batching
+from tether.algorithms.grpo import loop as grpo_loop
+from tether.algorithms.grpo.defaults import Reference, default_lr
+from tether.algorithms.grpo.drift import Drift, Refusals
 from tether.models.base import LoRACapable
 from tether.models.lora import LoRA
 from tether.types import Transition
@@ -72,7 +73,7 @@ class GRPO(grpo_loop.PolicyUpdate):
 
     **Defaults by model.** ``lr=None`` picks the learning rate by what trains: LoRA adapters 5e-4 (2e-4 on a base
     of 1B parameters or more); all weights 5e-4 under 50M parameters (the embedded model), 1e-5 up to 1B, 1e-6
-    above (``tether.algorithms.grpo_defaults``; the ``lr`` metric says which). ``kl_coef > 0`` holds the policy
+    above (``tether.algorithms.grpo.defaults``; the ``lr`` metric says which). ``kl_coef > 0`` holds the policy
     near its start: with LoRA the base with its adapters off (no copy), with full weights a frozen copy.
 
     **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each policy has its own weights: a
@@ -85,7 +86,7 @@ class GRPO(grpo_loop.PolicyUpdate):
 
     group_size: int = 8
     tasks_per_step: int = 8
-    lr: float | None = None  # None: by what trains, see tether.algorithms.grpo_defaults
+    lr: float | None = None  # None: by what trains, see tether.algorithms.grpo.defaults
     clip_eps: float = 0.2
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0

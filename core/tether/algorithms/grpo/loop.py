@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from tether.algorithms.base import Algorithm
 from tether.algorithms.evaluation import carried_eval, evaluate
-from tether.algorithms.grpo_policies import trained_policies, update_policies
+from tether.algorithms.grpo.policies import trained_policies, update_policies
 from tether.models.base import TrainableBackend
 from tether.training import memory
 from tether.training.credit import CreditStats
