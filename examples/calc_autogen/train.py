@@ -1,13 +1,18 @@
-"""Train the AutoGen calculator agent with the embedded model on CPU: the code behind ``tether demo``.
+"""Train the AutoGen calculator agent on CPU: the code behind ``tether demo``.
 
 1. Warm start (``tether.WarmStart``): the agent runs against a teacher, here a scripted stand-in for your API
    model (``tether.testing.fake_llm``) that calls the calculator in the right format but often with the wrong
-   operation; the embedded model (fresh, its tokenizer fitted to the teacher's traffic) is fine-tuned on those
-   rollouts' calls.
+   operation; the student is fine-tuned on those rollouts' calls.
 2. GRPO, in the same run (``Trainer(algorithm=[WarmStart, GRPO])``), evaluating on held-out problems before
    the warm start, after it, during and after training.
 
-Run: ``python examples/calc_autogen/train.py`` (or ``tether demo``); ``--help`` lists the knobs.
+The student is the embedded model (fresh, its tokenizer fitted to the teacher's traffic, all weights trained)
+or, with ``--model smollm2``, SmolLM2-135M-Instruct (``model="smollm2"``), pretrained, trained through LoRA
+adapters in both stages, writing its calls in its own ``<tool_call>`` format; that preset's teacher is right
+60 % of the time, mostly wrong where the words mean - or /.
+
+Run: ``python examples/calc_autogen/train.py`` (or ``tether demo``, ``tether demo --model smollm2``);
+``--help`` lists the knobs.
 """
 
 from __future__ import annotations
@@ -81,6 +86,11 @@ SMOLLM2: dict[str, Any] = {
 }
 
 
+def _flags(preset: dict[str, Any]) -> str:
+    """A preset as the command-line flags it stands for (for --help)."""
+    return ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in preset.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=("embedded", "smollm2"),
         default="embedded",
         help="the student: the embedded model (fresh, full weights) or SmolLM2-135M-Instruct "
-        f'(model="smollm2", LoRA adapters; sets {", ".join(f"--{k.replace(chr(95), chr(45))} {v}" for k, v in SMOLLM2.items())})',
+        f'(model="smollm2", LoRA adapters; sets {_flags(SMOLLM2)})',
     )
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (--model smollm2)")
     parser.add_argument("--max-tokens", type=int, default=48, help="most tokens one model call may generate")
@@ -120,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "--quick",
         action="store_true",
         help="a small run that finishes in about a minute (flags given explicitly still win); "
-        f"sets {', '.join(f'--{k.replace(chr(95), chr(45))} {v}' for k, v in QUICK.items())}",
+        f"sets {_flags(QUICK)}",
     )
     parser.add_argument(
         "--no-preflight",
