@@ -44,20 +44,20 @@ def test_demonstrations_can_be_wrong_by_operation() -> None:
 
 def test_tether_demo_with_smollm2_runs_end_to_end(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    args = ["--model", "smollm2", "--run-dir", str(tmp_path / "runs"), "--n-train", "8", "--n-test", "4"]
+    args = ["--model", "smollm2", "--run-dir", str(tmp_path / "runs"), "--n-train", "4", "--n-test", "2"]
     args += ["--sft-epochs", "1", "--sft-batch", "4", "--tasks-per-step", "2", "--group-size", "2"]
-    args += ["--runners", "4", "--steps", "1", "--eval-every", "1", "--max-tokens", "24", "--rank", "4"]
+    args += ["--runners", "4", "--steps", "1", "--eval-every", "1", "--max-tokens", "16", "--rank", "4"]
     args += ["--no-preflight"]  # a 1-step warm start may get the preflight's problems all wrong
     done = subprocess.run(
         ["tether", "demo", *args],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,  # minutes on a quiet CPU; 15 were not enough at load 18
         env={**os.environ, "TETHER_CACHE": str(cache)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "warm start: 8 teacher rollouts" in done.stdout and "after the warm start alone" in done.stdout
-    assert "accuracy (greedy)" in done.stdout and "held-out tasks: 4" in done.stdout
+    assert "warm start: 4 teacher rollouts" in done.stdout and "after the warm start alone" in done.stdout
+    assert "accuracy (greedy)" in done.stdout and "held-out tasks: 2" in done.stdout
     run = tmp_path / "runs" / "run"
     assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"] == 1
     adapter = json.loads(next(run.rglob("adapter_config.json")).read_text())
