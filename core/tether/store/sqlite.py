@@ -67,6 +67,7 @@ from tether.store.base import (
     validate_spec,
 )
 from tether.store.memory import stale_reason, timed_out_span
+from tether.store.rollout_query import RolloutPage, RolloutQuery, sql_page
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -354,6 +355,41 @@ class SqliteStore(Store):
             args.append(int(limit))
         with self._tx(write=False) as conn:
             return [rollout_from_row(row) for row in conn.execute(sql, args)]
+
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        async def fetch(sql: str, args: list[Any]) -> list[Any]:
+            with self._read() as conn:
+                return conn.execute(sql, args).fetchall()
+
+        return await sql_page(query, fetch, rollout_from_row, table="rollouts", cols=ROLLOUT_COLS,
+                              placeholder=lambda _: "?")  # fmt: skip
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        """Counted from an index (every entry of it: ~0.1 s per million rollouts). A file is counted on a
+        connection of its own in a worker thread (WAL readers do not wait on the writer), so the event loop
+        and this store's other calls go on meanwhile."""
+        out = {s.value: 0 for s in RolloutStatus}
+        sql, args = "SELECT status, COUNT(*) FROM rollouts GROUP BY status", []
+        if mode is not None:
+            sql, args = "SELECT status, COUNT(*) FROM rollouts WHERE mode = ? GROUP BY status", [Mode(mode).value]
+        if self.path == ":memory:":
+            with self._read() as conn:
+                out.update(dict(conn.execute(sql, args).fetchall()))
+            return out
+        path = str(self.path)
+
+        def count() -> list[Any]:
+            conn = sqlite3.connect(Path(path).as_uri() + "?mode=ro", uri=True, timeout=30.0)
+            try:
+                return conn.execute(sql, args).fetchall()
+            finally:
+                conn.close()
+
+        try:
+            out.update(dict(await asyncio.to_thread(count)))
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return out
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._tx(write=False) as conn:

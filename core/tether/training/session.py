@@ -493,6 +493,7 @@ class Session:
             [
                 RolloutSpec(
                     input={"algorithm": algorithm},
+                    task_id=f"{spans.RECORD_METADATA}:{algorithm}",  # the dashboard finds it by this (indexed)
                     mode=Mode.VAL,
                     metadata={spans.RECORD_METADATA: algorithm},
                     heartbeat_timeout_s=None,  # no worker runs it: never swept as a dead worker's
