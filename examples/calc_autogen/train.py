@@ -79,6 +79,7 @@ SMOLLM2: dict[str, Any] = {
     "n_test": 64,
     "demo_accuracy": "+=0.9,-=0.3,*=0.9,/=0.3",  # 60 % right, wrong mostly where the words say - or /
     "sft_batch": 8,
+    "micro_batch": 2,  # rows per forward/backward: ~1 GB of activations and logits per 230-token row
     "sft_epochs": 2,
     "sft_lr": 1e-3,
     "runners": 64,
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft-epochs", type=int, default=8, help="epochs of the warm-start fine-tuning")
     parser.add_argument("--sft-lr", type=float, default=3e-3, help="learning rate of the warm start")
     parser.add_argument("--sft-batch", type=int, default=32, help="rows per optimizer step of the warm start")
+    parser.add_argument(
+        "--micro-batch", type=int, default=32, help="rows per forward/backward pass, both stages (memory)"
+    )
     parser.add_argument(
         "--model",
         choices=("embedded", "smollm2"),
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             epochs=args.sft_epochs,
             lr=args.sft_lr,
             batch_size=args.sft_batch,
-            micro_batch=min(args.sft_batch, 32 if lora is None else 8),
+            micro_batch=min(args.sft_batch, args.micro_batch),
             lora=lora,
         )
         trainer = tether.Trainer(
@@ -175,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     tasks_per_step=args.tasks_per_step,
                     lr=args.lr,
                     lora=lora,
-                    micro_batch=32 if lora is None else 8,
+                    micro_batch=args.micro_batch,
                 ),
             ],
             n_runners=args.runners,
