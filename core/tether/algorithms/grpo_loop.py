@@ -18,7 +18,6 @@ torch is imported only to write and read checkpoints, so this module loads witho
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import random
 import warnings
 from collections.abc import Callable, Sequence
@@ -150,9 +149,7 @@ class Loop:
         self.step = 0
         self.prompts: dict[str, PromptTemplate] | None = None
         self.last_batch: Batch | None = None
-        # one thread runs every update: asyncio.to_thread's pool may hand them to different threads, each
-        # with its own malloc arena holding freed activations
-        self._updates = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tether-update")
+        self._updates = memory.UpdateThread()  # one thread runs every update (flat memory)
         #: the policies updated one by one (each its own weights); None: the one shared policy
         self.policies: list[str] | None = None
         self._noted: set[str] = set()
@@ -160,17 +157,10 @@ class Loop:
 
     async def in_update_thread(self, work: Callable[[], T]) -> T:
         """``work()`` on the loop's update thread, then freed memory handed back (``memory.release``)."""
-
-        def run() -> T:
-            try:
-                return work()
-            finally:
-                memory.release()
-
-        return await asyncio.get_running_loop().run_in_executor(self._updates, run)
+        return await self._updates.run(work)
 
     def close(self) -> None:
-        self._updates.shutdown(wait=False)
+        self._updates.close()
 
     def _note(self, notes: list[str]) -> None:
         """Warn once per run of each credit rule that could not apply."""

@@ -5,7 +5,8 @@ rollouts — traces imported from production (OTLP, ``tether import``) or rollou
 passes (``tether.algorithms.sft_data``), tokenizes the calls that have no token ids with the model's chat
 template (recorded in the ``retokenized`` metric), then trains for ``epochs`` passes: batches of
 ``batch_size`` calls, each one optimizer step, packed into micro-batches of at most ``micro_batch`` rows (and
-``micro_batch_tokens`` padded tokens) whose gradients add up to the batch's. The loss is the mean negative
+``micro_batch_tokens`` padded tokens) whose gradients add up to the batch's, every step on one dedicated
+thread with freed memory handed back after it (``memory.UpdateThread``, as GRPO's). The loss is the mean negative
 log-likelihood of the reply tokens only (the prompt is context). Every step is logged to the run's
 ``metrics.jsonl`` with the progress bar; validation tasks, if given, run before and after; the weights and
 optimizer are checkpointed at the end. torch is imported here, so this module loads only when SFT is used.
@@ -14,6 +15,8 @@ optimizer are checkpointed at the end. torch is imported here, so this module lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import math
 import random
 import time
@@ -30,6 +33,7 @@ from tether.algorithms.grpo_policies import trained_policies, update_policies
 from tether.algorithms.sft_data import ChatTemplate, Example, Filter, read_finished, select, tokenize
 from tether.models.base import TrainableBackend
 from tether.store import open_store
+from tether.training import memory
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
 from tether.types import Task, Transition
@@ -142,7 +146,11 @@ class SFT:
             run.log(item)
             bar.update(item)
 
-        with FitProgress(per_epoch * self.epochs, enabled=session.settings.progress, kind="sft") as bar:
+        updates = memory.UpdateThread()  # one thread for every step: flat memory (memory.py says why)
+        with (
+            contextlib.closing(updates),
+            FitProgress(per_epoch * self.epochs, enabled=session.settings.progress, kind="sft") as bar,
+        ):
             record(data, bar)
             carried = grpo_loop.carried_eval(run)
             if val and carried is not None:  # a previous stage just evaluated these weights
@@ -156,7 +164,7 @@ class SFT:
                     batch = [rows[i] for i in order[b * self.batch_size : (b + 1) * self.batch_size]]
                     started = time.perf_counter()
                     self._lr_scale = _scale(self.schedule, step, per_epoch * self.epochs)
-                    metrics = await asyncio.to_thread(self._step, backend, batch, trained)
+                    metrics = await updates.run(functools.partial(self._step, backend, batch, trained))
                     step += 1
                     seconds = time.perf_counter() - started
                     record(
@@ -166,7 +174,7 @@ class SFT:
                     )
             if val:
                 record(await grpo_loop.evaluate(session, val, step=step), bar)
-            result.checkpoint = await asyncio.to_thread(self._save, backend, run, step, retokenized)
+            result.checkpoint = await updates.run(functools.partial(self._save, backend, run, step, retokenized))
         result.history = history
         return result
 
