@@ -223,4 +223,3 @@ def _without_call_ids(reply: dict[str, Any]) -> dict[str, Any]:
         return reply
     kept = [{k: v for k, v in c.items() if k != "id"} if isinstance(c, dict) else c for c in calls]
     return {**reply, "tool_calls": kept}
-
