@@ -165,13 +165,13 @@ def stable_order(rollouts: Sequence[Rollout]) -> list[Rollout]:
     then their task's input; rollouts alike in both (imported traces carry no seed) keep the store's order."""
 
     def key(rollout: Rollout) -> tuple[bool, int, str]:
-        seed = rollout.metadata.get(span_names.SEED_METADATA)
-        seeded = isinstance(seed, int) and not isinstance(seed, bool)
+        found = rollout.metadata.get(span_names.SEED_METADATA)
+        seed = found if isinstance(found, int) and not isinstance(found, bool) else None
         try:
             task = json.dumps(rollout.input, sort_keys=True, default=repr)
         except (TypeError, ValueError):  # (a circular input)
             task = repr(rollout.input)
-        return (not seeded, seed if seeded else 0, task)
+        return (seed is None, seed or 0, task)
 
     return sorted(rollouts, key=key)
 
