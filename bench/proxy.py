@@ -8,6 +8,11 @@ in the clients' event loop instead, as the trainer runs it next to its agents. D
 proxied rounds alternate so that machine noise hits both alike. Prints p50/p99 per call for 1 and 32
 concurrent clients and the overhead the proxy adds, and the proxy process's CPU time per call.
 
+``--agl-python PATH`` (a Python with ``agentlightning`` installed; never a tether dependency) also runs Agent
+Lightning's own LLM proxy (its LiteLLM-based ``LLMProxy``, ``bench/_agl_proxy.py``) in front of the same fake
+LLM, in the same alternating rounds with the same clients, and prints its added latency and the ratio
+AGL/tether. Both proxies record token ids (tether's backend asks for ``return_token_ids``, as AGL's does).
+
 With a backend that answers instantly, 32 clients in a closed loop saturate the machine (2 shared cores
 here): latency is then queueing behind the proxy's CPU cost per call, not a fixed per-call overhead. The
 last row therefore also gives the fake LLM a 50 ms answer time (a fast real model), where 32 clients
@@ -21,7 +26,10 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
+import re
 import statistics
+import subprocess
+import threading
 import time
 from typing import Any
 
@@ -29,22 +37,31 @@ import aiohttp
 import orjson
 
 ROLLOUTS = 32
-BODY = {
-    "model": "m",
-    "messages": [
-        {"role": "system", "content": "You are a helpful assistant. Answer briefly."},
-        {"role": "user", "content": "What is the capital of France? Reply with one word."},
-    ],
-    "temperature": 0.7,
-    "max_tokens": 32,
-}
+QUESTION = "What is the capital of France? Reply with one word."
+#: the fake LLM's answer time travels in the message (every proxy forwards messages as they are; AGL's drops
+#: ``metadata`` and ``user``)
+_DELAY = re.compile(r"\[bench_delay_ms=([0-9.]+)\]")
+
+
+def _body(delay_ms: float) -> dict[str, Any]:
+    question = f"{QUESTION} [bench_delay_ms={delay_ms:g}]"
+    return {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant. Answer briefly."},
+            {"role": "user", "content": question},
+        ],
+        "temperature": 0.7,
+        "max_tokens": 32,
+    }
 
 
 def _serve_fake(queue: Any) -> None:
     from tether.testing.fake_llm import FakeLLM, text
 
     def answer(request: dict[str, Any]) -> Any:
-        delay_ms = (request.get("metadata") or {}).get("bench_delay_ms", 0)
+        found = _DELAY.search(str(request["messages"][-1].get("content")))
+        delay_ms = float(found.group(1)) if found else 0.0
         return text("Paris is the capital of France.", delay_s=delay_ms / 1000.0)
 
     async def main() -> None:
@@ -68,12 +85,17 @@ async def _start_proxy(fake_url: str, stack: contextlib.AsyncExitStack) -> list[
     await store.enqueue([RolloutSpec(input=i) for i in range(ROLLOUTS)])
     claimed = await store.dequeue("bench", limit=ROLLOUTS)
     batcher = await stack.enter_async_context(SpanBatcher(store))
-    backend = RemoteBackend(fake_url, model="m")
+    backend = RemoteBackend(fake_url, model="m", return_token_ids=True)
     proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher, close_backend=True))
     return [await stack.enter_async_context(proxy.attempt(r.rollout_id, a.attempt_id)) for r, a in claimed]
 
 
-def _serve_proxy(fake_url: str, queue: Any) -> None:
+def _serve_proxy(fake_url: str, queue: Any, uvloop: bool = False) -> None:
+    if uvloop:  # the proxy process on uvloop's event loop (libuv) instead of asyncio's
+        import uvloop as _uvloop
+
+        _uvloop.install()
+
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:
             queue.put(await _start_proxy(fake_url, stack))
@@ -86,7 +108,7 @@ async def _round(
     session: aiohttp.ClientSession, urls: list[str], clients: int, calls: int, delay_ms: float = 0
 ) -> list[float]:
     """``clients`` concurrent clients (client k uses ``urls[k]``) making ``calls`` sequential calls each."""
-    payload = orjson.dumps({**BODY, "metadata": {"bench_delay_ms": delay_ms}})
+    payload = orjson.dumps(_body(delay_ms))
     headers = {"Content-Type": "application/json"}
     latencies: list[float] = []
 
@@ -118,10 +140,38 @@ def _cpu_s(pid: int) -> float:
 CASES = [(1, 0.0), (32, 0.0), (32, 50.0)]  # (concurrent clients, fake LLM answer time in ms)
 
 
+def _start_agl(python: str, fake_url: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """Agent Lightning's LLMProxy in front of ``fake_url``, run by ``python``; the process and its URLs."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_agl_proxy.py")
+    process = subprocess.Popen(
+        [python, script, fake_url, str(ROLLOUTS)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("AGL_URLS "):
+            # drain what LiteLLM prints from now on, so that a full pipe never stalls its proxy
+            threading.Thread(target=process.stdout.read, daemon=True).start()
+            return process, orjson.loads(line.split(" ", 1)[1])
+    raise RuntimeError(
+        f"Agent Lightning's LLMProxy did not start (exit status {process.wait()}): run "
+        f"`{python} {script} {fake_url} 1` to see why"
+    )
+
+
 async def _measure(
-    direct_url: str, proxy_urls: list[str] | None, proxy_pid: int, calls: int, rounds: int
+    direct_url: str,
+    proxy_urls: list[str] | None,
+    proxy_pid: int,
+    calls: int,
+    rounds: int,
+    agl: tuple[list[str], int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Alternate direct and proxied rounds. ``proxy_urls`` None: run the proxy here, in the clients' loop."""
+    """Alternate direct and proxied rounds. ``proxy_urls`` None: run the proxy here, in the clients' loop.
+    ``agl``: Agent Lightning's proxy (its URLs and process id), in a third round of each turn."""
     async with contextlib.AsyncExitStack() as stack:
         in_process = proxy_urls is None
         if proxy_urls is None:
@@ -135,9 +185,12 @@ async def _measure(
                     per_round = max(1, per_round // 4)  # slow answers: fewer calls
                 await _round(session, [direct_url], clients, 10, delay)  # warm up connections
                 await _round(session, proxy_urls, clients, 10, delay)
+                if agl is not None:
+                    await _round(session, agl[0], clients, 10, delay)
                 direct: list[float] = []
                 proxied: list[float] = []
-                cpu = 0.0
+                agl_proxied: list[float] = []
+                cpu = agl_cpu = 0.0
                 for _ in range(rounds):
                     before = _cpu_s(proxy_pid)
                     direct += await _round(session, [direct_url], clients, per_round, delay)
@@ -145,8 +198,19 @@ async def _measure(
                     proxied += await _round(session, proxy_urls, clients, per_round, delay)
                     # in-process, the clients' own CPU is in both rounds: count only what the proxied round added
                     cpu += _cpu_s(proxy_pid) - middle - ((middle - before) if in_process else 0.0)
-                row = {"clients": clients, "delay": delay, "direct": direct, "proxied": proxied}
+                    if agl is not None:
+                        before = _cpu_s(agl[1])
+                        agl_proxied += await _round(session, agl[0], clients, per_round, delay)
+                        agl_cpu += _cpu_s(agl[1]) - before
+                row = {
+                    "clients": clients,
+                    "delay": delay,
+                    "direct": direct,
+                    "proxied": proxied,
+                    "agl": agl_proxied,
+                }
                 row["cpu_ms"] = cpu * 1000.0 / len(proxied)
+                row["agl_cpu_ms"] = agl_cpu * 1000.0 / max(1, len(agl_proxied))
                 rows.append(row)
     return rows
 
@@ -160,6 +224,16 @@ def main() -> None:
         action="store_true",
         help="run the proxy in the clients' process and event loop (as the trainer runs it next to its agents)",
     )
+    parser.add_argument(
+        "--agl-python",
+        default=os.environ.get("TETHER_BENCH_AGL_PYTHON"),
+        help="a Python with agentlightning installed: also measure its LLMProxy (env TETHER_BENCH_AGL_PYTHON)",
+    )
+    parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="run the proxy process on uvloop (pip install uvloop; not a dependency)",
+    )
     args = parser.parse_args()
     calls = args.calls or (400 if args.quick else 4000)
     rounds = 4 if args.quick else 10
@@ -172,22 +246,34 @@ def main() -> None:
     processes = [fake]
     proxy_urls = None
     proxy_pid = os.getpid()
+    agl_process: subprocess.Popen[str] | None = None
+    agl: tuple[list[str], int] | None = None
     if not args.in_process:
-        proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue), daemon=True)
+        proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue, args.uvloop), daemon=True)
         proxy.start()
         processes.insert(0, proxy)
         proxy_urls = queue.get(timeout=60)
         assert proxy.pid is not None
         proxy_pid = proxy.pid
     try:
-        rows = asyncio.run(_measure(fake_url, proxy_urls, proxy_pid, calls, rounds))
+        if args.agl_python:
+            agl_process, agl_urls = _start_agl(args.agl_python, fake_url)
+            agl = (agl_urls, agl_process.pid)
+        rows = asyncio.run(_measure(fake_url, proxy_urls, proxy_pid, calls, rounds, agl))
     finally:
         for process in processes:
             process.terminate()
             process.join(10)
+        if agl_process is not None:
+            agl_process.kill()
+            agl_process.wait(10)
 
+    load = os.getloadavg()
     layout = "proxy in the clients' process" if args.in_process else "proxy in its own process"
+    layout += " on uvloop" if args.uvloop and not args.in_process else ""
     print(f"proxy overhead, {layout} ({calls} calls per row at most, {rounds} alternating rounds)")
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"{when}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
     header = f"{'clients':>7} {'backend':>8} | {'direct p50':>10} {'direct p99':>10} | {'proxy p50':>10}"
     header += f" {'proxy p99':>10} | {'added p50':>10} {'added p99':>10} | {'proxy CPU/call':>14}"
     print(header)
@@ -201,6 +287,23 @@ def main() -> None:
         )
     mean_direct = statistics.fmean(rows[0]["direct"])
     print(f"(1 client: mean direct {mean_direct:.3f} ms; targets: added p50 < 1 ms, added p99 < 5 ms)")
+    if agl is not None:
+        print("\nAgent Lightning's LLMProxy (LiteLLM), same rounds; ratio: AGL's / tether's (> 1: tether faster)")
+        header = f"{'clients':>7} {'backend':>8} | {'AGL p50':>10} {'AGL p99':>10} |"
+        header += f" {'added p50':>10} {'added p99':>10}"
+        header += f" | {'AGL CPU/call':>12} | {'added p50 ratio':>15} {'CPU ratio':>9}"
+        print(header)
+        print("-" * len(header))
+        for row in rows:
+            d50, d99 = _pct(row["direct"], 0.5), _pct(row["direct"], 0.99)
+            a50, a99 = _pct(row["agl"], 0.5), _pct(row["agl"], 0.99)
+            added = _pct(row["proxied"], 0.5) - d50
+            ratio = (a50 - d50) / added if added > 0 else float("inf")
+            cpu_ratio = row["agl_cpu_ms"] / row["cpu_ms"] if row["cpu_ms"] else float("inf")
+            print(
+                f"{row['clients']:>7} {row['delay']:>6.0f}ms | {a50:>8.3f}ms {a99:>8.3f}ms | {a50 - d50:>8.3f}ms"
+                f" {a99 - d99:>8.3f}ms | {row['agl_cpu_ms']:>10.3f}ms | {ratio:>14.1f}x {cpu_ratio:>8.1f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
+from tether._slots import Slots
+
 _IDLE_S = 30.0  # below the server's keep-alive timeout (aiohttp: 75 s): never race its close
 _CONNECT_S = 10.0
 
@@ -62,15 +64,20 @@ class Http11Pool:
         self._idle: list[_Conn] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = limit
-        self._slots: asyncio.Semaphore | None = None  # at most ``limit`` requests (connections) at once
+        self._slots: Slots | None = None  # at most ``limit`` requests (connections) at once
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         """``(status, body)``. Raises ``ConnectFailed``, ``Lost`` or ``BadResponse``."""
         self._bind()
-        if self._slots is None:
+        slots = self._slots
+        if slots is None:
             return await self._request(method, path, body)
-        async with self._slots:
+        if not slots.try_take():
+            await slots.take()
+        try:
             return await self._request(method, path, body)
+        finally:
+            slots.give()
 
     async def _request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         head = f"{method} {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._head_tail
@@ -102,7 +109,7 @@ class Http11Pool:
         if self._loop is not loop:  # connections of another (maybe closed) loop cannot be used here
             self._idle = []
             self._loop = loop
-            self._slots = asyncio.Semaphore(self._limit) if self._limit else None
+            self._slots = Slots(self._limit) if self._limit else None
 
     def _take(self) -> _Conn | None:
         now = time.monotonic()

@@ -6,6 +6,7 @@ what it serves.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 
@@ -23,6 +24,7 @@ def unbracket(host: str) -> str:
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
+@functools.lru_cache(maxsize=1024)  # asked per request by every server (its socket's address): parse each once
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

@@ -8,6 +8,8 @@ layouts exist:
   source of truth for training. Attributes are nested, not dotted (``ProxyLLMAttributes``): the request as
   sent, the choices with the token ids and logprobs the backend produced, usage, model, latency, and the
   version of the weights that sampled them (``WEIGHTS_VERSION``; None when the backend does not know it).
+  Consumers read it through ``proxy_call(span)``, one reader of the nested keys, which gives a ``ProxyCall``
+  (None for any other span, or a malformed one).
 - **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
   keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``); it
   only supplies the sub-agent name of a proxy span with the same request messages when the proxy's lacks one.
@@ -25,6 +27,7 @@ The sub-agent that made a call is the span's ``agent_name`` field, not an attrib
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from tether.types import Span, SpanKind
@@ -226,3 +229,85 @@ def proxy_llm_problem(span: Span) -> str | None:
     elif not isinstance(a.get("prompt_token_ids") or [], list) or not isinstance(a.get("usage") or {}, dict):
         why = "'prompt_token_ids' is not a list or 'usage' not an object"
     return None if why is None else f"span {span.span_id} ({LLM_CALL}) is malformed, so it is skipped: {why}"
+
+
+# -- the proxy's LLM span, read ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyCall:
+    """One proxy ``LLM_CALL`` span, read (``proxy_call``): what is missing is empty or None. The lists and
+    dicts are the span's own (not copies)."""
+
+    call_id: str | None
+    messages: list[dict[str, Any]]  # the request's messages, as the model saw them
+    tools: list[dict[str, Any]] | None
+    params: dict[str, Any]  # the request's sampling parameters (``RequestParams``)
+    choices: list[dict[str, Any]]  # ``ProxyChoice`` each
+    prompt_token_ids: list[int] | None
+    usage: dict[str, Any]
+    model: str | None  # the model that answered (the request's is ``params["model"]``)
+    latency_ms: float | None
+    weights_version: int | None
+    policy: str | None  # the policy that served the call (``POLICY``)
+
+    @property
+    def choice(self) -> dict[str, Any]:
+        """The first choice (the one a transition trains on); ``{}`` when there is none."""
+        return self.choices[0] if self.choices else {}
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The first choice's assistant message; ``{}`` when there is none."""
+        message = self.choice.get("message")
+        return message if isinstance(message, dict) else {}
+
+    @property
+    def response_token_ids(self) -> list[int] | None:
+        ids = self.choice.get("response_token_ids")
+        return ids if isinstance(ids, list) else None
+
+    @property
+    def logprobs(self) -> list[float] | None:
+        logprobs = self.choice.get("logprobs")
+        return logprobs if isinstance(logprobs, list) else None
+
+    @property
+    def finish_reason(self) -> str | None:
+        reason = self.choice.get("finish_reason")
+        return reason if isinstance(reason, str) else None
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls of the first choice's message."""
+        calls = self.message.get("tool_calls")
+        return calls if isinstance(calls, list) else []
+
+    def has_tool_call(self) -> bool:
+        """Whether any choice asked for a tool."""
+        return any((c.get("message") or {}).get("tool_calls") for c in self.choices)
+
+
+def proxy_call(span: Span) -> ProxyCall | None:
+    """The proxy's span of an answered model call, read; None for any other span and for a malformed one
+    (``is_proxy_llm_span``)."""
+    if not is_proxy_llm_span(span):
+        return None
+    a = span.attributes
+    request = a["request"]  # a dict, and the rest of the layout readable: is_proxy_llm_span checked it
+    params = request.get("params")
+    call_id, model, latency = a.get("call_id"), a.get("model"), a.get("latency_ms")
+    version, policy = a.get(WEIGHTS_VERSION), a.get(POLICY)
+    return ProxyCall(
+        call_id=call_id if isinstance(call_id, str) else None,
+        messages=request.get("messages") or [],
+        tools=request.get("tools") or None,
+        params=params if isinstance(params, dict) else {},
+        choices=a["choices"],
+        prompt_token_ids=a.get("prompt_token_ids"),
+        usage=a.get("usage") or {},
+        model=model if isinstance(model, str) else None,
+        latency_ms=latency if isinstance(latency, int | float) and not isinstance(latency, bool) else None,
+        weights_version=version if isinstance(version, int) and not isinstance(version, bool) else None,
+        policy=policy if isinstance(policy, str) and policy else None,
+    )

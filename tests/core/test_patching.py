@@ -134,3 +134,26 @@ def test_one_patch_module_defines_every_patch_helper_and_seam_error() -> None:
     home = "core/tether/capture/patching.py"
     assert defined == {f"{home}:Patch", f"{home}:SharedPatch", f"{home}:SeamMissing"}
     assert redirect.SeamMissing is patching.SeamMissing and instrument.Patch is patching.Patch
+
+
+def test_a_seam_names_the_installed_version_what_moved_and_who_needs_updating() -> None:
+    import importlib.metadata
+
+    import pluggy
+
+    from tether.capture.patching import Seam, SeamMissing
+
+    seam = Seam("pluggy", "tether.plugin.manager")
+    version = importlib.metadata.version("pluggy")
+    seam.require(pluggy.PluginManager, "register", "add_hookspecs")  # present: nothing raised
+    seam.require_parameters(pluggy.PluginManager.register, "plugin", "name")
+    with pytest.raises(SeamMissing) as missing:
+        seam.require(pluggy.PluginManager, "register", "_no_such_field")
+    assert str(missing.value) == (
+        f"pluggy {version}: pluggy._manager.PluginManager has no _no_such_field; tether.plugin.manager needs "
+        f"updating for this release, or pin pluggy to a version it supports"
+    )
+    with pytest.raises(SeamMissing, match=rf"pluggy {version}: .*PluginManager\.register\(.* takes no renamed"):
+        seam.require_parameters(pluggy.PluginManager.register, "plugin", "renamed")
+    with pytest.raises(SeamMissing, match=r"^no-such-dist \?: pluggy has no gone"):
+        Seam("no-such-dist", "x").require(pluggy, "gone")

@@ -16,7 +16,7 @@ from typing import Any
 
 from tether import spans as schema
 from tether.proxy.system_messages import is_captured
-from tether.spans import is_proxy_llm_span
+from tether.spans import proxy_call
 from tether.types import PromptTemplate, Rollout, Span, SpanKind
 
 CRITIC_SYSTEM = (
@@ -120,17 +120,17 @@ def render_trace(rollout: Rollout, spans: Sequence[Span]) -> str:
     sent_back = _tool_ids_sent_back(ordered)  # tool results shown as the model saw them, in its requests
     calls = 0
     for span in ordered:
-        if is_proxy_llm_span(span):
+        call = proxy_call(span)
+        if call is not None:
             calls += 1
-            messages = (span.attributes.get("request") or {}).get("messages") or []
+            messages = call.messages
             done = seen.get(span.agent_name, 0)
             for message in messages[done:] if len(messages) >= done else messages:
                 if message.get("role") == "assistant":
                     continue  # the model's own earlier answers are shown where it gave them
                 lines.append(f"[{message.get('role')}] {_clip(_content(message.get('content')))}")
-            choice = (span.attributes.get("choices") or [{}])[0]
             who = f" ({span.agent_name})" if span.agent_name else ""
-            lines.append(f"[assistant, call {calls}{who}] {_clip(_answer(choice.get('message') or {}))}")
+            lines.append(f"[assistant, call {calls}{who}] {_clip(_answer(call.message))}")
             seen[span.agent_name] = len(messages) + 1  # the answer comes back in the next request
         elif span.kind == SpanKind.TOOL and span.attributes.get(schema.TOOL_CALL_ID) not in sent_back:
             attrs = span.attributes
@@ -156,8 +156,9 @@ def render_trace(rollout: Rollout, spans: Sequence[Span]) -> str:
 def _tool_ids_sent_back(spans: Sequence[Span]) -> set[str]:
     ids: set[str] = set()
     for span in spans:
-        if is_proxy_llm_span(span):
-            for message in (span.attributes.get("request") or {}).get("messages") or []:
+        call = proxy_call(span)
+        if call is not None:
+            for message in call.messages:
                 if message.get("role") == "tool" and isinstance(message.get("tool_call_id"), str):
                     ids.add(message["tool_call_id"])
     return ids

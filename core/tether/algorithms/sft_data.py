@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from tether import spans as span_names
 from tether.policies import agent_key
-from tether.spans import is_proxy_llm_span
+from tether.spans import proxy_call
 from tether.store.base import Store
 from tether.training.transitions import build_transitions
 from tether.types import Rollout, RolloutStatus, Span
@@ -91,19 +91,18 @@ class Selection:
 def examples_of(rollout: Rollout, spans: Sequence[Span]) -> list[Example]:
     """The calls of one attempt (its spans) that have a reply, with their sub-agent names."""
     ordered = sorted(spans, key=lambda s: s.sequence if s.sequence is not None else 0)
-    calls = [s for s in ordered if is_proxy_llm_span(s)]
+    calls = [(s, call) for s in ordered if (call := proxy_call(s)) is not None]
     transitions = build_transitions(rollout, ordered).transitions  # one per call, same order: agent names
     out = []
-    for span, t in zip(calls, transitions, strict=True):
+    for (span, call), t in zip(calls, transitions, strict=True):
         if not t.response:
             continue
-        request = span.attributes.get("request") or {}
         out.append(
             Example(
                 rollout_id=rollout.rollout_id,
                 agent_name=t.agent_name,
                 messages=list(t.messages),
-                tools=request.get("tools") or None,
+                tools=call.tools,
                 reply=dict(t.response),
                 prompt_token_ids=t.prompt_token_ids,
                 response_token_ids=t.response_token_ids,

@@ -1,6 +1,7 @@
 """The patch helpers tether uses on frameworks' code, in one place: ``Patch`` replaces one attribute and puts the
 original back exactly; ``SharedPatch`` holds a process-wide patch by reference count; ``SeamMissing`` is raised,
-naming the installed version, when a private seam tether patches has moved in a new release.
+naming the installed version, when a private seam tether patches or reads has moved in a new release, and
+``Seam`` checks such private parts where they are used (attributes, a function's parameters) and raises it.
 
 Several parts of tether patch the same process-wide thing (the openai SDK's request builder, the Agents SDK's
 trace processors): the adapter while instrumented, the runner around each rollout, an adapter around each
@@ -12,6 +13,8 @@ taken out exactly once.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -28,6 +31,61 @@ PATCH_TAG = "__tether_patch__"
 class SeamMissing(RuntimeError):
     """A framework no longer has the private function or field tether patches or reads (a new release moved
     it); the message names the installed version and what to do."""
+
+
+class Seam:
+    """The private parts of one installed framework that a tether module relies on: ``require`` and
+    ``require_parameters`` check them where they are used, and raise ``SeamMissing`` naming the framework's
+    installed version, what moved, the tether module to update and the version pin that avoids it::
+
+        _SEAM = Seam("autogen-agentchat", "tether_autogen.isolate")
+        _SEAM.require(team, "_participants", "_max_turns")  # SeamMissing if a release renamed one
+    """
+
+    def __init__(self, distribution: str, used_by: str) -> None:
+        self.distribution = distribution
+        self.used_by = used_by
+
+    @property
+    def version(self) -> str:
+        """The installed version of the framework's distribution ("?" when it cannot be read)."""
+        try:
+            return importlib.metadata.version(self.distribution)
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            return "?"
+
+    def missing(self, what: str) -> SeamMissing:
+        """The error for a seam that moved: ``what`` says which part and how it differs."""
+        return SeamMissing(
+            f"{self.distribution} {self.version}: {what}; {self.used_by} needs updating for this release, or "
+            f"pin {self.distribution} to a version it supports"
+        )
+
+    def require(self, owner: Any, *names: str) -> None:
+        """``SeamMissing`` unless ``owner`` (an object, class or module) has every attribute in ``names``."""
+        absent = [name for name in names if not hasattr(owner, name)]
+        if absent:
+            raise self.missing(f"{_describe(owner)} has no {', '.join(absent)}")
+
+    def require_parameters(self, func: Any, *names: str) -> None:
+        """``SeamMissing`` unless ``func`` takes every parameter in ``names`` (by keyword)."""
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError) as exc:
+            raise self.missing(f"{_describe(func)} has no readable signature ({exc})") from exc
+        absent = [name for name in names if name not in params]
+        if absent:
+            raise self.missing(f"{_describe(func)}{inspect.signature(func)} takes no {', '.join(absent)}")
+
+    def __repr__(self) -> str:
+        return f"<Seam {self.distribution} for {self.used_by}>"
+
+
+def _describe(owner: Any) -> str:
+    if isinstance(owner, type) or (callable(owner) and hasattr(owner, "__qualname__")):
+        return f"{getattr(owner, '__module__', '?')}.{owner.__qualname__}"
+    name = getattr(owner, "__name__", None)  # a module
+    return name if isinstance(name, str) else f"a {type(owner).__qualname__}"
 
 
 class SharedPatch(Generic[_T]):

@@ -21,10 +21,12 @@ release moves it.
 context (the plain-function adapter reads tool results from it). Agent names go out percent-encoded
 (``tether.capture.context.encode_agent_header``: a name with a newline is still a valid header).
 
-The runner holds the redirect around every rollout (``held()``: only when the ``openai`` SDK is installed,
-decided once); adapters may hold it too, for a user's own ``run=`` or while instrumented. ``install()`` /
-``uninstall()`` are reference-counted through one ``tether.capture.patching.SharedPatch``; the last ``uninstall()``
-restores the original function object exactly. Importing this module does not import ``openai``: ``seam()``
+The runner alone holds the redirect, around every rollout (``held()``: only when the ``openai`` SDK is
+installed, decided once), the adapter's run and a user's ``run=`` alike; adapters never hold it (they name
+sub-agents and capture), so nothing stays patched once no rollout runs. ``install()`` / ``uninstall()`` are
+reference-counted through one ``tether.capture.patching.SharedPatch`` (for tests and benchmarks that drive a
+rollout scope by hand, as the runner does); the last ``uninstall()`` restores the original function object
+exactly. Importing this module does not import ``openai``: ``seam()``
 does, when the redirect is first installed.
 """
 

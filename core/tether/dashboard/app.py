@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -150,9 +151,7 @@ async def _api_rollout(request: web.Request) -> web.Response:
     rollout_id = request.query.get("id", "").strip()
     if not rollout_id:
         raise ValueError("query parameter 'id' is required")
-    await index.refresh()
-    row = index.get(rollout_id)
-    group = [r.rollout_id for r in index.group(row)] if row is not None else []
+    group = await index.group(rollout_id)
     detail = await rollout_detail(index.store, rollout_id, request.query.get("attempt") or None, group)
     return _ok(detail)
 
@@ -166,14 +165,7 @@ async def _api_resources(request: web.Request) -> web.Response:
         return _ok({"versions": [], "total": 0, "offset": 0, "next_offset": None})
     offset = _int(request, "offset", 0)
     limit = _int(request, "limit", 20, 1, 100)
-    await index.refresh()
-    usage: dict[int, list[float]] = {}
-    counts: dict[int, int] = {}
-    for row in index.rows():
-        if row.record is None and row.resources_version is not None:
-            counts[row.resources_version] = counts.get(row.resources_version, 0) + 1
-            if row.reward is not None:
-                usage.setdefault(row.resources_version, []).append(row.reward)
+    usage = await index.version_usage()
     scores = await _apo_scores(source, index)
     wanted = range(latest.version - offset, max(0, latest.version - offset - limit - 1), -1)
     fetched: list[Resources] = []
@@ -187,10 +179,11 @@ async def _api_resources(request: web.Request) -> web.Response:
     versions = []
     for i, resources in enumerate(fetched[:limit]):
         older = fetched[i + 1] if i + 1 < len(fetched) else None
-        rewards = usage.get(resources.version, [])
+        used = usage.get(resources.version, [])
+        rewards = [r for r in used if not math.isnan(r)]
         data = resources.to_dict()
         data["prompts_changed"] = older is None or older.prompts != resources.prompts
-        data["rollouts"] = counts.get(resources.version, 0)
+        data["rollouts"] = len(used)
         data["mean_reward"] = sum(rewards) / len(rewards) if rewards else None
         data["apo"] = scores.get(resources.version, [])
         versions.append(data)
@@ -208,7 +201,7 @@ async def _api_resources(request: web.Request) -> web.Response:
 async def _apo_scores(source: Source, index: Any) -> dict[int, list[dict[str, Any]]]:
     """APO's candidate records by resources version: from the store's record rollout, else the run folder."""
     entries: list[dict[str, Any]] = []
-    for row in index.records("apo"):
+    for row in await index.records("apo"):
         try:
             attempts = await index.store.get_attempts(row.rollout_id)
             for attempt in attempts:

@@ -1,34 +1,46 @@
-"""The dashboard's view of one store's rollouts: a cached summary row per rollout, filtered, sorted and paged
-on the server so that no page ever carries the whole store.
+"""The dashboard's view of one store's rollouts: each page one paged query of the store, so that a page costs
+the same on a store of a hundred rollouts and of a million.
 
-Everything is read through the public ``Store`` API. A full ``list_rollouts()`` builds the index; after that,
-a cheap poll (the queued and running rollouts, and the ones that were unfinished at the last look) keeps it
-current, because a finished rollout never changes. A full re-read still happens now and then (at most every
-``max(30 s, 20 x its own duration)``, in the background) to catch rollouts enqueued and finished between two
-polls, and harvested ones. The sub-agents and duration of a rollout come from its attempts and spans: they
-are read for the rows of the page shown only, and kept for finished rollouts. A sub-agent filter therefore
-scans rows in order under a time budget and says how far it got.
+A page is ``Store.query_rollouts`` (``tether.store.rollout_query``): filters, order and page run in the store,
+on its indexes. The next page continues from the cursor the previous one returned (kept per filters and
+position), a far page (the last, or one typed in) skips rows with an offset. The counts by status come from
+``Store.count_rollouts``, kept for ``max(COUNT_MIN_S, COUNT_FACTOR x the count's own duration)`` and shown with
+the time they were taken; a page filtered by reward or by search has no count (it would scan the store): it
+says whether more follow instead. Algorithm records (``spans.RECORD_METADATA``) are not rows of the list.
+The sub-agents and duration of a rollout come from its attempts and spans: they are read for the rows of
+the page shown only, and kept for finished rollouts. A sub-agent filter therefore scans rows in order under
+a time budget and says how far it got.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether import spans
 from tether.store.base import NotFound, Store
+from tether.store.rollout_query import MAX_PAGE, RolloutQuery
 from tether.types import Attempt, Mode, Rollout, RolloutStatus, Span, SpanKind
 
-POLL_S = 1.0  # the cheap poll runs at most this often
-MIN_FULL_S = 30.0  # a full re-read runs at most this often ...
-FULL_FACTOR = 20.0  # ... and at most once per this many times its own duration
+COUNT_MIN_S = 2.0  # counts by status are taken again at most this often ...
+COUNT_FACTOR = 20.0  # ... and at most once per this many times the count's own duration
+COLD_WAIT_S = 0.15  # a page waits this long (from its start) for the first count, then goes on without
+USAGE_MIN_S = 30.0  # the resources page's per-version figures (a full read) at most this often
 SCAN_BUDGET_S = 1.5  # a sub-agent filter reads spans for at most this long per page
 MAX_LIMIT = 200
 _DETAIL_CACHE = 50_000  # finished rollouts whose sub-agents and duration are kept
+_CURSORS = 4096  # (filters, position) -> the store's cursor for the page that starts there
+
+
+def record_task(kind: str) -> str:
+    """The task id of an algorithm's record rollout (``Session.open_record``): found by an indexed query."""
+    return f"{spans.RECORD_METADATA}:{kind}"
 
 
 @dataclass(slots=True)
@@ -107,204 +119,183 @@ SORTS = ("newest", "oldest", "reward_desc", "reward_asc")
 @dataclass(slots=True)
 class Page:
     rows: list[dict[str, Any]]
-    total: int  # rows matching every filter but the sub-agent one
+    total: int | None  # rows matching every filter but the sub-agent one; None: not counted (reward, search)
     offset: int
     next_offset: int | None  # where the next page starts in those rows; None at the end
     scanned: int  # with a sub-agent filter: how many rows were looked at for this page
     exact: bool  # False when a sub-agent filter stopped early (its budget) and more may match
-    counts: dict[str, int] = field(default_factory=dict)
-    refreshed_at: float = 0.0
+    counts: dict[str, int] | None = None  # None: not counted yet (a cold page went on without waiting)
+    refreshed_at: float = 0.0  # when the counts were taken
     agents: list[str] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Counted:
+    counts: dict[str, int]
+    at: float  # time.time() when taken
+    took: float
+    monotonic: float
+
+
 class RolloutIndex:
-    """Summary rows of one store's rollouts, kept current by polling; see the module docstring."""
+    """Pages of one store's rollouts, read by paged queries; see the module docstring."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._rows: dict[str, Row] = {}
-        self._unfinished: set[str] = set()
         self._details: dict[str, Detail] = {}
         self._agents_seen: set[str] = set()
-        self._version = 0  # bumped when any row changes
-        self._sorted: tuple[tuple[Any, ...], int, list[Row]] | None = None
-        self._counts: tuple[int, dict[str, int]] | None = None
-        self._lock = asyncio.Lock()
-        self._full_at = 0.0
-        self._full_s = 0.0
-        self._poll_at = 0.0
-        self._background: asyncio.Task[None] | None = None
+        self._cursors: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._counts: dict[Mode | None, _Counted] = {}
+        self._counting: dict[Mode | None, asyncio.Future[_Counted]] = {}
+        self._usage: tuple[float, dict[int, list[float]]] | None = None
         self.refreshed_at = 0.0
 
-    # -- keeping current ------------------------------------------------------------------------------------
-
-    async def refresh(self) -> None:
-        """Bring the index up to date as cheaply as the module docstring says."""
-        now = time.monotonic()
-        if not self._full_at:
-            async with self._lock:
-                if not self._full_at:
-                    await self._full()
-            return
-        if now - self._full_at > max(MIN_FULL_S, FULL_FACTOR * self._full_s):
-            if self._background is None or self._background.done():
-                self._background = asyncio.ensure_future(self._full_locked())
-        if now - self._poll_at >= POLL_S and not self._lock.locked():  # a full re-read is running: serve this
-            async with self._lock:
-                if time.monotonic() - self._poll_at >= POLL_S:
-                    await self._poll()
-
     async def close(self) -> None:
-        if self._background is not None and not self._background.done():
-            self._background.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._background
+        self._cursors.clear()
+        for task in self._counting.values():
+            task.cancel()
+        for task in self._counting.values():
+            with contextlib.suppress(BaseException):
+                await task
 
-    async def _full_locked(self) -> None:
-        async with self._lock:
-            await self._full()
+    # -- counts -------------------------------------------------------------------------------------------
 
-    async def _full(self) -> None:
+    async def counts(self, mode: Mode | None = None, wait_s: float = COLD_WAIT_S) -> _Counted | None:
+        """Rollouts by status, and ``all`` (of ``mode`` if given), with when they were taken. The last count
+        is answered at once while a new one runs in the background (at most as often as the module docstring
+        says); with none yet, this waits ``wait_s`` for the first and answers None if it is not in by then."""
+        known, task = self._counting_now(mode)
+        if known is not None or task is None:
+            return known
+        if wait_s > 0:
+            await asyncio.wait({task}, timeout=wait_s)
+        return task.result() if task.done() else None
+
+    def _counting_now(self, mode: Mode | None) -> tuple[_Counted | None, asyncio.Future[_Counted] | None]:
+        known = self._counts.get(mode)
+        task = self._counting.get(mode)
+        due = known is None or time.monotonic() - known.monotonic >= max(COUNT_MIN_S, COUNT_FACTOR * known.took)
+        if due and (task is None or task.done()):
+            task = self._counting[mode] = asyncio.ensure_future(self._count(mode))
+        return known, task
+
+    async def _count(self, mode: Mode | None) -> _Counted:
         started = time.monotonic()
-        rollouts = await self.store.list_rollouts()
-        self._rows = {r.rollout_id: Row.of(r) for r in rollouts}
-        self._unfinished = {i for i, row in self._rows.items() if not row.finished}
-        self._details = {i: d for i, d in self._details.items() if i in self._rows}
-        self._changed()
-        self._full_at = self._poll_at = time.monotonic()
-        self._full_s = self._full_at - started
-        self.refreshed_at = time.time()
+        counts = await self.store.count_rollouts(mode=mode)
+        counts["all"] = sum(counts.values())
+        done = time.monotonic()
+        self._counts[mode] = counted = _Counted(counts, time.time(), done - started, done)
+        return counted
 
-    async def _poll(self) -> None:
-        live: dict[str, Rollout] = {}
-        for status in (RolloutStatus.QUEUED, RolloutStatus.RUNNING):
-            for rollout in await self.store.list_rollouts(status=status):
-                live[rollout.rollout_id] = rollout
-        gone = [i for i in self._unfinished if i not in live]
-        changed = bool(gone) or any(
-            (row := self._rows.get(i)) is None
-            or row.status != str(r.status)
-            or row.attempt_count != r.attempt_count
-            for i, r in live.items()
-        )
-        if gone:
-            found = {r.rollout_id: r for r in await self.store.list_rollouts(rollout_ids=gone)}
-            for rollout_id in gone:
-                if rollout_id in found:
-                    self._rows[rollout_id] = Row.of(found[rollout_id])
-                else:  # harvested
-                    self._rows.pop(rollout_id, None)
-        for rollout_id, rollout in live.items():
-            self._rows[rollout_id] = Row.of(rollout)
-        self._unfinished = set(live)
-        if changed:
-            self._changed()
-        self._poll_at = time.monotonic()
-        self.refreshed_at = time.time()
-
-    def _changed(self) -> None:
-        self._version += 1
-        self._sorted = None
-
-    # -- reading --------------------------------------------------------------------------------------------
-
-    def rows(self) -> Iterable[Row]:
-        return self._rows.values()
-
-    def get(self, rollout_id: str) -> Row | None:
-        return self._rows.get(rollout_id)
-
-    def counts(self) -> dict[str, int]:
-        """Rollouts of the agent (not records) by status, and in all (kept until a row changes)."""
-        if self._counts is not None and self._counts[0] == self._version:
-            return dict(self._counts[1])
-        out = {s.value: 0 for s in RolloutStatus}
-        for row in self._rows.values():
-            if row.record is None:
-                out[row.status] = out.get(row.status, 0) + 1
-        out["all"] = sum(out.values())
-        self._counts = (self._version, dict(out))
-        return out
-
-    def records(self, kind: str) -> list[Row]:
-        return [row for row in self._rows.values() if row.record == kind]
-
-    def group(self, row: Row) -> list[Row]:
-        """The rollouts GRPO compares ``row`` with: same task, same resources version, same mode."""
-        return [
-            r
-            for r in self._rows.values()
-            if r.task_id == row.task_id
-            and r.resources_version == row.resources_version
-            and r.mode == row.mode
-            and r.record is None
-        ]
-
-    def filtered(self, filters: Filters) -> list[Row]:
-        """Rows matching every filter but the sub-agent one, in the filters' order (cached per index state)."""
-        key = filters.key()
-        if self._sorted is not None and self._sorted[0] == key and self._sorted[1] == self._version:
-            return self._sorted[2]
-        rows = [r for r in self._rows.values() if r.record is None]
-        if filters.status:
-            rows = [r for r in rows if r.status == filters.status]
-        if filters.mode:
-            rows = [r for r in rows if r.mode == filters.mode]
-        if filters.min_reward is not None or filters.max_reward is not None:
-            low = filters.min_reward if filters.min_reward is not None else float("-inf")
-            high = filters.max_reward if filters.max_reward is not None else float("inf")
-            rows = [r for r in rows if r.reward is not None and low <= r.reward <= high]
-        if filters.query:
-            q = filters.query.strip().lower()
-            rows = [r for r in rows if q in r.rollout_id.lower() or q in r.task_id.lower()]
-        if filters.sort == "oldest":
-            rows.sort(key=lambda r: r.created_at)
-        elif filters.sort in ("reward_desc", "reward_asc"):
-            sign = -1.0 if filters.sort == "reward_desc" else 1.0
-            rows.sort(key=lambda r: (r.reward is None, sign * (r.reward or 0.0), -r.created_at))
-        else:
-            rows.sort(key=lambda r: -r.created_at)
-        self._sorted = (key, self._version, rows)
-        return rows
+    # -- pages --------------------------------------------------------------------------------------------
 
     async def page(self, filters: Filters, offset: int = 0, limit: int = 50) -> Page:
-        """One page of rows from ``offset`` (a position in ``filtered(filters)``), with their details."""
-        await self.refresh()
+        """One page of rows from position ``offset`` of the rollouts matching ``filters``, with details."""
         limit = max(1, min(int(limit), MAX_LIMIT))
-        base = self.filtered(filters)
-        offset = max(0, min(int(offset), len(base)))
+        offset = max(0, int(offset))
+        mode = Mode(filters.mode) if filters.mode else None
+        started = time.monotonic()
+        # the first page of a store not counted yet is read while the count runs: it waits for the count at
+        # the end, for what is left of COLD_WAIT_S; a later page needs the total first (far pages, clamping)
+        counted = await self.counts(mode, 0.0 if offset == 0 else COLD_WAIT_S)
+        total = _total(filters, counted)
+        if total is not None:
+            offset = min(offset, total)
+        key = filters.key()
+        after = self._cursors.get((key, offset)) if offset else None
         chosen: list[tuple[Row, Detail]] = []
-        position = offset
-        scanned = 0
-        exact = True
-        if filters.agent:
-            deadline = time.monotonic() + SCAN_BUDGET_S
-            while position < len(base) and len(chosen) < limit:
-                if time.monotonic() > deadline and scanned:
-                    exact = False
-                    break
-                row = base[position]
-                detail = await self.detail(row)
-                scanned += 1
-                position += 1
-                if filters.agent in detail.agents:
-                    chosen.append((row, detail))
-        else:
-            for row in base[offset : offset + limit]:
-                chosen.append((row, await self.detail(row)))
-            position = offset + len(chosen)
-            scanned = len(chosen)
+        position, exact, more = offset, True, True
+        if after is None and total is not None and offset > total // 2 and filters.sort in _REVERSED:
+            if not filters.agent:  # a page past the middle: read from the other end (the last page is a first)
+                back = _query(filters, None, max(0, total - offset - limit), min(limit, total - offset))
+                found = await self.store.query_rollouts(back_query(back))
+                position += len(found.rollouts)
+                chosen = await self._with_details(filters, list(reversed(found.rollouts)))
+                return self._page(chosen, filters, offset, position if position < total else None, exact, counted)
+        skip = 0 if after is not None else offset
+        deadline = time.monotonic() + SCAN_BUDGET_S
+        while more and len(chosen) < limit:
+            if filters.agent and position > offset and time.monotonic() > deadline:
+                exact = False
+                break
+            found = await self.store.query_rollouts(_query(filters, after, skip, limit - len(chosen)))
+            after, skip = found.next, 0
+            more = found.next is not None
+            position += len(found.rollouts)
+            if found.next is not None:
+                self._remember((key, position), found.next)
+            chosen += await self._with_details(filters, found.rollouts)
+            if not filters.agent:
+                break  # a page is one query (a record among its rows leaves it one row short)
+        if counted is None:
+            counted = await self.counts(mode, COLD_WAIT_S - (time.monotonic() - started))
+        return self._page(chosen, filters, offset, position if more else None, exact, counted)
+
+    async def _with_details(self, filters: Filters, rollouts: Sequence[Rollout]) -> list[tuple[Row, Detail]]:
+        """The rows of ``rollouts`` (records left out) with their details, those of the sub-agent filter."""
+        rows = [Row.of(r) for r in rollouts if not _is_record(r)]
+        details = await asyncio.gather(*(self.detail(row) for row in rows))  # concurrent on a pooled store
+        return [(row, d) for row, d in zip(rows, details, strict=True) if _has_agent(filters, d)]
+
+    def _page(
+        self, chosen: list[tuple[Row, Detail]], filters: Filters, offset: int, next_offset: int | None,
+        exact: bool, counted: _Counted | None,
+    ) -> Page:  # fmt: skip
+        end = next_offset if next_offset is not None else offset + len(chosen)
         return Page(
             rows=[_row_json(row, detail) for row, detail in chosen],
-            total=len(base),
+            total=_total(filters, counted),
             offset=offset,
-            next_offset=position if position < len(base) else None,
-            scanned=scanned,
+            next_offset=next_offset,
+            scanned=end - offset,
             exact=exact,
-            counts=self.counts(),
-            refreshed_at=self.refreshed_at,
+            counts=dict(counted.counts) if counted is not None else None,
+            refreshed_at=counted.at if counted is not None else time.time(),
             agents=sorted(self._agents_seen),
         )
+
+    def _remember(self, where: tuple[Any, ...], cursor: str) -> None:
+        self._cursors[where] = cursor
+        self._cursors.move_to_end(where)
+        while len(self._cursors) > _CURSORS:
+            self._cursors.popitem(last=False)
+
+    # -- what other pages need ----------------------------------------------------------------------------
+
+    async def group(self, rollout_id: str) -> list[str]:
+        """The rollouts GRPO compares ``rollout_id`` with: same task, resources version and mode (one query)."""
+        try:
+            rollout = await self.store.get_rollout(rollout_id)
+        except NotFound:
+            return []
+        query = RolloutQuery(task_id=rollout.task_id, resources_version=rollout.resources_version,
+                             mode=rollout.mode, order="oldest", limit=MAX_PAGE)  # fmt: skip
+        if rollout.resources_version is None:  # (None matches no row in a filter: page the task's rollouts)
+            query = RolloutQuery(task_id=rollout.task_id, mode=rollout.mode, order="oldest", limit=MAX_PAGE)
+        found = (await self.store.query_rollouts(query)).rollouts
+        return [
+            r.rollout_id for r in found if r.resources_version == rollout.resources_version and not _is_record(r)
+        ]
+
+    async def records(self, kind: str) -> list[Rollout]:
+        """An algorithm's record rollouts (``record_task``), by an indexed query."""
+        query = RolloutQuery(task_id=record_task(kind), order="oldest", limit=MAX_PAGE)
+        return (await self.store.query_rollouts(query)).rollouts
+
+    async def version_usage(self) -> dict[int, list[float]]:
+        """Rewards of the rollouts of each resources version (``nan`` for one without a reward): a full read
+        of the store, kept for ``max(USAGE_MIN_S, COUNT_FACTOR x its duration)``."""
+        now = time.monotonic()
+        if self._usage is not None and now < self._usage[0]:
+            return self._usage[1]
+        usage: dict[int, list[float]] = {}
+        for rollout in await self.store.list_rollouts():
+            if rollout.resources_version is not None and not _is_record(rollout):
+                reward = rollout.reward if rollout.reward is not None else float("nan")
+                usage.setdefault(rollout.resources_version, []).append(reward)
+        took = time.monotonic() - now
+        self._usage = (time.monotonic() + max(USAGE_MIN_S, COUNT_FACTOR * took), usage)
+        return usage
 
     async def detail(self, row: Row) -> Detail:
         """Sub-agents, timing and call counts of a rollout (kept once it is finished)."""
@@ -315,7 +306,7 @@ class RolloutIndex:
             attempts = await self.store.get_attempts(row.rollout_id)
             last = attempts[-1] if attempts else None
             found = await self.store.get_spans(last.attempt_id) if last is not None else []
-        except NotFound:  # harvested since the index saw it
+        except NotFound:  # harvested since the page was read
             attempts, found = [], []
         detail = _detail_of(attempts, found)
         self._agents_seen.update(detail.agents)
@@ -324,6 +315,39 @@ class RolloutIndex:
                 self._details.pop(next(iter(self._details)))
             self._details[row.rollout_id] = detail
         return detail
+
+
+_REVERSED = {"newest": "oldest", "oldest": "newest"}
+
+
+def _total(filters: Filters, counted: _Counted | None) -> int | None:
+    """How many rollouts match ``filters`` (but the sub-agent one), from the counts; None when a filter
+    the counts do not cover (reward, search) applies, or there are no counts yet."""
+    if counted is None or filters.min_reward is not None or filters.max_reward is not None or filters.query:
+        return None
+    return counted.counts[filters.status] if filters.status else counted.counts["all"]
+
+
+def back_query(query: RolloutQuery) -> RolloutQuery:
+    """``query`` in the reverse order (``newest`` <-> ``oldest``)."""
+    return dataclasses.replace(query, order=_REVERSED[query.order])
+
+
+def _has_agent(filters: Filters, detail: Detail) -> bool:
+    return not filters.agent or filters.agent in detail.agents
+
+
+def _is_record(rollout: Rollout) -> bool:
+    return isinstance(rollout.metadata, dict) and spans.RECORD_METADATA in rollout.metadata
+
+
+def _query(filters: Filters, after: str | None, offset: int, limit: int) -> RolloutQuery:
+    return RolloutQuery(
+        status=RolloutStatus(filters.status) if filters.status else None,
+        mode=Mode(filters.mode) if filters.mode else None,
+        min_reward=filters.min_reward, max_reward=filters.max_reward, search=filters.query,
+        order=filters.sort, after=after, offset=offset, limit=limit,
+    )  # fmt: skip
 
 
 def _detail_of(attempts: Sequence[Attempt], found: Sequence[Span]) -> Detail:

@@ -136,9 +136,7 @@ def _choose(attempts: Sequence[Attempt], attempt_id: str | None) -> Attempt | No
 def build_tree(found: Sequence[Span]) -> list[dict[str, Any]]:
     """The attempt's spans as nested nodes (see the module docstring), in arrival order."""
     ordered = sorted(found, key=lambda s: s.sequence if s.sequence is not None else 0)
-    proxy_requests = {
-        _key(s.attributes.get("request", {}).get("messages")) for s in ordered if is_proxy_llm_span(s)
-    }
+    proxy_requests = {_key(call.messages) for call in map(spans.proxy_call, ordered) if call is not None}
     nodes: dict[str, dict[str, Any]] = {}
     by_tool_call: dict[str, dict[str, Any]] = {}
     top: list[dict[str, Any]] = []
@@ -213,28 +211,25 @@ def _node(span: Span) -> dict[str, Any]:
         "children": [],
     }
     a = span.attributes
-    if is_proxy_llm_span(span):
-        request = a.get("request") or {}
-        choice = (a.get("choices") or [{}])[0] or {}
-        message = choice.get("message") or {}
-        usage = a.get("usage") or {}
+    call = spans.proxy_call(span)
+    if call is not None:
         return {
             **base,
             "type": "llm",
-            "model": a.get("model") or (request.get("params") or {}).get("model"),
-            "messages": request.get("messages") or [],
-            "tools": [_tool_name(t) for t in request.get("tools") or []],
-            "params": request.get("params") or {},
-            "response": message,
-            "finish_reason": choice.get("finish_reason"),
-            "prompt_tokens": usage.get("prompt_tokens"),
-            "completion_tokens": usage.get("completion_tokens"),
-            "latency_ms": a.get("latency_ms"),
-            "weights_version": a.get(spans.WEIGHTS_VERSION),
-            "prompt_token_ids": a.get("prompt_token_ids"),
-            "response_token_ids": choice.get("response_token_ids"),
-            "logprobs": choice.get("logprobs"),
-            "tool_call_ids": [str(c.get("id")) for c in message.get("tool_calls") or [] if c.get("id")],
+            "model": call.model or call.params.get("model"),
+            "messages": call.messages,
+            "tools": [_tool_name(t) for t in call.tools or []],
+            "params": call.params,
+            "response": call.message,
+            "finish_reason": call.choice.get("finish_reason"),
+            "prompt_tokens": call.usage.get("prompt_tokens"),
+            "completion_tokens": call.usage.get("completion_tokens"),
+            "latency_ms": call.latency_ms,
+            "weights_version": call.weights_version,
+            "prompt_token_ids": call.prompt_token_ids,
+            "response_token_ids": call.choice.get("response_token_ids"),
+            "logprobs": call.choice.get("logprobs"),
+            "tool_call_ids": [str(c.get("id")) for c in call.tool_calls if c.get("id")],
         }
     if span.kind == SpanKind.LLM and span.name in (spans.LLM_CALL_FAILED, spans.PASSTHROUGH_CALL):
         # the proxy's record of a call the backend failed, or a judge's call that kept its own endpoint

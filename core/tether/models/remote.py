@@ -181,7 +181,7 @@ def parse_completion(data: dict[str, Any], model: str | None = None) -> ChatResu
             Choice(
                 message=message,
                 finish_reason=finish if finish in _FINISH else "stop",
-                response_token_ids=[int(t) for t in ids] if ids is not None else None,
+                response_token_ids=list(map(int, ids)) if ids is not None else None,
                 logprobs=_logprobs(raw_choice.get("logprobs")),
             )
         )
@@ -190,7 +190,7 @@ def parse_completion(data: dict[str, Any], model: str | None = None) -> ChatResu
     return ChatResult(
         choices=choices,
         model=str(data.get("model") or model or "unknown"),
-        prompt_token_ids=[int(t) for t in prompt_ids] if prompt_ids is not None else None,
+        prompt_token_ids=list(map(int, prompt_ids)) if prompt_ids is not None else None,
         usage=usage,
     )
 

@@ -192,14 +192,13 @@ def _llm(item: Span, attrs: dict[str, Any], content: bool) -> tuple[str, str]:
     a = item.attributes
     attrs[OPERATION_NAME] = CHAT
     attrs[PROVIDER_NAME] = PROVIDER
-    if item.name == spans.LLM_CALL:  # the proxy's span: nested layout (spans.ProxyLLMAttributes)
-        request = a.get("request") or {}
-        params = request.get("params") or {}
-        messages = request.get("messages") or []
-        tools = request.get("tools")
-        model = params.get("model") or a.get("model")
-        _put(attrs, RESPONSE_MODEL, a.get("model"))
-        _put(attrs, RESPONSE_ID, a.get("call_id"))
+    call = spans.proxy_call(item)
+    if call is not None:  # the proxy's span: nested layout (spans.ProxyLLMAttributes)
+        params = call.params
+        messages, tools = call.messages, call.tools
+        model = params.get("model") or call.model
+        _put(attrs, RESPONSE_MODEL, call.model)
+        _put(attrs, RESPONSE_ID, call.call_id)
         _put(attrs, REQUEST_TEMPERATURE, params.get("temperature"))
         _put(attrs, REQUEST_TOP_P, params.get("top_p"))
         _put(attrs, REQUEST_MAX_TOKENS, params.get("max_tokens"))
@@ -209,10 +208,10 @@ def _llm(item: Span, attrs: dict[str, Any], content: bool) -> tuple[str, str]:
             attrs[REQUEST_STOP] = [stop] if isinstance(stop, str) else [str(s) for s in stop]
         if (params.get("n") or 1) > 1:
             attrs[REQUEST_CHOICE_COUNT] = params["n"]
-        choices = a.get("choices") or []
+        choices = call.choices
         attrs[RESPONSE_FINISH_REASONS] = [str(c.get("finish_reason") or "") for c in choices]
-        usage = a.get("usage") or {}
-        _put(attrs, WEIGHTS_VERSION, a.get(spans.WEIGHTS_VERSION))
+        usage = call.usage
+        _put(attrs, WEIGHTS_VERSION, call.weights_version)
         outputs = [to_genai(c.get("message") or {}, c.get("finish_reason") or "") for c in choices]
     else:  # an adapter's own span of a call: flat keys
         messages = a.get(spans.REQUEST_MESSAGES) or []

@@ -412,8 +412,8 @@ def _tool_attributes(s: OtlpSpan, convention: str) -> tuple[str, dict[str, Any]]
 
 
 def _input(root: OtlpSpan, llm: list[Span]) -> Any:
-    for span in llm:
-        for message in span.attributes["request"]["messages"]:
+    for call in _calls(llm):
+        for message in call.messages:
             if message.get("role") == "user":
                 return message.get("content")
     return _value(root, "input")
@@ -422,12 +422,16 @@ def _input(root: OtlpSpan, llm: list[Span]) -> Any:
 def _output(root: OtlpSpan, llm: list[Span]) -> Any:
     if root.attributes.get("output.value") is not None:
         return _value(root, "output")
-    for span in reversed(llm):
-        for choice in span.attributes["choices"]:
-            content = choice["message"].get("content")
+    for call in reversed(_calls(llm)):
+        for choice in call.choices:
+            content = (choice.get("message") or {}).get("content")
             if content:
                 return content
     return None
+
+
+def _calls(llm: list[Span]) -> list[spans.ProxyCall]:
+    return [call for call in map(spans.proxy_call, llm) if call is not None]
 
 
 def _value(s: OtlpSpan, which: str) -> Any:

@@ -67,7 +67,8 @@ class Adapter(Tracer):
 
     def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
         """What surrounds every run of ``agent`` so that its calls are captured and named: ``run`` enters it,
-        and so does a wrapped agent that feeds tasks through the user's ``run=``. Default: nothing."""
+        and so does a wrapped agent that feeds tasks through the user's ``run=``. Default: nothing. It never
+        holds the endpoint redirect: the runner alone does, around each rollout."""
         return contextlib.nullcontext()
 
     def __repr__(self) -> str:

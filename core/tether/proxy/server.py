@@ -38,6 +38,7 @@ from aiohttp import web
 from tether import spans
 from tether._net import local_address, refusal
 from tether._seeds import derive_seed
+from tether._slots import Slots
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
@@ -115,7 +116,7 @@ class ProxyServer:
         self.max_concurrent_calls = max_concurrent_calls
         self.queue_timeout_s = queue_timeout_s
         self.max_span_bytes = max_span_bytes
-        self._upstream = asyncio.Semaphore(max_concurrent_calls)
+        self._upstream = Slots(max_concurrent_calls)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -279,19 +280,12 @@ class ProxyServer:
             if not self.policies.shared:
                 chat.policy = policy
         replaced = self._replace_system_message(chat, key, agent_name)
-        try:
-            async with asyncio.timeout(self.queue_timeout_s):
-                await self._upstream.acquire()
-        except TimeoutError:
-            return self._error(
-                503,
-                f"the proxy has {self.max_concurrent_calls} calls in flight to the model backend "
-                f"(max_concurrent_calls) and none ended within {self.queue_timeout_s:g} s: the backend is slow or "
-                "hanging; retry later, or raise max_concurrent_calls",
-                kind="server_error",
-                code="overloaded",
-                headers={"Retry-After": "1"},
-            )
+        if not self._upstream.try_take():  # all taken: wait for one, for at most queue_timeout_s
+            try:
+                async with asyncio.timeout(self.queue_timeout_s):
+                    await self._upstream.take()
+            except TimeoutError:
+                return self._overloaded()
         try:
             result = await self.backend.chat(chat)
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
@@ -306,7 +300,7 @@ class ProxyServer:
         else:
             status = 200
         finally:
-            self._upstream.release()
+            self._upstream.give()
         if status != 200:
             if key is not None:  # on record, so a rollout without transitions says why
                 self.batcher.submit(
@@ -365,6 +359,17 @@ class ProxyServer:
                 body=sse_body(completion), content_type="text/event-stream", headers={"Cache-Control": "no-cache"}
             )
         return web.Response(body=payload, content_type=_JSON)
+
+    def _overloaded(self) -> web.Response:
+        return self._error(
+            503,
+            f"the proxy has {self.max_concurrent_calls} calls in flight to the model backend "
+            f"(max_concurrent_calls) and none ended within {self.queue_timeout_s:g} s: the backend is slow or "
+            "hanging; retry later, or raise max_concurrent_calls",
+            kind="server_error",
+            code="overloaded",
+            headers={"Retry-After": "1"},
+        )
 
     def _replace_system_message(
         self, chat: ChatRequest, key: tuple[str, str] | None, agent: str | None

@@ -104,8 +104,8 @@ def mark(span: Span, replacement: Replacement, indices: Iterable[int]) -> None:
     """Make the proxy span of a rewritten call hold what the model saw, and say what was replaced."""
     from tether import spans
 
-    request = span.attributes.get("request") or {}
-    messages = request.get("messages") or []
+    call = spans.proxy_call(span)
+    messages = call.messages if call is not None else []
     for i in indices:
         if i < len(messages) and isinstance(messages[i], dict):
             messages[i]["content"] = replacement.text
@@ -120,19 +120,20 @@ def captured_system_message(spans_of_rollouts: Iterable[Iterable[Span]], agent: 
     """The system message ``agent``'s calls sent most often in these rollouts' proxy spans, and how many
     distinct ones there were; ``ValueError`` naming the sub-agents seen when ``agent`` made no call with one."""
     from tether.policies import agent_key
-    from tether.spans import is_proxy_llm_span
+    from tether.spans import proxy_call
 
     counts: Counter[str] = Counter()
     seen: set[str] = set()
     for rollout_spans in spans_of_rollouts:
         for span in rollout_spans:
-            if not is_proxy_llm_span(span):
+            call = proxy_call(span)
+            if call is None:
                 continue
             if span.agent_name:
                 seen.add(span.agent_name)
             if agent_key(span.agent_name) != agent_key(agent):
                 continue
-            for message in (span.attributes.get("request") or {}).get("messages") or []:
+            for message in call.messages:
                 if isinstance(message, dict) and message.get("role") in _ROLES:
                     text = _text(message.get("content"))
                     if text is not None:

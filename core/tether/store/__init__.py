@@ -18,6 +18,7 @@ from tether.store.base import (
     Store,
     StoreError,
 )
+from tether.store.rollout_query import RolloutPage, RolloutQuery
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -27,6 +28,8 @@ __all__ = [
     "InvalidInput",
     "InvalidTransition",
     "NotFound",
+    "RolloutPage",
+    "RolloutQuery",
     "Store",
     "StoreError",
     "open_store",

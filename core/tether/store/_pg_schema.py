@@ -87,8 +87,108 @@ CREATE TRIGGER tether_rollout_finished AFTER UPDATE OF status ON tether_rollouts
     EXECUTE FUNCTION tether_notify_finished();
 """
 
+#: the SQLSTATEs ``tether_finish_attempt`` raises: an unknown attempt, and one that is not running (its status
+#: is the message)
+UNKNOWN_ATTEMPT, NOT_RUNNING, WRONG_ROLLOUT = "TT404", "TT409", "TT422"
+
+#: what the dashboard's pages read (``tether.store.rollout_query``): rollouts by reward, by task, and by mode;
+#: and ``finish_attempt`` as one statement (one round trip instead of six: ``BEGIN``, lock the rollout, read
+#: the attempt's status after the lock, end the attempt, settle the rollout, ``COMMIT``), the same steps
+#: in the same order. Each statement of a PL/pgSQL function takes a new snapshot: the status read after the
+#: lock sees what was committed while it waited, as it did from the client.
+_V2 = f"""
+CREATE INDEX tether_rollouts_reward ON tether_rollouts (reward, seq);
+CREATE INDEX tether_rollouts_task ON tether_rollouts (task_id, seq);
+CREATE INDEX tether_rollouts_mode ON tether_rollouts (mode, status, seq);
+CREATE FUNCTION tether_finish_attempt(
+    p_attempt text, p_status text, p_output bytea, p_reward double precision, p_error text,
+    p_now double precision
+) RETURNS SETOF tether_rollouts LANGUAGE plpgsql AS $$
+DECLARE
+    rid text;
+    current text;
+BEGIN
+    SELECT rollout_id INTO rid FROM tether_rollouts
+        WHERE rollout_id = (SELECT rollout_id FROM tether_attempts WHERE attempt_id = p_attempt) FOR UPDATE;
+    IF rid IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '{UNKNOWN_ATTEMPT}', MESSAGE = 'unknown attempt';
+    END IF;
+    SELECT status INTO current FROM tether_attempts WHERE attempt_id = p_attempt;
+    IF current <> 'running' THEN
+        RAISE EXCEPTION USING ERRCODE = '{NOT_RUNNING}', MESSAGE = current;
+    END IF;
+    UPDATE tether_attempts SET status = p_status, finished_at = p_now, error = p_error
+        WHERE attempt_id = p_attempt;
+    IF p_status = 'succeeded' THEN
+        RETURN QUERY UPDATE tether_rollouts SET status = 'succeeded', output = p_output, reward = p_reward,
+            error = NULL, finished_at = p_now WHERE rollout_id = rid RETURNING *;
+    ELSE
+        RETURN QUERY UPDATE tether_rollouts SET
+            queue_pos = CASE WHEN attempt_count < max_attempts THEN nextval('tether_queue_pos') END,
+            status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END,
+            output = CASE WHEN attempt_count < max_attempts THEN output ELSE p_output END,
+            reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE p_reward END,
+            finished_at = CASE WHEN attempt_count < max_attempts THEN NULL ELSE p_now END,
+            error = p_error
+            WHERE rollout_id = rid RETURNING *;
+    END IF;
+END
+$$;
+CREATE FUNCTION tether_add_spans(
+    p_attempts text[], p_counts bigint[], p_now double precision,
+    s_attempt text[], s_rollout text[], s_span text[], s_kind text[], s_name text[], s_agent text[],
+    s_parent text[], s_start double precision[], s_end double precision[], s_attributes bytea[]
+) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    b_ids text[];
+    b_owner text[];
+    b_base bigint[];
+    b_status text[];
+    b_error text[];
+    bad record;
+    seqs bigint[];
+BEGIN
+    -- each attempt's numbers are taken by bumping next_seq (which locks the attempt: concurrent batches of
+    -- one attempt get consecutive numbers); a span is a running attempt's heartbeat
+    WITH bumped AS (
+        UPDATE tether_attempts a SET next_seq = a.next_seq + c.n, last_heartbeat_at =
+            CASE WHEN a.status = 'running' THEN p_now ELSE a.last_heartbeat_at END
+        FROM unnest(p_attempts, p_counts) AS c(attempt_id, n) WHERE a.attempt_id = c.attempt_id
+        RETURNING a.attempt_id, a.rollout_id, a.next_seq - c.n AS base, a.status, a.error
+    )
+    SELECT array_agg(attempt_id), array_agg(rollout_id), array_agg(base), array_agg(status), array_agg(error)
+        INTO b_ids, b_owner, b_base, b_status, b_error FROM bumped;
+    SELECT s.ord, s.rid, b.owner, b.status, b.error INTO bad
+        FROM unnest(s_attempt, s_rollout) WITH ORDINALITY AS s(aid, rid, ord)
+        LEFT JOIN unnest(b_ids, b_owner, b_status, b_error) AS b(aid, owner, status, error) ON b.aid = s.aid
+        WHERE b.aid IS NULL OR b.owner <> s.rid OR b.status = 'timeout' ORDER BY s.ord LIMIT 1;
+    IF FOUND THEN
+        IF bad.owner IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '{UNKNOWN_ATTEMPT}', MESSAGE = 'unknown attempt', DETAIL = bad.ord;
+        ELSIF bad.owner <> bad.rid THEN
+            RAISE EXCEPTION USING ERRCODE = '{WRONG_ROLLOUT}', MESSAGE = 'another rollout', DETAIL = bad.ord,
+                HINT = bad.owner;
+        ELSE
+            RAISE EXCEPTION USING ERRCODE = '{NOT_RUNNING}', MESSAGE = 'timed out', DETAIL = bad.ord,
+                HINT = coalesce(bad.error, '');
+        END IF;
+    END IF;
+    SELECT array_agg(seq ORDER BY ord) INTO seqs FROM (
+        SELECT s.ord, b.base + row_number() OVER (PARTITION BY s.aid ORDER BY s.ord) - 1 AS seq
+        FROM unnest(s_attempt) WITH ORDINALITY AS s(aid, ord)
+        JOIN unnest(b_ids, b_base) AS b(aid, base) ON b.aid = s.aid
+    ) numbered;
+    INSERT INTO tether_spans (attempt_id, sequence, rollout_id, span_id, kind, name, agent_name, parent_id,
+        start_time, end_time, attributes)
+    SELECT * FROM unnest(s_attempt, seqs, s_rollout, s_span, s_kind, s_name, s_agent, s_parent, s_start, s_end,
+        s_attributes);
+    RETURN seqs;
+END
+$$;
+"""
+
 #: schema version -> the SQL that brings the previous version to it; applied in order, each once
-MIGRATIONS: dict[int, str] = {1: _V1}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 SCHEMA_VERSION = max(MIGRATIONS)
 _MIGRATION_LOCK = 0x7E7E_E12  # pg_advisory_xact_lock key: one process migrates at a time
 

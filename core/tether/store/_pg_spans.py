@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tether.store._frozen import thawed_span
 from tether.store._pg_conn import Connections
-from tether.store._pg_schema import SPAN_COLS, span_from_row
+from tether.store._pg_schema import SPAN_COLS, qualified, span_from_row
 from tether.store._span_cache import SpanCache
 from tether.types import Span
 
@@ -29,13 +29,17 @@ async def read_spans(db: Connections, cache: SpanCache, attempt_id: str, since: 
         wanted = range(max(since, 0), found[0][0])
         if all(seq in cached for seq in wanted):
             return [thawed_span(cached[seq]) for seq in wanted]
-    rows = await db.fetch(  # none cached, or some written by another process, or evicted
-        f"SELECT {SPAN_COLS} FROM tether_spans WHERE attempt_id = $1 AND sequence >= $2 ORDER BY sequence",
+    # none cached, or some written by another process, or evicted: one statement, the attempt joined to its
+    # spans (a row of NULL span columns when it has none; no row when the attempt is unknown)
+    joined = await db.fetch(
+        f"SELECT {qualified('s', SPAN_COLS)} FROM tether_attempts a LEFT JOIN tether_spans s "
+        "ON s.attempt_id = a.attempt_id AND s.sequence >= $2 WHERE a.attempt_id = $1 ORDER BY s.sequence",
         attempt_id,
         since,
     )
-    if not rows and not await db.fetch("SELECT 1 FROM tether_attempts WHERE attempt_id = $1", attempt_id):
+    if not joined:
         return None
+    rows = [row for row in joined if row[0] is not None]
     if not cached:
         return [span_from_row(row) for row in rows]
     return [thawed_span(cached[row[10]]) if row[10] in cached else span_from_row(row) for row in rows]

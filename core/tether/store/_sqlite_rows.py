@@ -78,6 +78,14 @@ CREATE TABLE resources (version INTEGER PRIMARY KEY, data BLOB NOT NULL);
 IMPORTED = "substr(attempt_id, 1, 7) = 'at-imp-'"
 IMPORTED_SPANS_INDEX = f"CREATE INDEX IF NOT EXISTS spans_imported ON spans (attempt_id, span_id) WHERE {IMPORTED}"
 
+#: what the dashboard's pages read (``tether.store.rollout_query``): rollouts by reward, by task, and counted
+#: by mode and status from an index alone; made on open, so files written before them get them too
+PAGE_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS rollouts_reward ON rollouts (reward)",
+    "CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts (task_id)",
+    "CREATE INDEX IF NOT EXISTS rollouts_mode_status ON rollouts (mode, status)",
+)
+
 ROLLOUT_COLS = (
     "rollout_id, input, task_id, mode, status, metadata, max_attempts, timeout_s, heartbeat_timeout_s, "
     "resources_version, attempt_count, created_at, finished_at, output, reward, error"
@@ -102,6 +110,8 @@ def create_schema(conn: sqlite3.Connection, path: Path | str) -> None:
                     conn.execute(statement)
             conn.execute("INSERT INTO tether_schema (version) VALUES (?)", (SCHEMA_VERSION,))
             conn.execute(IMPORTED_SPANS_INDEX)
+            for index in PAGE_INDEXES:
+                conn.execute(index)
         elif row[0] > SCHEMA_VERSION:
             raise StoreError(
                 f"{path} was written by a newer tether (store schema {row[0]}, this one knows {SCHEMA_VERSION}); "
@@ -109,6 +119,8 @@ def create_schema(conn: sqlite3.Connection, path: Path | str) -> None:
             )
         else:
             conn.execute(IMPORTED_SPANS_INDEX)  # a file written before imports had their index
+            for index in PAGE_INDEXES:
+                conn.execute(index)
     except BaseException:
         conn.execute("ROLLBACK")
         raise

@@ -40,12 +40,20 @@ integer and every time or reward a finite float, on every backend (what SQLite c
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether import _json
+from tether.store.errors import INT64_MAX as INT64_MAX
+from tether.store.errors import INT64_MIN as INT64_MIN
+from tether.store.errors import InvalidInput as InvalidInput
+from tether.store.errors import InvalidTransition as InvalidTransition
+from tether.store.errors import NotFound as NotFound
+from tether.store.errors import StoreError as StoreError
+from tether.store.errors import validate_int as validate_int
+from tether.store.errors import validate_number as validate_number
+from tether.store.rollout_query import RolloutPage, RolloutQuery, counts_of, page_of
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -59,25 +67,6 @@ from tether.types import (
     Span,
     SpanKind,
 )
-
-
-class StoreError(Exception):
-    """Base class of every error a store raises."""
-
-
-class NotFound(StoreError, KeyError):
-    """An id that the store does not hold (never stored, or already harvested)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else "not found"
-
-
-class InvalidTransition(StoreError):
-    """A status change that the state machine forbids."""
-
-
-class InvalidInput(StoreError, ValueError):
-    """Malformed arguments; nothing was stored."""
 
 
 @dataclass(slots=True)
@@ -276,6 +265,17 @@ class Store(abc.ABC):
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         """Attempts of a rollout, first first. ``NotFound`` if the rollout is unknown."""
 
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        """One page of the rollouts matching ``query``'s filters, in its order, after its cursor
+        (``tether.store.rollout_query``). ``InvalidInput`` for a malformed query or cursor. The SQL backends
+        read one index range per page; this default pages a full ``list_rollouts()``."""
+        return page_of(query, await self.list_rollouts())
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        """How many rollouts (of ``mode``, if given) the store holds in each status (every status a key).
+        The SQL backends count an index; this default counts a full ``list_rollouts()``."""
+        return counts_of(await self.list_rollouts(mode=mode))
+
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05
     ) -> list[Rollout]:
@@ -352,39 +352,10 @@ class Store(abc.ABC):
 
 # -- validation shared by the backends ------------------------------------------------------------------
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def validate_int(value: Any, name: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
-    """``value`` if it is an int (not a bool) in ``[low, high]``; else ``InvalidInput`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{name} must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise InvalidInput(f"{name} must be between {low} and {high}, got {_short(value)}")
-    return value
-
 
 def validate_limit(limit: Any) -> int | None:
     """A ``list_rollouts`` limit: None (no limit) or an integer >= 0."""
     return None if limit is None else validate_int(limit, "limit (None or an integer >= 0)", 0)
-
-
-def validate_number(value: Any, name: str) -> float:
-    """``value`` as a float if it is a finite int or float (not a bool); else ``InvalidInput``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{name} must be a finite number, got {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise InvalidInput(f"{name} must be a finite number, got {_short(value)}")
-    return number
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
 
 
 def validate_spec(spec: RolloutSpec) -> None:

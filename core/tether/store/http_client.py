@@ -34,6 +34,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
+from tether.store.rollout_query import RolloutPage, RolloutQuery
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -195,6 +196,15 @@ class HttpStore(Store):
         }
         data = await self._call("POST", "/v1/rollouts/list", self._encode(body, "list_rollouts"))
         return [Rollout.from_dict(r) for r in data]
+
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        body = query.checked().to_dict()
+        data = await self._call("POST", "/v1/rollouts/query", self._encode(body, "query_rollouts"))
+        return RolloutPage.from_dict(data)
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        body = {"mode": None if mode is None else Mode(mode).value}
+        return dict(await self._call("POST", "/v1/rollouts/count", self._encode(body, "count_rollouts")))
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         data = await self._call("GET", f"/v1/rollouts/{_q(rollout_id)}/attempts")

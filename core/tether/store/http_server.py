@@ -25,6 +25,7 @@ from tether import _json
 from tether._net import check_bind, local_address, refusal, unbracket
 from tether.store import _wire
 from tether.store.base import InvalidInput, Store
+from tether.store.rollout_query import RolloutQuery
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Mount", "StoreServer", "create_app", "serve", "start_server"]
 
@@ -141,6 +142,16 @@ async def _list_rollouts(request: web.Request) -> web.Response:
     return _ok(rollouts)
 
 
+async def _query_rollouts(request: web.Request) -> web.Response:
+    page = await _store(request).query_rollouts(RolloutQuery.from_dict(await _body(request)))
+    return _ok(page.to_dict())
+
+
+async def _count_rollouts(request: web.Request) -> web.Response:
+    mode = (await _body(request)).get("mode")
+    return _ok(await _store(request).count_rollouts(mode=None if mode is None else _wire.mode_from_wire(mode)))
+
+
 async def _get_attempts(request: web.Request) -> web.Response:
     return _ok(await _store(request).get_attempts(request.match_info["rollout_id"]))
 
@@ -208,6 +219,8 @@ _ROUTES: list[tuple[str, str, _Handler]] = [
     ("GET", "/v1/health", _health),
     ("POST", "/v1/rollouts", _enqueue),
     ("POST", "/v1/rollouts/list", _list_rollouts),
+    ("POST", "/v1/rollouts/query", _query_rollouts),
+    ("POST", "/v1/rollouts/count", _count_rollouts),
     ("POST", "/v1/rollouts/wait", _wait),
     ("GET", "/v1/rollouts/" + _ID % "rollout_id", _get_rollout),
     ("POST", "/v1/rollouts/" + _ID % "rollout_id" + "/cancel", _cancel_rollout),

@@ -38,6 +38,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
+from tether.store.rollout_query import RolloutPage, RolloutQuery, counts_of, page_of
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -209,6 +210,16 @@ class MemoryStore(Store):
                 if limit is not None and len(out) >= limit:
                     break
             return out
+
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        with self._lock:
+            page = page_of(query, list(self._rollouts.values()))
+            page.rollouts = [_copy_rollout(r) for r in page.rollouts]
+            return page
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        with self._lock:
+            return counts_of(self._rollouts.values(), None if mode is None else Mode(mode))
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._lock:

@@ -12,8 +12,11 @@ Semantics are the SQLite store's (``tether.store.sqlite``), with PostgreSQL doin
 - Every change is one transaction (``tether.store._pg_conn``); changes to a rollout lock its row first, then
   its attempts', so finishing, cancelling and the stale sweep never interleave on one rollout.
 - ``add_spans`` takes each attempt's sequence numbers by bumping ``tether_attempts.next_seq`` (which also
-  locks the attempt: concurrent batches of one attempt get consecutive numbers) and inserts the batch with
-  one statement; an invalid span rolls the whole batch back.
+  locks the attempt: concurrent batches of one attempt get consecutive numbers) and inserts the batch; an
+  invalid span rolls the whole batch back. It and ``finish_attempt`` are one round trip each: PL/pgSQL
+  functions of the schema (``tether.store._pg_schema``) run their steps, so a call is one statement, atomic
+  on its own, rather than ``BEGIN``, four statements and ``COMMIT`` each waited for (the cost that dominated
+  PostgreSQL's lifecycle on a busy machine).
 - ``wait_for_rollouts`` is woken by ``LISTEN``/``NOTIFY``: a trigger announces each rollout that reaches a
   finished status when its transaction commits.
 - The schema is created and migrated on first use (``tether.store._pg_schema``), never dropped.
@@ -44,9 +47,12 @@ from tether.store._pg_ops import (
 )
 from tether.store._pg_schema import (
     ATTEMPT_COLS,
+    NOT_RUNNING,
     ROLLOUT_COLS,
     SCHEMA_VERSION,
     SPAN_COLS,
+    UNKNOWN_ATTEMPT,
+    WRONG_ROLLOUT,
     attempt_from_row,
     qualified,
     rollout_from_row,
@@ -70,6 +76,7 @@ from tether.store.base import (
     validate_spec,
 )
 from tether.store.memory import stale_reason
+from tether.store.rollout_query import RolloutPage, RolloutQuery, sql_page
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -88,6 +95,24 @@ from tether.types import (
 _FINISHED = ("succeeded", "failed", "cancelled")
 _CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
 _RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources version at a time
+
+
+def _span_refusal(exc: Any, columns: list[list[Any]]) -> Exception:
+    """The contract's error for what ``tether_add_spans`` refused: the first span (in batch order) that names
+    an unknown attempt, another rollout's attempt, or one that timed out; anything else as it came."""
+    if exc.sqlstate not in (UNKNOWN_ATTEMPT, NOT_RUNNING, WRONG_ROLLOUT):
+        unexpected: Exception = exc  # (the transaction's error mapping turns it into a StoreError)
+        return unexpected
+    i = int(exc.detail) - 1
+    aid, rid, name = columns[0][i], columns[1][i], columns[4][i]
+    if exc.sqlstate == UNKNOWN_ATTEMPT:
+        return InvalidInput(f"span {name!r}: unknown attempt {aid!r}")
+    if exc.sqlstate == WRONG_ROLLOUT:
+        return InvalidInput(f"span {name!r}: attempt {aid} belongs to rollout {exc.hint}, not {rid}")
+    return InvalidTransition(
+        f"span {name!r}: attempt {aid} timed out ({exc.hint or 'no reason recorded'}): its worker "
+        "was presumed dead and its rollout moved on, so spans of it are refused"
+    )
 
 
 class PostgresStore(Store):
@@ -187,10 +212,20 @@ class PostgresStore(Store):
             raise InvalidInput(f"rollout output: {exc}") from None
 
         async def finish(conn: Any) -> Rollout:
-            rollout_id = await lock_running_attempt(conn, attempt_id)
-            return await end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
+            try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
+                row = await conn.fetchrow(
+                    f"SELECT {ROLLOUT_COLS} FROM tether_finish_attempt($1, $2, $3, $4, $5, $6)",
+                    attempt_id, final.value, output_blob, reward, error, time.time(),
+                )  # fmt: skip
+            except self._db.asyncpg.exceptions.PostgresError as exc:
+                if exc.sqlstate == UNKNOWN_ATTEMPT:
+                    raise NotFound(f"unknown attempt {attempt_id!r}") from None
+                if exc.sqlstate == NOT_RUNNING:
+                    raise InvalidTransition(f"attempt {attempt_id} is already {exc.args[0]}") from None
+                raise
+            return rollout_from_row(row)
 
-        return await self._db.transaction(finish)
+        return await self._db.transaction(finish, single_statement=True)
 
     async def heartbeat(self, attempt_id: str) -> None:
         async def beat(conn: Any) -> None:
@@ -300,12 +335,34 @@ class PostgresStore(Store):
             sql += f" LIMIT ${len(args)}"
         return [rollout_from_row(row) for row in await self._db.fetch(sql, *args)]
 
-    async def get_attempts(self, rollout_id: str) -> list[Attempt]:
-        async def read(conn: Any) -> list[Attempt]:
-            await status_of(conn, rollout_id)
-            return await attempts_of(conn, [rollout_id])
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        async def fetch(sql: str, args: list[Any]) -> list[Any]:
+            return await self._db.fetch(sql, *args)
 
-        return await self._db.transaction(read)
+        return await sql_page(query, fetch, rollout_from_row, table="tether_rollouts", cols=ROLLOUT_COLS,
+                              placeholder=lambda i: f"${i}", like="ILIKE")  # fmt: skip
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        out = {s.value: 0 for s in RolloutStatus}
+        if mode is None:
+            rows = await self._db.fetch("SELECT status, COUNT(*) FROM tether_rollouts GROUP BY status")
+        else:
+            rows = await self._db.fetch(
+                "SELECT status, COUNT(*) FROM tether_rollouts WHERE mode = $1 GROUP BY status", Mode(mode).value
+            )
+        out.update({row[0]: int(row[1]) for row in rows})
+        return out
+
+    async def get_attempts(self, rollout_id: str) -> list[Attempt]:
+        # one statement (one round trip, one snapshot): the rollout, joined to its attempts if it has any
+        rows = await self._db.fetch(
+            f"SELECT r.rollout_id, {qualified('a', ATTEMPT_COLS)} FROM tether_rollouts r "
+            "LEFT JOIN tether_attempts a ON a.rollout_id = r.rollout_id WHERE r.rollout_id = $1 ORDER BY a.idx",
+            rollout_id,
+        )
+        if not rows:
+            raise NotFound(f"unknown rollout {rollout_id!r}")
+        return [attempt_from_row(row[1:]) for row in rows if row[1] is not None]
 
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05
@@ -368,38 +425,14 @@ class PostgresStore(Store):
         wanted = sorted(counts)  # a fixed lock order for batches that share attempts
 
         async def insert(conn: Any) -> list[int]:
-            rows = await conn.fetch(
-                "UPDATE tether_attempts a SET next_seq = a.next_seq + c.n, last_heartbeat_at = "
-                "CASE WHEN a.status = 'running' THEN $3 ELSE a.last_heartbeat_at END "
-                "FROM unnest($1::text[], $2::bigint[]) AS c(attempt_id, n) WHERE a.attempt_id = c.attempt_id "
-                "RETURNING a.attempt_id, a.rollout_id, a.next_seq - c.n, a.status, a.error",
-                wanted,
-                [counts[aid] for aid in wanted],
-                time.time(),
-            )
-            found = {row[0]: [row[1], row[2], row[3], row[4]] for row in rows}
-            sequences = []
-            for aid, rid, name in zip(columns[0], columns[1], columns[4], strict=True):
-                info = found.get(aid)
-                if info is None:
-                    raise InvalidInput(f"span {name!r}: unknown attempt {aid!r}")
-                if info[0] != rid:
-                    raise InvalidInput(f"span {name!r}: attempt {aid} belongs to rollout {info[0]}, not {rid}")
-                if info[2] == AttemptStatus.TIMEOUT.value:
-                    raise InvalidTransition(
-                        f"span {name!r}: attempt {aid} timed out ({info[3] or 'no reason recorded'}): its worker "
-                        "was presumed dead and its rollout moved on, so spans of it are refused"
-                    )
-                sequences.append(info[1])
-                info[1] += 1
-            await conn.execute(
-                "INSERT INTO tether_spans (attempt_id, sequence, rollout_id, span_id, kind, name, agent_name, "
-                "parent_id, start_time, end_time, attributes) SELECT * FROM unnest($1::text[], $2::bigint[], "
-                "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::float8[], "
-                "$10::float8[], $11::bytea[])",
-                columns[0], sequences, *columns[1:],
-            )  # fmt: skip
-            return sequences
+            try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
+                found = await conn.fetchval(
+                    "SELECT tether_add_spans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    wanted, [counts[aid] for aid in wanted], time.time(), *columns,
+                )  # fmt: skip
+            except self._db.asyncpg.exceptions.PostgresError as exc:
+                raise _span_refusal(exc, columns) from None
+            return list(found)
 
         sequences = await self._db.transaction(insert)
         if cached:  # committed: from now on a read of these spans thaws them instead of decoding them

@@ -12,7 +12,9 @@ Group commit (``tether.store._group_commit``): writes that reach the store in th
 loop share one transaction, each in a savepoint of its own; a lone write commits at once.
 
 Span sequence numbers come from ``attempts.next_seq`` inside the writing transaction; spans are inserted
-with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes.
+with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes. The
+statements each change runs inside its transaction (claiming, ending, sweeping, cancelling, inserting spans)
+are in ``tether.store._sqlite_lifecycle``.
 
 Speed: a thread of the store's own runs passive WAL checkpoints so that commits rarely stall on one
 (``tether.store._sqlite_wal``); SQLite's own autocheckpoint stays on, raised to ``WAL_CAP_BYTES``, as the
@@ -38,13 +40,22 @@ from tether.store._group_commit import GroupCommit
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
 from tether.store._sqlite_conn import connect, store_error
 from tether.store._sqlite_import import import_work
+from tether.store._sqlite_lifecycle import (
+    attempts_of,
+    cancel,
+    claim,
+    end_attempt,
+    insert_spans,
+    rollout_of,
+    rollouts_by_id,
+    running_attempt,
+    status_of,
+    sweep,
+)
 from tether.store._sqlite_rows import (
-    ATTEMPT_COLS,
     NEXT_QUEUE_POS,
     ROLLOUT_COLS,
     SCHEMA_VERSION,
-    attempt_from_row,
-    qualified,
     read_spans,
     rollout_from_row,
 )
@@ -66,7 +77,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
-from tether.store.memory import stale_reason, timed_out_span
+from tether.store.rollout_query import RolloutPage, RolloutQuery, sql_page
 from tether.types import (
     Attempt,
     AttemptStatus,
@@ -212,38 +223,7 @@ class SqliteStore(Store):
         if validate_int(limit, "limit") < 1:
             return []
 
-        def claim(conn: sqlite3.Connection) -> list[tuple[Rollout, Attempt]]:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT rollout_id FROM rollouts WHERE queue_pos IS NOT NULL ORDER BY queue_pos LIMIT ?",
-                    (limit,),
-                )
-            ]
-            if not ids:
-                return []
-            now = time.time()
-            conn.executemany(
-                "UPDATE rollouts SET status = 'running', queue_pos = NULL, attempt_count = attempt_count + 1 "
-                "WHERE rollout_id = ?",
-                [(rid,) for rid in ids],
-            )
-            rollouts = self._rollouts_by_id(conn, ids)
-            attempts = [
-                Attempt(
-                    attempt_id=new_id("at"), rollout_id=r.rollout_id, index=r.attempt_count, worker_id=worker_id,
-                    started_at=now, last_heartbeat_at=now,
-                )
-                for r in rollouts
-            ]  # fmt: skip
-            conn.executemany(
-                "INSERT INTO attempts (attempt_id, rollout_id, idx, worker_id, status, started_at, "
-                "last_heartbeat_at) VALUES (?, ?, ?, ?, 'running', ?, ?)",
-                [(a.attempt_id, a.rollout_id, a.index, worker_id, now, now) for a in attempts],
-            )
-            return list(zip(rollouts, attempts, strict=True))
-
-        return await self._write(claim)
+        return await self._write(lambda conn: claim(conn, worker_id, limit))
 
     async def finish_attempt(
         self,
@@ -262,15 +242,15 @@ class SqliteStore(Store):
             raise InvalidInput(f"rollout output: {exc}") from None
 
         def finish(conn: sqlite3.Connection) -> Rollout:
-            rollout_id = self._running_attempt(conn, attempt_id)
-            self._end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
-            return self._rollout(conn, rollout_id)
+            rollout_id = running_attempt(conn, attempt_id)
+            end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
+            return rollout_of(conn, rollout_id)
 
         return await self._write(finish)
 
     async def heartbeat(self, attempt_id: str) -> None:
         def beat(conn: sqlite3.Connection) -> None:
-            self._running_attempt(conn, attempt_id)
+            running_attempt(conn, attempt_id)
             conn.execute(
                 "UPDATE attempts SET last_heartbeat_at = ? WHERE attempt_id = ?", (time.time(), attempt_id)
             )
@@ -280,50 +260,14 @@ class SqliteStore(Store):
     async def requeue_stale(self, now: float | None = None) -> list[str]:
         when = time.time() if now is None else validate_number(now, "now")
 
-        def sweep(conn: sqlite3.Connection) -> list[str]:
-            affected = []
-            rows = conn.execute(
-                f"SELECT {qualified('r', ROLLOUT_COLS)}, {qualified('a', ATTEMPT_COLS)} "
-                "FROM attempts a JOIN rollouts r ON r.rollout_id = a.rollout_id WHERE a.status = 'running' AND "
-                "((r.timeout_s IS NOT NULL AND ? - a.started_at > r.timeout_s) OR "
-                "(r.heartbeat_timeout_s IS NOT NULL AND ? - a.last_heartbeat_at > r.heartbeat_timeout_s)) "
-                "ORDER BY a.started_at",
-                (when, when),
-            ).fetchall()
-            for row in rows:
-                rollout, attempt = rollout_from_row(row[:16]), attempt_from_row(row[16:])
-                reason = stale_reason(rollout, attempt, when)
-                if reason:
-                    self._end_attempt(
-                        conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None
-                    )
-                    affected.append(rollout.rollout_id)
-            return affected
-
-        return await self._write(sweep)
+        return await self._write(lambda conn: sweep(conn, when))
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
-        def cancel(conn: sqlite3.Connection) -> Rollout:
-            status = self._status(conn, rollout_id)
-            if status.finished:
-                raise InvalidTransition(f"rollout {rollout_id} is already {status.value}")
-            now = time.time()
-            conn.execute(
-                "UPDATE attempts SET status = 'cancelled', finished_at = ? "
-                "WHERE rollout_id = ? AND status = 'running'",
-                (now, rollout_id),
-            )
-            conn.execute(
-                "UPDATE rollouts SET status = 'cancelled', finished_at = ?, queue_pos = NULL WHERE rollout_id = ?",
-                (now, rollout_id),
-            )
-            return self._rollout(conn, rollout_id)
-
-        return await self._write(cancel)
+        return await self._write(lambda conn: cancel(conn, rollout_id))
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         with self._tx(write=False) as conn:
-            return self._rollout(conn, rollout_id)
+            return rollout_of(conn, rollout_id)
 
     async def list_rollouts(
         self,
@@ -355,10 +299,45 @@ class SqliteStore(Store):
         with self._tx(write=False) as conn:
             return [rollout_from_row(row) for row in conn.execute(sql, args)]
 
+    async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
+        async def fetch(sql: str, args: list[Any]) -> list[Any]:
+            with self._read() as conn:
+                return conn.execute(sql, args).fetchall()
+
+        return await sql_page(query, fetch, rollout_from_row, table="rollouts", cols=ROLLOUT_COLS,
+                              placeholder=lambda _: "?")  # fmt: skip
+
+    async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
+        """Counted from an index (every entry of it: ~0.1 s per million rollouts). A file is counted on a
+        connection of its own in a worker thread (WAL readers do not wait on the writer), so the event loop
+        and this store's other calls go on meanwhile."""
+        out = {s.value: 0 for s in RolloutStatus}
+        sql, args = "SELECT status, COUNT(*) FROM rollouts GROUP BY status", []
+        if mode is not None:
+            sql, args = "SELECT status, COUNT(*) FROM rollouts WHERE mode = ? GROUP BY status", [Mode(mode).value]
+        if self.path == ":memory:":
+            with self._read() as conn:
+                out.update(dict(conn.execute(sql, args).fetchall()))
+            return out
+        path = str(self.path)
+
+        def count() -> list[Any]:
+            conn = sqlite3.connect(Path(path).as_uri() + "?mode=ro", uri=True, timeout=30.0)
+            try:
+                return conn.execute(sql, args).fetchall()
+            finally:
+                conn.close()
+
+        try:
+            out.update(dict(await asyncio.to_thread(count)))
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        return out
+
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         with self._tx(write=False) as conn:
-            self._status(conn, rollout_id)
-            return self._attempts_of(conn, [rollout_id])
+            status_of(conn, rollout_id)
+            return attempts_of(conn, [rollout_id])
 
     # -- spans --------------------------------------------------------------------------------------------
 
@@ -385,43 +364,9 @@ class SqliteStore(Store):
             )  # fmt: skip
         if not rows:
             return []
-        wanted = list(dict.fromkeys(row[0] for row in rows))
+        wanted = list(dict.fromkeys(span.attempt_id for span in spans))
 
-        def insert(conn: sqlite3.Connection) -> list[int]:
-            found = {
-                aid: [rid, next_seq, status, error]
-                for aid, rid, next_seq, status, error in conn.execute(
-                    "SELECT attempt_id, rollout_id, next_seq, status, error FROM attempts "
-                    "WHERE attempt_id IN (SELECT value FROM json_each(?))",
-                    (_json.dumps(wanted).decode(),),
-                )
-            }
-            sequences: list[int] = []
-            for row in rows:
-                info = found.get(row[0])
-                if info is None:
-                    raise InvalidInput(f"span {row[5]!r} names unknown attempt {row[0]!r}")
-                if info[0] != row[2]:
-                    raise InvalidInput(
-                        f"span {row[5]!r}: attempt {row[0]} belongs to rollout {info[0]}, not {row[2]}"
-                    )
-                if info[2] == AttemptStatus.TIMEOUT.value:
-                    raise InvalidTransition(timed_out_span(str(row[5]), str(row[0]), info[3]))
-                sequence = info[1]
-                row[1] = sequence
-                info[1] = sequence + 1
-                sequences.append(sequence)
-            conn.executemany(f"INSERT INTO spans VALUES ({', '.join('?' * 11)})", rows)
-            now = time.time()
-            conn.executemany(
-                "UPDATE attempts SET next_seq = ?, "
-                "last_heartbeat_at = CASE WHEN status = 'running' THEN ? ELSE last_heartbeat_at END "
-                "WHERE attempt_id = ?",
-                [(info[1], now, aid) for aid, info in found.items()],
-            )
-            return sequences
-
-        sequences = await self._write(insert)
+        sequences = await self._write(lambda conn: insert_spans(conn, rows, wanted))
         if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
             for (span, _), sequence in zip(cached, sequences, strict=True):
                 span.sequence = sequence
@@ -493,15 +438,15 @@ class SqliteStore(Store):
             else:
                 ids = list(dict.fromkeys(rollout_ids))
                 for rid in ids:
-                    status = self._status(conn, rid)
+                    status = status_of(conn, rid)
                     if not status.finished:
                         raise InvalidTransition(
                             f"rollout {rid} is {status.value}; only finished rollouts can be harvested"
                         )
             if not ids:
                 return []
-            rollouts = self._rollouts_by_id(conn, ids)
-            attempts = self._attempts_of(conn, ids)
+            rollouts = rollouts_by_id(conn, ids)
+            attempts = attempts_of(conn, ids)
             spans_of = {a.attempt_id: read_spans(conn, self._cache, a.attempt_id, 0) or [] for a in attempts}
             conn.executemany("DELETE FROM spans WHERE attempt_id = ?", [(a.attempt_id,) for a in attempts])
             conn.executemany("DELETE FROM attempts WHERE rollout_id = ?", [(rid,) for rid in ids])
@@ -514,81 +459,6 @@ class SqliteStore(Store):
                 Harvested(rollout=rollout, attempts=mine, spans=[s for a in mine for s in spans_of[a.attempt_id]])
             )
         return out
-
-    # -- helpers (called inside a transaction) ------------------------------------------------------------
-
-    def _status(self, conn: sqlite3.Connection, rollout_id: str) -> RolloutStatus:
-        row = conn.execute("SELECT status FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"unknown rollout {rollout_id!r}")
-        return RolloutStatus(row[0])
-
-    def _rollout(self, conn: sqlite3.Connection, rollout_id: str) -> Rollout:
-        row = conn.execute(f"SELECT {ROLLOUT_COLS} FROM rollouts WHERE rollout_id = ?", (rollout_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"unknown rollout {rollout_id!r}")
-        return rollout_from_row(row)
-
-    def _rollouts_by_id(self, conn: sqlite3.Connection, ids: list[str]) -> list[Rollout]:
-        rows = conn.execute(
-            f"SELECT {ROLLOUT_COLS} FROM rollouts "
-            "WHERE rollout_id IN (SELECT value FROM json_each(?)) ORDER BY seq",
-            (_json.dumps(ids).decode(),),
-        )
-        by_id = {r.rollout_id: r for r in map(rollout_from_row, rows)}
-        return [by_id[rid] for rid in ids]
-
-    def _attempts_of(self, conn: sqlite3.Connection, rollout_ids: list[str]) -> list[Attempt]:
-        rows = conn.execute(
-            f"SELECT {ATTEMPT_COLS} FROM attempts WHERE rollout_id IN (SELECT value FROM json_each(?)) "
-            "ORDER BY rollout_id, idx",
-            (_json.dumps(rollout_ids).decode(),),
-        )
-        return [attempt_from_row(row) for row in rows]
-
-    def _running_attempt(self, conn: sqlite3.Connection, attempt_id: str) -> str:
-        """The rollout id of a running attempt; ``NotFound`` / ``InvalidTransition`` otherwise."""
-        row = conn.execute(
-            "SELECT rollout_id, status FROM attempts WHERE attempt_id = ?", (attempt_id,)
-        ).fetchone()
-        if row is None:
-            raise NotFound(f"unknown attempt {attempt_id!r}")
-        if row[1] != AttemptStatus.RUNNING.value:
-            raise InvalidTransition(f"attempt {attempt_id} is already {row[1]}")
-        return str(row[0])
-
-    def _end_attempt(
-        self,
-        conn: sqlite3.Connection,
-        attempt_id: str,
-        rollout_id: str,
-        status: AttemptStatus,
-        error: str | None,
-        output: bytes | None,
-        reward: float | None,
-    ) -> None:
-        now = time.time()
-        conn.execute(
-            "UPDATE attempts SET status = ?, finished_at = ?, error = ? WHERE attempt_id = ?",
-            (status.value, now, error, attempt_id),
-        )
-        if status == AttemptStatus.SUCCEEDED:
-            conn.execute(
-                "UPDATE rollouts SET status = 'succeeded', output = ?, reward = ?, error = NULL, finished_at = ? "
-                "WHERE rollout_id = ?",
-                (output, reward, now, rollout_id),
-            )
-            return
-        conn.execute(
-            "UPDATE rollouts SET "
-            f"queue_pos = CASE WHEN attempt_count < max_attempts THEN {NEXT_QUEUE_POS} END, "
-            "status = CASE WHEN attempt_count < max_attempts THEN 'queued' ELSE 'failed' END, "
-            "output = CASE WHEN attempt_count < max_attempts THEN output ELSE ? END, "
-            "reward = CASE WHEN attempt_count < max_attempts THEN reward ELSE ? END, "
-            "finished_at = CASE WHEN attempt_count < max_attempts THEN NULL ELSE ? END, "
-            "error = ? WHERE rollout_id = ?",
-            (output, reward, now, error, rollout_id),
-        )
 
 
 def _real(value: float | None) -> float | None:

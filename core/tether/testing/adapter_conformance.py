@@ -31,6 +31,7 @@ Tasks are answered by ``reply`` from the request alone, so concurrent rollouts g
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from tether import spans
@@ -69,10 +70,12 @@ class AdapterConformance:
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    async def _dev(self, n_tasks: int, **wrap_kwargs: Any) -> DevReport:
+    async def _dev(
+        self, n_tasks: int, *, handler: Callable[[dict[str, Any]], Reply] | None = None, **wrap_kwargs: Any
+    ) -> DevReport:
         from tether.models.remote import RemoteBackend
 
-        async with FakeLLM(handler=self.reply) as llm:
+        async with FakeLLM(handler=handler or self.reply) as llm:
             agent = self.wrap_agent(self.make_agent(), **wrap_kwargs)
             backend = RemoteBackend(llm.base_url, return_token_ids=True)  # the fake LLM returns token ids
             try:
@@ -127,6 +130,31 @@ class AdapterConformance:
             assert spans.TOOL_ARGUMENTS in span.attributes
             assert span.agent_name in self.expected_agents, f"tool span agent {span.agent_name!r}"
         assert not report.all_problems, report.all_problems
+
+    async def test_the_runner_alone_holds_the_redirect(self) -> None:
+        # the endpoint redirect is held once per rollout, by the runner: while a call is in flight it has
+        # exactly one holder (an adapter's run_scope or instrument holding it too would make it 2 or 3), the
+        # calls still reach tether's proxy (their spans carry token ids), and nothing stays patched afterwards
+        from openai._base_client import BaseClient
+
+        from tether.capture import redirect
+
+        original = BaseClient.__dict__["_build_request"]
+        holders: list[int] = []
+
+        def counting(request: dict[str, Any]) -> Reply:
+            holders.append(redirect.install_count())
+            return self.reply(request)
+
+        for run in (None, self.custom_run()):  # the adapter's own run, and a user's run=
+            holders.clear()
+            report = await self._dev(1, handler=counting, run=run)
+            (rollout,) = report.rollouts
+            assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
+            assert rollout.transitions and all(t.prompt_token_ids for t in rollout.transitions), str(rollout)
+            assert holders and set(holders) == {1}, f"redirect holders during the calls: {holders}"
+            assert redirect.install_count() == 0, "the redirect is still held after the run"
+            assert BaseClient.__dict__["_build_request"] is original, "the openai SDK is still patched"
 
     async def test_concurrent_rollouts_do_not_mix(self) -> None:
         _check_isolated(await self._dev(4), 4)

@@ -37,6 +37,7 @@ import pytest_asyncio
 
 from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store, StoreError
 from tether.testing._import_conformance import ImportConformance
+from tether.testing._query_conformance import QueryConformance
 from tether.types import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     Attempt,
@@ -64,7 +65,7 @@ def span(rollout_id: str, attempt_id: str, name: str = "s", **kwargs: Any) -> Sp
     return Span(rollout_id=rollout_id, attempt_id=attempt_id, name=name, **kwargs)
 
 
-class StoreConformance(ImportConformance):
+class StoreConformance(ImportConformance, QueryConformance):
     """Inherit from this in a ``Test...`` class and implement ``make_store``. See the module docstring."""
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.asyncio]

@@ -105,7 +105,7 @@ def call_value(t: Transition, calls: int, credit: Credit) -> float:
 
 class Scored(Protocol):
     """A finished rollout with its transitions and what its spans held
-    (``tether.training.session.RolloutResult``)."""
+    (``tether.training.batch.RolloutResult``)."""
 
     @property
     def rollout(self) -> Rollout: ...

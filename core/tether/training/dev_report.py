@@ -155,10 +155,9 @@ def _credit(t: Transition) -> str:
 def _describe(span: Span) -> str:
     agent = f"{span.agent_name} → " if span.agent_name else ""
     attrs = span.attributes
-    if is_proxy_llm_span(span):
-        choice = (attrs.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
-        calls = message.get("tool_calls") or []
+    call = spans.proxy_call(span)
+    if call is not None:
+        message, calls = call.message, call.tool_calls
         if calls:
             said = ", ".join(
                 f"{c.get('function', {}).get('name')}({_clip(c.get('function', {}).get('arguments'), 40)})"
@@ -167,7 +166,7 @@ def _describe(span: Span) -> str:
             said = f"calls {said}"
         else:
             said = _clip(message.get("content"))
-        ids = len(choice.get("response_token_ids") or [])
+        ids = len(call.response_token_ids or [])
         return f"{agent}LLM: {said}" + (f"  [{ids} token ids]" if ids else "")
     if span.kind == SpanKind.LLM and span.name == spans.PASSTHROUGH_CALL:
         answer = attrs.get("response") or {}

@@ -26,7 +26,7 @@ FLAT_FIX = "rewards must vary within a task's group — check the reward, raise 
 
 
 class _Result(Protocol):
-    """A finished rollout of a batch (``tether.training.session.RolloutResult``)."""
+    """A finished rollout of a batch (``tether.training.batch.RolloutResult``)."""
 
     @property
     def rollout(self) -> Rollout: ...

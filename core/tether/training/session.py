@@ -17,31 +17,30 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether import _json, spans
 from tether._seeds import derive_seed
 from tether.models.base import ModelBackend
 from tether.policies import PolicyMap
-from tether.spans import is_proxy_llm_span
 from tether.store import Store, StoreError, open_store
 from tether.store.base import Harvested
-from tether.training.credit import Credit, CreditRule, CreditStats, assign_credit
+from tether.training.batch import Batch as Batch
+from tether.training.batch import Job as Job
+from tether.training.batch import RolloutResult as RolloutResult
+from tether.training.credit import assign_credit
 from tether.training.health import FAILURES_FILE, log_failures, unknown_reward_targets
 from tether.training.run_dir import RunDir
+from tether.training.settings import Settings as Settings
 from tether.training.transitions import build_transitions
 from tether.types import (
-    DEFAULT_HEARTBEAT_TIMEOUT_S,
     LLMEndpoint,
     Mode,
     PromptTemplate,
-    Rollout,
     RolloutSpec,
     RolloutStatus,
-    Span,
     Task,
-    Transition,
 )
 
 if TYPE_CHECKING:
@@ -63,132 +62,6 @@ def as_task(item: Any) -> Task:
         return item
     digest = hashlib.sha1(_json.dumps(item)).hexdigest()[:12]
     return Task(input=item, task_id=f"task-{digest}")
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The trainer's settings an algorithm reads (``tether.Trainer`` documents each)."""
-
-    sampling: Mapping[str, Any] = field(default_factory=dict)
-    max_attempts: int = 1
-    timeout_s: float | None = None
-    credit: CreditRule = "episode"
-    tool_error_penalty: float = 0.0
-    gamma: float = 1.0
-    #: the algorithm's: whether advantages are divided by their group's standard deviation
-    scale_by_std: bool = True
-    n_runners: int = 4
-    #: how long an attempt may go without a heartbeat before the store's sweep ends it (a dead runner's)
-    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
-    seed: int = 0
-    steps: int = 20
-    eval_every: int = 5
-    progress: bool = True
-    #: consecutive steps that trained nothing before ``fit`` stops with a ``FitError`` (None: never)
-    stop_after_idle_steps: int | None = 3
-
-    @property
-    def credit_rule(self) -> Credit:
-        """The credit rule these settings give (``ValueError`` naming the fix for a bad one)."""
-        return Credit(self.credit, self.tool_error_penalty, self.gamma, self.scale_by_std)
-
-
-@dataclass(slots=True)
-class RolloutResult:
-    """One finished rollout of a batch: its last attempt's spans and the transitions built from them."""
-
-    rollout: Rollout
-    spans: list[Span]
-    attempts: int
-    transitions: list[Transition]
-    #: what building the transitions found wrong (no LLM call captured, no token ids, ...)
-    problems: list[str]
-    agent_names: set[str]
-    #: the final reward of each sub-agent or policy a ``reward=`` mapping named (empty for a number)
-    target_rewards: dict[str, float] = field(default_factory=dict)
-    #: rewards emitted during the attempt, and its tool spans (what the credit rules' notes check)
-    emitted_rewards: int = 0
-    tool_spans: int = 0
-
-    @property
-    def succeeded(self) -> bool:
-        return self.rollout.status == RolloutStatus.SUCCEEDED
-
-    @property
-    def used_tools(self) -> bool:
-        """Whether the model asked for a tool call in this rollout."""
-        return any(_has_tool_call(span) for span in self.spans)
-
-
-@dataclass(slots=True)
-class Batch:
-    """The rollouts of one batch, in the order they were enqueued, and the seconds the batch took. The Session
-    credits every batch once under the settings' rule (``tether.training.credit.assign_credit``): each
-    transition's ``reward`` (its value) and ``advantage`` are set, ``trained`` holds the trainable ones with a
-    non-zero advantage (what a policy update trains on) and ``credit`` what the assignment did."""
-
-    results: list[RolloutResult] = field(default_factory=list)
-    seconds: float = 0.0
-    trained: list[Transition] = field(default_factory=list)
-    credit: CreditStats = field(default_factory=CreditStats)
-
-    @property
-    def rollouts(self) -> list[Rollout]:
-        return [r.rollout for r in self.results]
-
-    @property
-    def transitions(self) -> list[Transition]:
-        return [t for r in self.results for t in r.transitions]
-
-    @property
-    def agent_names(self) -> set[str]:
-        return set().union(*(r.agent_names for r in self.results))
-
-    @property
-    def problems(self) -> list[str]:
-        """The transition problems of succeeded rollouts and the last line of each failed rollout's error."""
-        out: list[str] = []
-        for r in self.results:
-            if r.succeeded:
-                out.extend(r.problems)
-            else:
-                out.append(f"rollout {r.rollout.rollout_id} failed: {_last_line(r.rollout.error)}")
-        return out
-
-    @property
-    def failed(self) -> int:
-        return sum(not r.succeeded for r in self.results)
-
-    @property
-    def mean_reward(self) -> float:
-        """Mean reward over the batch; a rollout without a reward counts 0."""
-        return sum(r.rollout.reward or 0.0 for r in self.results) / len(self.results) if self.results else 0.0
-
-    @property
-    def target_rewards(self) -> dict[str, float]:
-        """The mean final reward of each sub-agent or policy the ``reward=`` mappings named, over the rollouts
-        whose mapping holds it (empty when ``reward=`` returns numbers)."""
-        values: dict[str, list[float]] = {}
-        for r in self.results:
-            for target, value in r.target_rewards.items():
-                values.setdefault(target, []).append(value)
-        return {target: sum(v) / len(v) for target, v in sorted(values.items())}
-
-    @property
-    def tool_rate(self) -> float:
-        """The share of rollouts in which the model called a tool."""
-        return sum(r.used_tools for r in self.results) / max(len(self.results), 1)
-
-
-@dataclass(slots=True)
-class Job:
-    """Tasks to run ``repeats`` times each under one resources version (see ``Session.publish``);
-    ``metadata`` is added to each rollout's."""
-
-    tasks: Sequence[Any]
-    resources_version: int
-    repeats: int = 1
-    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -493,6 +366,7 @@ class Session:
             [
                 RolloutSpec(
                     input={"algorithm": algorithm},
+                    task_id=f"{spans.RECORD_METADATA}:{algorithm}",  # the dashboard finds it by this (indexed)
                     mode=Mode.VAL,
                     metadata={spans.RECORD_METADATA: algorithm},
                     heartbeat_timeout_s=None,  # no worker runs it: never swept as a dead worker's
@@ -525,19 +399,9 @@ def declare_policies(backend: ModelBackend, policies: PolicyMap, *, required: bo
     declare(policies.names)
 
 
-def _has_tool_call(span: Span) -> bool:
-    if not is_proxy_llm_span(span):
-        return False
-    return any((c.get("message") or {}).get("tool_calls") for c in span.attributes.get("choices") or [])
-
-
 def _key(task: Any) -> str:
     """A raw task's identity for its seed: its JSON, else its repr."""
     try:
         return _json.dumps(task).decode()
     except TypeError:
         return repr(task)
-
-
-def _last_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[-1] if text and text.strip() else "unknown error"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from tether import _json
 from tether.policies import PolicyMap, agent_key
@@ -32,15 +32,14 @@ from tether.spans import (
     ERROR,
     LLM_CALL_FAILED,
     PASSTHROUGH_CALL,
-    POLICY,
     REQUEST_MESSAGES,
     REWARD_FINAL,
     REWARD_TARGET,
     REWARD_VALUE,
     TOOL_ERROR,
-    WEIGHTS_VERSION,
-    ProxyLLMAttributes,
+    ProxyCall,
     is_proxy_llm_span,
+    proxy_call,
     proxy_llm_problem,
 )
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
@@ -72,8 +71,9 @@ def build_transitions(
     report.target_rewards = final_rewards(ordered)
     current: Transition | None = None
     for span in ordered:
-        if is_proxy_llm_span(span):
-            current = _transition_from(rollout, span, len(report.transitions), names_by_request)
+        call = proxy_call(span)
+        if call is not None:
+            current = _transition_from(rollout, span, call, len(report.transitions), names_by_request)
             current.trainable = policies is None or policies.trains(current.agent_name)
             if policies is not None and current.policy is None:  # (the proxy records it; older spans may lack it)
                 current.policy = policies.policy_of(current.agent_name)
@@ -141,39 +141,26 @@ def _set_targets(report: TransitionReport, rollout: Rollout) -> None:
         t.target_reward = report.target_rewards[t.target] if t.target is not None else rollout.reward
 
 
-def _transition_from(rollout: Rollout, span: Span, step: int, names_by_request: dict[bytes, str]) -> Transition:
-    attrs = cast(ProxyLLMAttributes, span.attributes)  # read defensively: a store may hold older spans
-    request = attrs.get("request")
-    messages = (request.get("messages") if request else None) or []
-    choices = attrs.get("choices")
-    choice = choices[0] if choices else None
-    agent = span.agent_name or names_by_request.get(_request_key(messages))
+def _transition_from(
+    rollout: Rollout, span: Span, call: ProxyCall, step: int, names_by_request: dict[bytes, str]
+) -> Transition:
+    agent = span.agent_name or names_by_request.get(_request_key(call.messages))
     return Transition(
         rollout_id=rollout.rollout_id,
         attempt_id=span.attempt_id,
         task_id=rollout.task_id,
         agent_name=agent,
         step=step,
-        messages=messages,
-        response=(choice.get("message") if choice else None) or {},
-        prompt_token_ids=list(attrs.get("prompt_token_ids") or []),
-        response_token_ids=list((choice.get("response_token_ids") if choice else None) or []),
-        logprobs=choice.get("logprobs") if choice else None,
+        messages=call.messages,
+        response=call.message,
+        prompt_token_ids=list(call.prompt_token_ids or []),
+        response_token_ids=list(call.response_token_ids or []),
+        logprobs=call.logprobs,
         reward=0.0,
         trainable=False,
-        weights_version=_version(span.attributes.get(WEIGHTS_VERSION)),
-        policy=_policy(span.attributes.get(POLICY)),
+        weights_version=call.weights_version,  # None: a remote backend, or a span stored before versions
+        policy=call.policy,
     )
-
-
-def _policy(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _version(value: Any) -> int | None:
-    """The span's weights version as an int (None when absent: a remote backend, or a span stored before
-    versions were recorded)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:

@@ -3,11 +3,12 @@
 ``AutoGenAdapter.run(agent, task, resources)`` runs a fresh copy of the agent or team (``rollout_copy``, see
 ``tether_autogen.isolate``) with ``await copy.run(task=<text>)``; a ``run=`` function given to ``tether.wrap``
 gets such a copy too, so ``await team.reset(); return await team.run(task=...)`` is safe in concurrent
-rollouts. The task text is the task itself when it
-is a string; for a dict, the first string among its ``"task"``, ``"question"``, ``"input"`` and
-``"prompt"`` keys, else the dict as JSON; anything else, its ``str()``.
+rollouts. The task text is ``tether.plugin.tasks.task_text``'s: the task itself when it is a string; for a dict,
+the first string among its ``"task"``, ``"question"``, ``"input"`` and ``"prompt"`` keys, else the dict as JSON;
+anything else, its ``str()``.
 
-It returns an ``AutoGenOutput``: a ``dict`` (so the store keeps it as JSON) with
+It returns an ``AutoGenOutput``: a ``tether.plugin.tasks.RunOutput`` (a ``dict``, so the store keeps it as JSON)
+with
 
 - ``"text"`` — the text of the last chat message (the agent's or team's answer),
 - ``"messages"`` — every message and event of the run as ``{"source", "type", "content"}``,
@@ -24,21 +25,19 @@ speaker-selection calls are named ``"<team name>.selector"`` (``tether_autogen.t
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import sys
 from typing import Any
 
-from tether.capture import redirect
 from tether.plugin.adapters import Adapter, SpanSink
+from tether.plugin.adapters import json_safe as plain
 from tether.plugin.instrument import Patch
-from tether.types import Resources, Task
-from tether_autogen.capture import EventHandler, make_turn_wrapper, plain
+from tether.plugin.tasks import RunOutput
+from tether.plugin.tasks import task_text as task_text
+from tether.types import Resources
+from tether_autogen.capture import EventHandler, make_turn_wrapper
 from tether_autogen.loop_clients import LoopClients
 from tether_autogen.teams import make_factory_wrapper
-
-TASK_KEYS = ("task", "question", "input", "prompt")
 
 # Base classes (module, attribute) whose instances the adapter runs; looked up in sys.modules only.
 _AGENT_BASES = (
@@ -49,31 +48,10 @@ _AGENT_BASES = (
 )
 
 
-class AutoGenOutput(dict[str, Any]):
+class AutoGenOutput(RunOutput):
     """What ``AutoGenAdapter.run`` returns: ``{"text", "messages", "stop_reason"}`` plus ``.task_result``."""
 
     task_result: Any = None
-
-    @property
-    def text(self) -> str:
-        return str(self.get("text") or "")
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def task_text(task: Any) -> str:
-    """The text ``run(task=...)`` receives for a task input (see the module docstring)."""
-    if isinstance(task, Task):
-        task = task.input
-    if isinstance(task, str):
-        return task
-    if isinstance(task, dict):
-        for key in TASK_KEYS:
-            if isinstance(task.get(key), str):
-                return str(task[key])
-        return json.dumps(plain(task), ensure_ascii=False)
-    return str(task)
 
 
 class AutoGenAdapter(Adapter):
@@ -152,10 +130,6 @@ class AutoGenAdapter(Adapter):
 
     # -- running ------------------------------------------------------------------------------------------
 
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
-        return redirect.installed()
-
     def rollout_copy(self, agent: Any) -> Any:
         """A fresh copy of the agent or team (``tether_autogen.isolate``) with this event loop's model clients:
         what ``run`` runs, and what a ``run=`` function gets."""
@@ -164,9 +138,7 @@ class AutoGenAdapter(Adapter):
         return fresh_copy(agent, self._clients.model_client)
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> AutoGenOutput:
-        runnable = self.rollout_copy(agent)
-        with self.run_scope(agent):
-            result = await runnable.run(task=task_text(task))
+        result = await self.rollout_copy(agent).run(task=task_text(task))
         return summarize(result)
 
 

@@ -13,6 +13,11 @@ copy and never runs or changes the user's object:
 
 Objects this cannot copy are rejected with an error that names ``run=`` as the way to build one per task (a
 ``run=`` is then handed the user's object, and builds its own).
+
+The copies read and re-initialise private fields of AutoGen's classes (``BaseGroupChat``'s constructor
+arguments as it stores them, ``AssistantAgent._model_context`` and ``_model_client``). A release that renames
+one would otherwise make rollouts share run state silently, so each copy first checks them (``_SEAM``, a
+``tether.capture.patching.Seam``) and fails with ``SeamMissing`` naming the installed autogen-agentchat version.
 """
 
 from __future__ import annotations
@@ -21,9 +26,40 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from tether.capture.patching import Seam
 from tether.plugin.adapters import CannotCopy
 
 ClientMap = Callable[[Any], Any]
+
+_SEAM = Seam("autogen-agentchat", "tether_autogen.isolate")
+#: what ``_team_copy`` reads from a team, as ``BaseGroupChat.__init__`` stores its arguments
+TEAM_FIELDS = (
+    "_name",
+    "_description",
+    "_participants",
+    "_group_chat_manager_name",
+    "_base_group_chat_manager_class",
+    "_termination_condition",
+    "_max_turns",
+    "_embedded_runtime",
+    "_runtime",
+    "_emit_team_events",
+    "_message_factory",
+)
+#: the ``BaseGroupChat.__init__`` parameters ``_team_copy`` passes
+TEAM_PARAMETERS = (
+    "name",
+    "description",
+    "participants",
+    "group_chat_manager_name",
+    "group_chat_manager_class",
+    "termination_condition",
+    "max_turns",
+    "runtime",
+    "emit_team_events",
+)
+#: what ``_agent_copy`` and ``_with_clients`` replace in an ``AssistantAgent``
+AGENT_FIELDS = ("_model_context", "_model_client")
 
 
 def _same(client: Any) -> Any:
@@ -60,6 +96,10 @@ def _with_clients(clone: Any, clients: ClientMap) -> Any:
 
 
 def _agent_copy(agent: Any) -> Any:
+    from autogen_agentchat.agents import AssistantAgent
+
+    if isinstance(agent, AssistantAgent):  # a user's own ChatAgent may hold neither
+        _SEAM.require(agent, *AGENT_FIELDS)
     clone = copy.copy(agent)
     context = getattr(agent, "_model_context", None)
     if context is not None:
@@ -79,6 +119,8 @@ def _fresh_context(context: Any) -> Any:
 def _team_copy(team: Any, clients: ClientMap) -> Any:
     from autogen_agentchat.teams import BaseGroupChat
 
+    _SEAM.require(team, *TEAM_FIELDS)
+    _SEAM.require_parameters(BaseGroupChat.__init__, *TEAM_PARAMETERS)
     clone = copy.copy(team)
     BaseGroupChat.__init__(
         clone,

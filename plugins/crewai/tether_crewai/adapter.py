@@ -8,7 +8,7 @@ usage counters), so each rollout runs on CrewAI's own per-input copy (``rollout_
 too. The inputs are the task itself when it is a dict (its keys fill the ``{placeholders}`` of the agents'
 and tasks' texts), ``{"input": text}`` for a string.
 
-It returns a ``CrewAIOutput``: a ``dict`` (stored as JSON) with
+It returns a ``CrewAIOutput``: a ``tether.plugin.tasks.RunOutput`` (a ``dict``, stored as JSON) with
 
 - ``"text"`` — the crew's final answer (``CrewOutput.raw``),
 - ``"tasks"`` — each task's ``{"agent", "description", "text"}`` in order,
@@ -23,7 +23,6 @@ through tether's endpoint redirect (CrewAI's native OpenAI provider is an ``open
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from tether.capture import redirect
 from tether.plugin.adapters import Adapter, CannotCopy, SpanSink
 from tether.plugin.instrument import Patch
+from tether.plugin.tasks import RunOutput
 from tether.types import Resources, Task
 from tether_crewai.capture import EventHandlers, RequestLog, make_execute_wrapper, make_export_wrapper
 
@@ -42,17 +42,10 @@ _PATCHED = ("execute_task", "aexecute_task")
 _EXPORTS = ("_export_output", "_aexport_output")
 
 
-class CrewAIOutput(dict[str, Any]):
+class CrewAIOutput(RunOutput):
     """What ``CrewAIAdapter.run`` returns: ``{"text", "tasks"}`` plus ``.crew_output``."""
 
     crew_output: Any = None
-
-    @property
-    def text(self) -> str:
-        return str(self.get("text") or "")
-
-    def __str__(self) -> str:
-        return self.text
 
 
 def crew_inputs(task: Any) -> dict[str, Any]:
@@ -125,10 +118,6 @@ class CrewAIAdapter(Adapter):
 
     # -- running ------------------------------------------------------------------------------------------
 
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect for the run (the runner holds it around each rollout too)."""
-        return redirect.installed()
-
     def rollout_copy(self, agent: Any) -> Any:
         """CrewAI's own copy of the crew (``Crew.copy``, as ``kickoff_for_each`` makes): what ``run`` kicks off,
         and what a ``run=`` function gets, so ``crew.kickoff(inputs=...)`` is safe in concurrent rollouts."""
@@ -143,8 +132,7 @@ class CrewAIAdapter(Adapter):
     async def run(self, agent: Any, task: Any, resources: Resources) -> CrewAIOutput:
         inputs = crew_inputs(task)
         crew = self.rollout_copy(agent)
-        with self.run_scope(agent):
-            result = await asyncio.to_thread(_kickoff, crew, inputs)
+        result = await asyncio.to_thread(_kickoff, crew, inputs)
         return summarize(result)
 
 

@@ -3,11 +3,10 @@ graphs, and any other ``Runnable``.
 
 Capture is LangChain's own seam, installed by ``instrument`` and removed exactly by ``uninstrument``:
 
-- A global callback handler (``tether_langchain.handler``), registered with
-  ``langchain_core.tracers.context.register_configure_hook``: LangChain attaches it to every callback manager
-  it configures (the hook's context variable defaults to the handler). LangChain has no public way to
-  unregister a hook, so ``uninstrument`` removes our entry from its private hook list; should a release move
-  that list, the handler is left inert (no sink) and reused by the next ``instrument``.
+- A global callback handler (``tether_langchain.handler``), attached to every LangChain run in the process
+  through a configure hook (``tether.plugin.langchain_hooks.ConfigureHook``, shared with the ``langgraph``
+  plugin): ``uninstrument`` detaches the handler (it drops every event once it has no sink) and takes the hook
+  out of LangChain's private hook list where that list still is.
 - An agent-name resolver (``tether.capture.context.add_agent_resolver``): during a model call, LangChain's
   config context variable holds the child callback manager of the enclosing run; its ``parent_run_id`` names
   that run, whose agent the handler's ``RunTree`` knows. The endpoint redirect puts it in the
@@ -20,14 +19,12 @@ Which adapter takes a LangGraph graph: graphs built with ``langchain.agents.crea
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from contextvars import ContextVar
 from typing import Any
 
-from tether.capture import redirect
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
 from tether.plugin.adapters import Adapter, SpanSink
+from tether.plugin.langchain_hooks import ConfigureHook
 from tether.types import Resources
 from tether_langchain.naming import RunTree
 
@@ -61,16 +58,8 @@ class LangChainAdapter(Adapter):
     def __init__(self) -> None:
         super().__init__()
         self._tree = RunTree()
-        self._handler: Any = None  # a tether_langchain.handler.LangChainHandler once instrumented
-        self._hook_var: ContextVar[Any | None] | None = None
-        self._hook_entry: tuple[Any, ...] | None = None
-        self._registered = False  # our hook entry is in LangChain's hook list
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (for ``tether.RayRunners``) without this process's hook: the copy registers its own."""
-        state = super().__getstate__()
-        state.update(_handler=None, _hook_var=None, _hook_entry=None, _registered=False)
-        return state
+        #: the handler's registration (pickled without it, for ``tether.RayRunners``: a copy registers its own)
+        self._hook: ConfigureHook[Any] = ConfigureHook("tether_langchain_handler")
 
     def accepts(self, agent: Any) -> bool:
         runnable = getattr(sys.modules.get("langchain_core.runnables.base"), "Runnable", None)
@@ -88,40 +77,23 @@ class LangChainAdapter(Adapter):
         return self._tree.agent_of(getattr(manager, "parent_run_id", None))
 
     def _instrument(self, sink: SpanSink) -> None:
-        from langchain_core.tracers import context as tracers_context
-
         from tether_langchain.handler import LangChainHandler
 
-        if self._handler is None or self._hook_var is None:
-            self._handler = LangChainHandler(self._tree)
-            self._hook_var = ContextVar("tether_langchain_handler", default=self._handler)
-            self._hook_entry = (self._hook_var, True, None, None)  # what register_configure_hook appends
-        self._handler.sink = sink
-        if not self._registered:
-            tracers_context.register_configure_hook(self._hook_var, inheritable=True)
-            self._registered = True
+        self._hook.attach(lambda: LangChainHandler(self._tree)).sink = sink
         add_agent_resolver(self.agent_name)
 
     def _repoint(self, sink: SpanSink) -> None:
-        if self._handler is not None:
-            self._handler.sink = sink
+        if self._hook.handler is not None:
+            self._hook.handler.sink = sink
 
     def _uninstrument(self) -> None:
         remove_agent_resolver(self.agent_name)
-        if self._handler is not None:
-            self._handler.detach()  # inert even if the hook cannot be unlinked below
-        hooks = getattr(sys.modules.get("langchain_core.tracers.context"), "_configure_hooks", None)
-        if isinstance(hooks, list) and self._hook_entry in hooks:
-            hooks.remove(self._hook_entry)
-            self._registered = False
-
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect, so the runnable's model clients reach the rollout's endpoint."""
-        return redirect.installed()
+        if self._hook.handler is not None:
+            self._hook.handler.detach()  # inert even if the hook cannot be unlinked below
+        self._hook.remove()
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
-        with self.run_scope(agent):
-            return await agent.ainvoke(task_input(agent, task))
+        return await agent.ainvoke(task_input(agent, task))
 
 
 def task_input(agent: Any, task: Any) -> Any:

@@ -16,8 +16,8 @@ from typing import Any
 
 from tether.plugin.adapters import Adapter
 from tether.plugin.hookspecs import hookimpl
+from tether.plugin.langchain_hooks import no_langsmith_tracing
 from tether_langgraph.adapter import LangGraphAdapter, node_name
-from tether_langgraph.telemetry import no_langsmith_tracing
 
 EXTRA = "langgraph"
 REQUIRES = ("langgraph", "langchain_core", "langchain_openai")

@@ -2,37 +2,28 @@
 
 Capture has two parts, both installed by ``instrument`` and removed exactly by ``uninstrument``:
 
-- A global LangChain callback handler (``tether_langgraph.handler``), registered with
-  ``langchain_core.tracers.context.register_configure_hook``. LangChain adds the handler of every registered
-  context variable whose value is not None to each callback manager it configures; our variable's *default*
-  is the handler, so it is attached to every run in the process, whatever the context. LangChain has no
-  public way to unregister a hook, so ``uninstrument`` removes our entry from LangChain's hook list
-  (``_configure_hooks``, private); should a release move that list, the hook stays registered but is made
-  inert — the handler drops every event once it has no sink — and is reused, not registered twice, by the
-  next ``instrument``.
+- A global LangChain callback handler (``tether_langgraph.handler``), attached to every LangChain run in the
+  process through a configure hook (``tether.plugin.langchain_hooks.ConfigureHook``, shared with the
+  ``langchain`` plugin): ``uninstrument`` detaches the handler (it drops every event once it has no sink) and
+  takes the hook out of LangChain's private hook list where that list still is.
 - An agent-name resolver (``tether.capture.context.add_agent_resolver``) that reads the running graph node from
   LangChain's config context variable (``var_child_runnable_config`` → metadata ``langgraph_node``). The
   endpoint redirect (``tether.capture.redirect``) calls it for the ``X-Tether-Agent`` header of every SDK request,
   so the proxy's span of the call — the one with token ids — is named after the node.
 
 ``run`` feeds a task to the graph with ``ainvoke``: a dict is the graph's input state, a string becomes
-``{"messages": [("user", task)]}``. It holds the endpoint redirect for the run.
+``{"messages": [("user", task)]}``. The runner holds the endpoint redirect around the rollout.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tether.capture import redirect
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
 from tether.plugin.adapters import Adapter, SpanSink
+from tether.plugin.langchain_hooks import ConfigureHook
 from tether.types import Resources
-
-if TYPE_CHECKING:
-    from tether_langgraph.handler import TetherCallbackHandler
 
 #: (module, class) of compiled graphs: ``CompiledStateGraph`` and functional-API entrypoints are ``Pregel``s
 _GRAPH_TYPES = (("langgraph.pregel.main", "Pregel"), ("langgraph.pregel", "Pregel"))
@@ -65,17 +56,8 @@ class LangGraphAdapter(Adapter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._handler: TetherCallbackHandler | None = None
-        self._hook_var: ContextVar[Any | None] | None = None
-        self._hook_entry: tuple[Any, ...] | None = None
-        self._registered = False  # our hook entry is in LangChain's hook list
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (for ``tether.RayRunners``) without this process's hook, even after a run here: the copy
-        makes and registers its own handler and hook when it is instrumented where it runs."""
-        state = super().__getstate__()
-        state.update(_handler=None, _hook_var=None, _hook_entry=None, _registered=False)
-        return state
+        #: the handler's registration (pickled without it, for ``tether.RayRunners``: a copy registers its own)
+        self._hook: ConfigureHook[Any] = ConfigureHook("tether_langgraph_handler")
 
     def accepts(self, agent: Any) -> bool:
         if _made_by_create_agent(agent):  # LangChain's agent: the langchain plugin's, named by the agent
@@ -87,36 +69,20 @@ class LangGraphAdapter(Adapter):
         return False
 
     def _instrument(self, sink: SpanSink) -> None:
-        from langchain_core.tracers import context as tracers_context
-
         from tether_langgraph.handler import TetherCallbackHandler
 
-        if self._handler is None or self._hook_var is None:
-            self._handler = TetherCallbackHandler()
-            self._hook_var = ContextVar("tether_langgraph_handler", default=self._handler)
-            self._hook_entry = (self._hook_var, True, None, None)  # what register_configure_hook appends
-        self._handler.sink = sink
-        if not self._registered:
-            tracers_context.register_configure_hook(self._hook_var, inheritable=True)
-            self._registered = True
+        self._hook.attach(TetherCallbackHandler).sink = sink
         add_agent_resolver(node_name)
 
     def _repoint(self, sink: SpanSink) -> None:
-        if self._handler is not None:
-            self._handler.sink = sink
+        if self._hook.handler is not None:
+            self._hook.handler.sink = sink
 
     def _uninstrument(self) -> None:
         remove_agent_resolver(node_name)
-        if self._handler is not None:
-            self._handler.detach()  # inert even if the hook cannot be unlinked below
-        hooks = getattr(sys.modules.get("langchain_core.tracers.context"), "_configure_hooks", None)
-        if isinstance(hooks, list) and self._hook_entry in hooks:
-            hooks.remove(self._hook_entry)
-            self._registered = False
-
-    def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
-        """Hold the endpoint redirect, so the graph's model clients reach the rollout's endpoint."""
-        return redirect.installed()
+        if self._hook.handler is not None:
+            self._hook.handler.detach()  # inert even if the hook cannot be unlinked below
+        self._hook.remove()
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
         if isinstance(task, dict):
@@ -129,5 +95,4 @@ class LangGraphAdapter(Adapter):
                 f"user message; got {type(task).__name__}: pass run=lambda graph, task: graph.ainvoke(...) "
                 "to tether.wrap to say how"
             )
-        with self.run_scope(agent):
-            return await agent.ainvoke(state)
+        return await agent.ainvoke(state)

@@ -1,10 +1,11 @@
 """The adapter for plain Python functions that call the ``openai`` client.
 
 ``OpenAIFunctionAdapter`` runs a function (sync or async, or a ``functools.partial`` of one) on a task input.
-It does not capture LLM spans itself: the endpoint redirect (``tether.capture.redirect``) sends every SDK request
-made inside the rollout to tether's proxy, which records the request, the response, the token ids and the
-``X-Tether-Agent`` header on its own span. Sync functions run in a worker thread via ``asyncio.to_thread``, which
-copies the context, so the rollout scope (and hence the redirect) carries over.
+It does not capture LLM spans itself: the endpoint redirect (``tether.capture.redirect``, held by the runner
+around each rollout) sends every SDK request made inside the rollout to tether's proxy, which records the
+request, the response, the token ids and the ``X-Tether-Agent`` header on its own span. Sync functions run in
+a worker thread via ``asyncio.to_thread``, which copies the context, so the rollout scope (and hence the
+redirect) carries over.
 
 The sub-agent name of the function's calls is the function's ``__name__`` unless the caller (or the function,
 with ``tether.capture.context.agent_scope``) names one. Tool calls are reported as ``tool`` spans from the tool
@@ -70,7 +71,6 @@ class OpenAIFunctionAdapter(Adapter):
 
     def _instrument(self, sink: SpanSink) -> None:
         self._tools.sink = sink
-        redirect.install()
         redirect.add_listener(self._tools)
 
     def _repoint(self, sink: SpanSink) -> None:
@@ -79,14 +79,13 @@ class OpenAIFunctionAdapter(Adapter):
     def _uninstrument(self) -> None:
         redirect.remove_listener(self._tools)
         self._tools.sink = None
-        redirect.uninstall()
 
     @contextlib.contextmanager
     def run_scope(self, agent: Any) -> Iterator[None]:
-        """Hold the redirect (it is what captures the calls), report tool results, and name the calls after
-        the function unless an enclosing ``tether.agent`` scope already names them."""
+        """Report tool results and name the calls after the function unless an enclosing ``tether.agent``
+        scope already names them (the runner holds the endpoint redirect that sends them to the proxy)."""
         naming = contextlib.nullcontext() if current_agent_name() else agent_scope(_default_name(agent))
-        with redirect.installed(), tracking_run(), naming:
+        with tracking_run(), naming:
             yield
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:

@@ -1,16 +1,18 @@
 """The adapter for OpenAI Agents SDK agents (``agents.Agent``), handoffs included.
 
 ``run(agent, task, resources)`` is ``await Runner.run(agent, input=<task text>, run_config=...)`` and
-returns the run's ``final_output``. The task text is the task when it is a string (a list is passed on as
-the SDK's input items); for a dict, the first string among its ``"task"``, ``"question"``, ``"input"`` and
-``"prompt"`` keys, else the dict as JSON. An agent that declares its run context's type
-(``Agent[MyContext](...)``) gets a fresh ``MyContext()`` per rollout (``tether_openai_agents.context``: when
-that cannot be built, the rollout's error says what to pass). The run's ``RunConfig`` gives it:
+returns the run's ``final_output``. The task text is ``tether.plugin.tasks.task_text``'s (a list is passed on
+as the SDK's input items): the task when it is a string; for a dict, the first string among its ``"task"``,
+``"question"``, ``"input"`` and ``"prompt"`` keys, else the dict as JSON. An agent that declares its run
+context's type (``Agent[MyContext](...)``) gets a fresh ``MyContext()`` per rollout
+(``tether_openai_agents.context``: when that cannot be built, the rollout's error says what to pass). The
+run's ``RunConfig`` gives it:
 
 - a model provider that makes every agent whose ``model`` is a name (or unset) call the Chat Completions
   API — the API tether's proxy serves — at the rollout's endpoint, through an ``AsyncOpenAI`` client made
-  for the running event loop. The SDK's own default client shares one HTTP pool bound to the first event
-  loop that used it, which fails in the next one; the user's global settings are not touched for this.
+  for the running event loop (``tether.plugin.loop_pool``). The SDK's own default client shares one HTTP pool
+  bound to the first event loop that used it, which fails in the next one; the user's global settings are not
+  touched for this.
   Agents built with an explicit model object keep it (its requests are redirected by ``tether.capture.redirect``);
 - tracing on, with sensitive data, since nothing leaves the process (``tether_openai_agents.gate``);
 - a ``tool_error_formatter`` that only records a failing tool's exception for its span (the model still
@@ -19,7 +21,9 @@ that cannot be built, the rollout's error says what to pass). The run's ``RunCon
 A ``run=`` function that calls ``Runner.run`` itself can pass ``rollout_run_config(resources)`` to get the
 same. While instrumented the adapter also makes Chat Completions the SDK's default API
 (``set_default_openai_api("chat_completions")``), so agents run by a ``run=`` function without that config
-reach the proxy too; ``uninstrument`` restores the previous default.
+reach the proxy too; ``uninstrument`` restores the previous default. The SDK has no public getter for that
+default: it is read and restored through ``agents.models._openai_shared`` (private), which ``responses_default()``
+checks first, raising ``SeamMissing`` naming the SDK version if a release moves it (nothing is installed then).
 
 Capture (``instrument``) holds the gate — tether's trace processor in place of the SDK's, see
 ``tether_openai_agents.capture`` — and registers an agent resolver so the endpoint redirect's ``X-Tether-Agent``
@@ -28,26 +32,40 @@ header names the agent making each model request.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import json
+import importlib
 import sys
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from tether.capture import redirect
 from tether.capture.context import add_agent_resolver, current_scope, remove_agent_resolver
+from tether.capture.patching import Seam
 from tether.plugin.adapters import Adapter, SpanSink
+from tether.plugin.loop_pool import LoopPool
+from tether.plugin.tasks import task_text
 from tether.types import Resources, Task
 from tether_openai_agents import gate
 from tether_openai_agents.context import default_context, explain
 
-TASK_KEYS = ("task", "question", "input", "prompt")
-
 #: (module, class) of the agents the adapter runs; looked up in sys.modules only
 _AGENT_TYPES = (("agents.agent", "Agent"), ("agents", "Agent"))
+
+_SEAM = Seam("openai-agents", "tether_openai_agents.adapter")
+#: the private module that holds the SDK's default OpenAI API, and its getter and setter
+RESPONSES_DEFAULT_MODULE = "agents.models._openai_shared"
+RESPONSES_DEFAULT_FUNCTIONS = ("get_use_responses_by_default", "set_use_responses_by_default")
+
+
+def responses_default() -> Any:
+    """The SDK's private module holding its default API (``RESPONSES_DEFAULT_MODULE``), checked: ``SeamMissing``
+    naming the SDK version when it or its getter and setter moved."""
+    try:
+        module = importlib.import_module(RESPONSES_DEFAULT_MODULE)
+    except ImportError as exc:
+        raise _SEAM.missing(f"{RESPONSES_DEFAULT_MODULE} cannot be imported ({exc})") from exc
+    _SEAM.require(module, *RESPONSES_DEFAULT_FUNCTIONS)
+    return module
 
 
 def agent_name() -> str | None:
@@ -60,46 +78,28 @@ def task_input(task: Any) -> Any:
     """What ``Runner.run(agent, input=...)`` receives for a task (see the module docstring)."""
     if isinstance(task, Task):
         task = task.input
-    if isinstance(task, str | list):
-        return task
-    if isinstance(task, dict):
-        for key in TASK_KEYS:
-            if isinstance(task.get(key), str):
-                return str(task[key])
-        return json.dumps(task, ensure_ascii=False, default=str)
-    return str(task)
+    return task if isinstance(task, list) else task_text(task)
 
 
-class _LoopClients:
-    """One ``AsyncOpenAI`` per event loop (its HTTP pool binds to the loop that first uses it)."""
-
-    def __init__(self) -> None:
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
-        self._closing: set[asyncio.Task[Any]] = set()
-
-    def client(self, base_url: str) -> Any:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            from openai import AsyncOpenAI
-
-            client = AsyncOpenAI(base_url=base_url, api_key="tether")
-            self._clients[loop] = client
-        return client if str(client.base_url) == base_url.rstrip("/") + "/" else client.copy(base_url=base_url)
-
-    def close_for_running_loop(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        client = self._clients.pop(loop, None)
-        if client is not None:
-            task = loop.create_task(client.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+#: the ``AsyncOpenAI`` client of each event loop (its HTTP pool binds to the loop that first uses it)
+_clients = LoopPool()
+_CLIENT = object()  # the pool's owner of that client
 
 
-_clients = _LoopClients()
+def _client(base_url: str) -> Any:
+    """The running loop's client, pointed at ``base_url`` (a copy sharing its HTTP pool when it differs)."""
+
+    def make() -> Any:
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(base_url=base_url, api_key="tether")
+
+    client = _clients.get(_CLIENT, make, _close)
+    return client if str(client.base_url) == base_url.rstrip("/") + "/" else client.copy(base_url=base_url)
+
+
+async def _close(client: Any) -> None:
+    await client.close()
 
 
 def _record_tool_error(args: Any) -> None:
@@ -125,7 +125,7 @@ def rollout_run_config(resources: Resources | None = None, **overrides: Any) -> 
                 "outside one, pass the Resources whose llm endpoint the agent should call"
             )
         base_url = scope.base_url
-    provider = OpenAIProvider(openai_client=_clients.client(base_url), use_responses=False)
+    provider = OpenAIProvider(openai_client=_client(base_url), use_responses=False)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     settings: dict[str, Any] = {"model_provider": provider, "tracing_disabled": False}
     if "trace_include_sensitive_data" in fields:
@@ -157,12 +157,12 @@ class OpenAIAgentsAdapter(Adapter):
 
     def _instrument(self, sink: SpanSink) -> None:
         import agents
-        from agents.models import _openai_shared
 
+        shared = responses_default()  # checked before anything is installed
         processor = gate.hold()
         processor.sink = sink
         add_agent_resolver(agent_name)
-        self._responses_default = _openai_shared.get_use_responses_by_default()
+        self._responses_default = shared.get_use_responses_by_default()
         agents.set_default_openai_api("chat_completions")
 
     def _repoint(self, sink: SpanSink) -> None:
@@ -175,22 +175,19 @@ class OpenAIAgentsAdapter(Adapter):
         super().uninstrument()
 
     def _uninstrument(self) -> None:
-        from agents.models import _openai_shared
-
         remove_agent_resolver(agent_name)
         if self._responses_default is not None:
-            _openai_shared.set_use_responses_by_default(self._responses_default)
+            responses_default().set_use_responses_by_default(self._responses_default)
             self._responses_default = None
         gate.release()
 
     @contextlib.contextmanager
     def run_scope(self, agent: Any) -> Iterator[None]:
-        """Hold the endpoint redirect, and hold the upload gate: nothing about this run may reach the SDK's
-        trace uploader, even when the adapter is not instrumented."""
+        """Hold the upload gate: nothing about this run may reach the SDK's trace uploader, even when the
+        adapter is not instrumented (the runner holds the endpoint redirect)."""
         gate.hold()
         try:
-            with redirect.installed():
-                yield
+            yield
         finally:
             gate.release()
 

@@ -140,7 +140,7 @@ async def test_the_adapter_pickles_without_this_processs_hook() -> None:
     await _dev(agents.tool_chain, [question(2)])
     assert adapter.instrumented is False
     copy = pickle.loads(pickle.dumps(adapter))
-    assert isinstance(copy, LangChainAdapter) and copy._handler is None and len(copy._tree) == 0
+    assert isinstance(copy, LangChainAdapter) and copy._hook.handler is None and len(copy._tree) == 0
 
 
 def test_how_a_string_task_is_fed() -> None:

@@ -27,7 +27,7 @@ class _Sink:
 
 
 def _ours(adapter: LangGraphAdapter) -> list[Any]:
-    return [entry for entry in tracers_context._configure_hooks if entry[0] is adapter._hook_var]
+    return [entry for entry in tracers_context._configure_hooks if entry[0] is adapter._hook.var]
 
 
 _SCOPE = RolloutScope("ro-1", "at-1", "http://127.0.0.1:9/v1")
@@ -53,10 +53,10 @@ def test_an_adapter_pickled_after_instrumenting_leaves_its_hook_behind() -> None
         copy = pickle.loads(pickle.dumps(adapter))  # a context variable cannot be pickled at all
     finally:
         adapter.uninstrument()
-    assert not copy.instrumented and copy._hook_var is None and not copy._registered
+    assert not copy.instrumented and copy._hook.var is None and not copy._hook.registered
     copy.instrument(sink)  # where it runs: its own handler and hook
     try:
-        assert len(_ours(copy)) == 1 and copy._hook_var is not adapter._hook_var
+        assert len(_ours(copy)) == 1 and copy._hook.var is not adapter._hook.var
     finally:
         copy.uninstrument()
     assert _ours(copy) == []
@@ -65,7 +65,7 @@ def test_an_adapter_pickled_after_instrumenting_leaves_its_hook_behind() -> None
 def test_hook_made_inert_when_langchain_hook_list_is_out_of_reach(monkeypatch: pytest.MonkeyPatch) -> None:
     adapter, sink = LangGraphAdapter(), _Sink()
     adapter.instrument(sink)
-    handler = adapter._handler
+    handler = adapter._hook.handler
     assert handler is not None
     monkeypatch.setattr(tracers_context, "_configure_hooks", None)  # as if a release moved the list
     adapter.uninstrument()
@@ -88,7 +88,7 @@ def test_hook_made_inert_when_langchain_hook_list_is_out_of_reach(monkeypatch: p
 def test_events_outside_a_rollout_are_ignored_and_tool_runs_give_one_span() -> None:
     adapter, sink = LangGraphAdapter(), _Sink()
     adapter.instrument(sink)
-    handler = adapter._handler
+    handler = adapter._hook.handler
     assert handler is not None
     try:
         run_id = uuid.uuid4()

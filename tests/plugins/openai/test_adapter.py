@@ -140,37 +140,26 @@ def test_instrument_is_idempotent_and_uninstrument_exact() -> None:
     original = BaseClient.__dict__["_build_request"]
     adapter = OpenAIFunctionAdapter()
     adapter.uninstrument()  # never instrumented: no-op
-    assert BaseClient.__dict__["_build_request"] is original
     adapter.instrument(_Sink())
-    patched = BaseClient.__dict__["_build_request"]
     adapter.instrument(_Sink())
-    assert BaseClient.__dict__["_build_request"] is patched and redirect.install_count() == 1
-    adapter.uninstrument()
+    assert redirect._listeners == [adapter._tools]
+    # instrumenting only listens: the runner alone holds the redirect, around each rollout
     assert BaseClient.__dict__["_build_request"] is original and not redirect.is_installed()
     adapter.uninstrument()
-    assert BaseClient.__dict__["_build_request"] is original
-
-
-def test_two_adapters_share_the_patch() -> None:
-    original = BaseClient.__dict__["_build_request"]
-    first, second = OpenAIFunctionAdapter(), OpenAIFunctionAdapter()
-    first.instrument(_Sink())
-    second.instrument(_Sink())
-    first.uninstrument()
-    assert redirect.is_installed(), "the second adapter still needs the redirect"
-    second.uninstrument()
-    assert BaseClient.__dict__["_build_request"] is original
+    assert redirect._listeners == [] and BaseClient.__dict__["_build_request"] is original
+    adapter.uninstrument()
+    assert redirect._listeners == []
 
 
 async def test_run_sync_function_in_a_thread_inside_the_scope(agent_module: ModuleType) -> None:
     adapter = OpenAIFunctionAdapter()
     async with FakeLLM(handler=_echo) as llm:
-        with rollout_scope(_scope(llm)), agent_scope("solo"):
+        with redirect.held(), rollout_scope(_scope(llm)), agent_scope("solo"):  # as the runner does
             out = await adapter.run(agent_module.answer, Task(input="2+2?"), Resources(version=1))
     assert out == "echo: 2+2?"
     (req,) = llm.requests
     assert req.headers[AGENT_HEADER] == "solo"
-    assert not redirect.is_installed(), "run() holds the redirect only while it runs"
+    assert not redirect.is_installed()
 
 
 async def test_run_coroutine_function_and_partial(agent_module: ModuleType) -> None:
@@ -180,7 +169,7 @@ async def test_run_coroutine_function_and_partial(agent_module: ModuleType) -> N
         return await agent_module.aanswer(question + suffix)
 
     async with FakeLLM(handler=_echo) as llm:
-        with rollout_scope(_scope(llm)):
+        with redirect.held(), rollout_scope(_scope(llm)):
             out = await adapter.run(functools.partial(agent, suffix="!"), "hi", Resources(version=1))
     assert out == "echo: hi!"
     assert [r.json["messages"][0]["content"] for r in llm.requests] == ["hi!"]
@@ -276,7 +265,7 @@ async def test_tool_results_are_reported_once_and_only_inside_the_adapters_runs(
     adapter.instrument(sink)
     try:
         async with FakeLLM(handler=_echo) as llm:
-            with rollout_scope(_scope(llm)):
+            with redirect.held(), rollout_scope(_scope(llm)):
                 await asyncio.to_thread(two_calls, None)  # not a run of this adapter (e.g. another framework's)
                 assert sink.spans == []
                 assert await adapter.run(two_calls, "task", Resources(version=1)) == "done"

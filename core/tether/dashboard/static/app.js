@@ -298,10 +298,13 @@ async function renderRollouts(main, source, params) {
   const offset = Number(params.offset || 0);
   const data = await api("rollouts", { source: source.name, ...params, offset, limit: PAGE });
   const set = (changes) => go(href(source.name, "rollouts", null, { ...params, offset: 0, ...changes }));
-  const chips = h("div", { class: "chips", role: "group", "aria-label": "status" },
-    [["", "All", data.counts.all], ...STATUSES.map((st) => [st, st[0].toUpperCase() + st.slice(1), data.counts[st]])].map(([st, label, n]) =>
+  // counts: taken in the background and shown with their time; null while the first count of a big store runs
+  const counts = data.counts || {};
+  const chips = h("div", { class: "chips", role: "group", "aria-label": "status",
+    title: data.counts ? `counted at ${new Date(data.refreshed_at * 1000).toLocaleTimeString()} (taken again every few seconds)` : "counting…" },
+    [["", "All", counts.all], ...STATUSES.map((st) => [st, st[0].toUpperCase() + st.slice(1), counts[st]])].map(([st, label, n]) =>
       h("button", { class: `chip ${(params.status || "") === st ? "active" : ""}`, dataset: { status: st || "all" }, onclick: () => set({ status: st }) },
-        label, h("span", { class: "count" }, fmtInt(n)))));
+        label, h("span", { class: "count" }, n === undefined ? "…" : fmtInt(n)))));
   const agentList = h("datalist", { id: "agent-names" }, data.agents.map((a) => h("option", { value: a })));
   const input = (name, attrs) => h("input", { name, value: params[name] || "", ...attrs,
     onchange: (e) => set({ [name]: e.target.value.trim() }) });
@@ -338,16 +341,19 @@ async function renderRollouts(main, source, params) {
 }
 
 function makePager(data, params, to) {
-  const first = data.total ? data.offset + 1 : 0;
+  // total null: a reward or search filter, not counted (that would read the whole store); next_offset says if more follow
+  const counted = data.total !== null;
+  const first = data.rows.length || (counted && data.total) ? data.offset + 1 : 0;
+  const of = counted ? ` of ${fmtInt(data.total)}` : (data.next_offset !== null ? " (more follow)" : "");
   const stack = (params.prev || "").split(",").filter(Boolean).map(Number);
   let info;
   if (params.agent) {
-    info = `${fmtInt(data.rows.length)} match${data.rows.length === 1 ? "" : "es"} for sub-agent “${params.agent}” · scanned rows ${fmtInt(first)}–${fmtInt(data.offset + data.scanned)} of ${fmtInt(data.total)}`
+    info = `${fmtInt(data.rows.length)} match${data.rows.length === 1 ? "" : "es"} for sub-agent “${params.agent}” · scanned rows ${fmtInt(data.offset + (data.scanned ? 1 : 0))}–${fmtInt(data.offset + data.scanned)}${of}`
       + (data.exact ? "" : " (stopped early: more may match)");
   } else {
-    info = `Showing ${fmtInt(first)}–${fmtInt(data.offset + data.rows.length)} of ${fmtInt(data.total)}`;
+    info = `Showing ${fmtInt(first)}–${fmtInt(data.offset + data.rows.length)}${of}`;
   }
-  const pages = Math.max(1, Math.ceil(data.total / PAGE));
+  const pages = counted ? Math.max(1, Math.ceil(data.total / PAGE)) : Math.floor(data.offset / PAGE) + (data.next_offset !== null ? 2 : 1);
   const page = Math.floor(data.offset / PAGE) + 1;
   const controls = h("div", { class: "controls" });
   if (params.agent) {
@@ -362,9 +368,9 @@ function makePager(data, params, to) {
     controls.append(
       h("button", { class: "btn", disabled: data.offset === 0, onclick: () => to(0) }, "« First"),
       h("button", { class: "btn", disabled: data.offset === 0, onclick: () => to(Math.max(0, data.offset - PAGE)) }, "‹ Prev"),
-      h("span", {}, "Page"), pageInput, h("span", {}, `of ${fmtInt(pages)}`),
+      h("span", {}, "Page"), pageInput, h("span", {}, counted ? `of ${fmtInt(pages)}` : ""),
       h("button", { class: "btn", disabled: data.next_offset === null, onclick: () => to(data.next_offset) }, "Next ›"),
-      h("button", { class: "btn", disabled: data.next_offset === null, onclick: () => to((pages - 1) * PAGE) }, "Last »"));
+      h("button", { class: "btn", disabled: data.next_offset === null || !counted, onclick: () => to((pages - 1) * PAGE) }, "Last »"));
   }
   return h("div", { class: "pager" }, h("span", { class: "pager-info" }, info), controls);
 }

@@ -1,0 +1,39 @@
+"""The trainer's settings an algorithm reads from its session (``Session.settings``), and the credit rule they
+give."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.training.credit import Credit, CreditRule
+from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The trainer's settings an algorithm reads (``tether.Trainer`` documents each)."""
+
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    max_attempts: int = 1
+    timeout_s: float | None = None
+    credit: CreditRule = "episode"
+    tool_error_penalty: float = 0.0
+    gamma: float = 1.0
+    #: the algorithm's: whether advantages are divided by their group's standard deviation
+    scale_by_std: bool = True
+    n_runners: int = 4
+    #: how long an attempt may go without a heartbeat before the store's sweep ends it (a dead runner's)
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
+    seed: int = 0
+    steps: int = 20
+    eval_every: int = 5
+    progress: bool = True
+    #: consecutive steps that trained nothing before ``fit`` stops with a ``FitError`` (None: never)
+    stop_after_idle_steps: int | None = 3
+
+    @property
+    def credit_rule(self) -> Credit:
+        """The credit rule these settings give (``ValueError`` naming the fix for a bad one)."""
+        return Credit(self.credit, self.tool_error_penalty, self.gamma, self.scale_by_std)
