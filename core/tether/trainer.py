@@ -3,9 +3,9 @@
 ``dev`` runs tasks once (or ``repeats`` times) with no training and returns every rollout's status, output,
 reward, spans and transitions with their advantages — for checking an agent's wiring. ``evaluate`` returns the
 metrics of such a run. ``fit`` opens the run folder and a ``tether.training.session.Session`` (store, model
-backend,
-proxy, runner) and hands it to the algorithm (``tether.algorithms.base.Algorithm``): the Trainer knows nothing
-of how an algorithm trains.
+backend, proxy, runner; only the settings, agent and run folder for an algorithm whose ``uses_session`` is
+False) and hands it to the algorithm, calling the parts of its contract (``tether.algorithms.base.Algorithm``)
+in their order: the Trainer knows nothing of how an algorithm trains.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether._loop import run_sync
-from tether.algorithms.base import Algorithm, check_algorithm
+from tether.algorithms.base import Algorithm, SupportsFit, check_algorithm, name_of
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
@@ -38,11 +38,12 @@ class Trainer:
 
     ``model``: ``"embedded"``, ``"embedded:<dir>"``, ``"hf:<path>"``, ``"vllm:<model>"``, an
     OpenAI-compatible URL, or a ``ModelBackend`` object (which stays open: its owner closes it).
-    ``algorithm``: what ``fit`` trains with — ``tether.GRPO(...)``, ``tether.APO(...)`` or any object with
-    ``async def fit(session, train, val) -> FitResult`` (``tether.Algorithm``); or a mapping from the agent's
-    policy names to algorithms, ``{"writer": tether.GRPO(...), "checker": tether.APO(...)}``: one run that
-    trains one policy's weights and searches another's prompt (``tether.Joint``); or a list of them, run in order
-    in one run folder with one curve (``[tether.WarmStart(...), tether.GRPO(...)]``, ``tether.algorithms.stages``).
+    ``algorithm``: what ``fit`` trains with — ``tether.GRPO(...)``, ``tether.APO(...)``, a subclass of
+    ``tether.Algorithm``, or any object with ``async def fit(session, train, val) -> FitResult``; or a mapping
+    from the agent's policy names to algorithms, ``{"writer": tether.GRPO(...), "checker": tether.APO(...)}``: one
+    run that trains one policy's weights and searches another's prompt (``tether.Joint``); or a list of them, run
+    in order in one run folder with one curve (``[tether.WarmStart(...), tether.GRPO(...)]``,
+    ``tether.algorithms.stages``).
     ``store``: a store URL (``memory:`` by default for ``dev``, ``runs/<name>/store.db`` for ``fit``).
     ``runners``: where rollouts run: None, ``n_runners`` at a time in this process; ``tether.RayRunners(n=...)``
     in Ray actors (``pip install "tether[ray]"``). ``heartbeat_timeout_s``: how long a rollout attempt may go
@@ -56,7 +57,7 @@ class Trainer:
     """
 
     model: str | ModelBackend = "embedded"
-    algorithm: Algorithm | Mapping[str, Any] | Sequence[Any] | None = None
+    algorithm: SupportsFit | Mapping[str, Any] | Sequence[Any] | None = None
     store: str | None = None
     n_runners: int = 4
     runners: RayRunners | None = None
@@ -194,7 +195,7 @@ class Trainer:
             credit=self.credit,
             tool_error_penalty=self.tool_error_penalty,
             gamma=self.gamma,
-            scale_by_std=_scale_by_std(self.algorithm),
+            scale_by_std=self._resolved_algorithm().scale_by_std if self.algorithm is not None else True,
             n_runners=self.n_runners,
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             seed=self.seed,
@@ -206,28 +207,32 @@ class Trainer:
         settings.credit_rule  # noqa: B018 - checked: a bad rule is refused before anything runs
         return settings
 
-    def _prepare(
-        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None, resume: bool
-    ) -> tuple[Algorithm, list[Task], list[Task], RunDir]:
-        """Check the arguments and decide the run folder, before anything runs."""
+    def _resolved_algorithm(self) -> Algorithm:
+        """``algorithm`` as one ``tether.Algorithm``: a list becomes ``Stages``, a mapping ``Joint``, an object
+        with only ``fit`` gets the contract's defaults; ``TypeError`` / ``ValueError`` naming the fix."""
         if self.algorithm is None:
             raise ValueError("Trainer.fit needs an algorithm: Trainer(algorithm=tether.GRPO(...))")
-        from tether.algorithms.joint import Joint  # loads APO's modules: only when fit runs
+        from tether.algorithms.joint import Joint  # loads APO's modules: only when an algorithm is used
         from tether.algorithms.stages import Stages
 
         given: Any = self.algorithm
         if isinstance(given, list | tuple):  # stages in order, e.g. [tether.WarmStart(...), tether.GRPO(...)]
-            given = Stages(given)
-        elif isinstance(given, Mapping):
-            given = Joint(given)
-        algorithm = check_algorithm(given)
+            return Stages(given)
+        if isinstance(given, Mapping):
+            return Joint(given)
+        return check_algorithm(given)
+
+    def _prepare(
+        self, agent: WrappedAgent, train: Sequence[Any], val: Sequence[Any] | None, resume: bool
+    ) -> tuple[Algorithm, list[Task], list[Task], RunDir]:
+        """Check the arguments and decide the run folder, before anything runs."""
+        algorithm = self._resolved_algorithm()
         if not isinstance(agent, WrappedAgent):
             raise TypeError("Trainer.fit takes the result of tether.wrap(agent, ...)")
-        if isinstance(algorithm, Joint | Stages):
-            algorithm.check(agent)  # before the run folder or anything else exists
+        algorithm.check_agent(agent)  # before the run folder or anything else exists
         train_tasks = [as_task(t) for t in train]
         val_tasks = [as_task(t) for t in (val or [])]
-        if not train_tasks and getattr(algorithm, "uses_train_tasks", True):
+        if not train_tasks and algorithm.uses_train_tasks:
             raise ValueError("Trainer.fit needs at least one training task")
         if resume and self.name is None:
             raise ValueError("resume=True needs the run's name: Trainer(name=...) as in the first run")
@@ -246,21 +251,15 @@ class Trainer:
         resume: bool,
         preflight: bool = True,
     ) -> FitResult:
-        # an algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
-        prepare = getattr(algorithm, "prepare_backend", None)
-        config = {"model": str(self.model), "algorithm": type(algorithm).__name__, "steps": self.steps}
+        config = {"model": str(self.model), "algorithm": name_of(algorithm), "steps": self.steps}
         with reporting(self.report_to, run, config):
-            async with self.session(agent, run=run, resume=resume, before_start=prepare) as session:
-                check = getattr(algorithm, "check_session", None)  # the algorithm's own refusals come first
-                if check is not None:
-                    check(session)
+            # the algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
+            session = self.session(agent, run=run, resume=resume, before_start=algorithm.prepare_backend)
+            if not algorithm.uses_session:  # (verl runs its own workers: no store, backend, proxy or runner)
+                algorithm.check_session(session)
+                return await algorithm.fit(session, train, val)
+            async with session:
+                algorithm.check_session(session)  # the algorithm's own refusals come first
                 if preflight and not resume and train:
                     await run_preflight(session, algorithm, train)
                 return await algorithm.fit(session, train, val)
-
-
-def _scale_by_std(algorithm: Any) -> bool:
-    """The algorithm's ``scale_by_std`` (GRPO's; in a ``{policy: algorithm}`` map, the one that has it), else
-    True: part of the credit rule every rollout records."""
-    found = algorithm.values() if isinstance(algorithm, Mapping) else [algorithm]
-    return next((bool(a.scale_by_std) for a in found if isinstance(getattr(a, "scale_by_std", None), bool)), True)

@@ -96,13 +96,25 @@ def splits(n_train: int = 400, n_val: int = 64, n_test: int = 100, seed: int = 0
 CONFUSED = {"+": "-", "-": "+", "*": "/", "/": "*"}
 
 
-def demonstration_expression(problem: Problem, rng: random.Random, p_correct: float) -> str:
-    """The expression a careless demonstrator writes: the right operation with probability ``p_correct``,
-    otherwise its usual confusion (+ for -, * for /, and back). The numbers are always the problem's, in
-    order. With ``p_correct`` below one half an imitator prefers the wrong operation: the warm-started
-    model knows the format, and only reward can teach it which operation is right."""
-    op = problem.op if rng.random() < p_correct else CONFUSED[problem.op]
+def demonstration_expression(problem: Problem, rng: random.Random, p_correct: float | dict[str, float]) -> str:
+    """The expression a careless demonstrator writes: the right operation with probability ``p_correct``
+    (one for all operations, or one per operation), otherwise its usual confusion (+ for -, * for /, and
+    back). The numbers are always the problem's, in order. Where ``p_correct`` is below one half an imitator
+    prefers the wrong operation: the warm-started model knows the format, and only reward can teach it which
+    operation is right."""
+    p = p_correct.get(problem.op, 0.0) if isinstance(p_correct, dict) else p_correct
+    op = problem.op if rng.random() < p else CONFUSED[problem.op]
     return f"{problem.a}{op}{problem.b}"
+
+
+def demo_accuracy(spec: str) -> float | dict[str, float]:
+    """``--demo-accuracy``: one probability (``"0.4"``) or one per operation (``"+=0.9,-=0.3,*=0.9,/=0.3"``)."""
+    if "=" not in spec:
+        return float(spec)
+    rates = {op.strip(): float(p) for op, _, p in (part.partition("=") for part in spec.split(","))}
+    if set(rates) != set(OPS):
+        raise ValueError(f"--demo-accuracy {spec!r}: give a rate for each of {' '.join(OPS)}")
+    return rates
 
 
 def reward(task: dict[str, Any], output: Any) -> float:

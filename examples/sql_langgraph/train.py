@@ -1,12 +1,12 @@
 """Train the LangGraph SQL agent with the embedded model on CPU, optimizing only two of its three nodes.
 
-1. Demonstrations: run the unchanged agent through tether against a scripted demonstrator (a stand-in
-   model that writes SQL in the right shape but leans to one sense of each pair — "less than 40" often
-   becomes "more than 40" — sometimes misspells a column, and checks by a rule). Every captured call —
-   ``write_query``, ``check_query`` and ``rewrite_query`` — is a conversation in the agent's exact request
-   format.
-2. Warm start: build the embedded model and fine-tune it on those conversations. Cached in the run folder.
-3. GRPO with ``tether.Trainer.fit``, ``optimize=["write_query", "rewrite_query"]``: ``check_query`` is served
+1. Warm start (``tether.WarmStart``, its own run ``<run-dir>/warmstart``, built once and shared by every
+   GRPO run under ``--run-dir``): the unchanged agent runs against a teacher, here a scripted demonstrator
+   standing in for your API model (it writes SQL in the right shape but leans to one sense of each pair —
+   "less than 40" often becomes "more than 40" — sometimes misspells a column, and checks by a rule), and a
+   fresh embedded model (its tokenizer fitted to the teacher's traffic) is fine-tuned on every captured call
+   of those runs — ``write_query``, ``check_query`` and ``rewrite_query`` — in the agent's exact request format.
+2. GRPO with ``tether.Trainer.fit``, ``optimize=["write_query", "rewrite_query"]``: ``check_query`` is served
    by the same model, and its transitions are captured but never trained. Held-out questions are
    evaluated before, during and after. A small learning rate over 16 questions a step: at 5e-4 over 8 the
    steps are noisy enough to undo the long queries the warm start taught (measured: the gain comes and goes).
@@ -21,7 +21,7 @@ import json
 import random
 import re
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,11 @@ def policy_rewards(task: dict[str, Any], output: Any) -> dict[str, float]:
     return {"writer": data.reward(task, output), "checker": data.checker_reward(task, output)}
 
 
-def demonstrator(agent_module: Any, questions: list[data.Question], args: argparse.Namespace, seed: str) -> Any:
+def demonstrator(agent_module: Any, questions: list[data.Question], args: argparse.Namespace) -> Any:
     """A FakeLLM handler playing the imperfect demonstrator for each of the agent's nodes (told apart by
-    their system prompts). Its choices depend only on ``seed`` and the request, so concurrent rollouts
-    give the same demonstrations every time."""
+    their system prompts). The k-th time it is asked one exact request it answers from the seed
+    ``<seed>:<k>:<request>``: the teacher's runs over the same question differ (the ``--demo-passes``), and
+    the demonstrations are the same set however the concurrent rollouts interleave."""
     from tether.testing.fake_llm import text
 
     by_text = {q.text: q for q in questions}
@@ -55,6 +56,8 @@ def demonstrator(agent_module: Any, questions: list[data.Question], args: argpar
         agent_module.CHECK_PROMPT: "check",
         agent_module.REWRITE_PROMPT: "rewrite",
     }
+    asked: dict[tuple[str, str], int] = {}
+    lock = threading.Lock()
 
     def handler(request: dict[str, Any]) -> Any:
         system, user = (str(m.get("content")) for m in request["messages"][:2])
@@ -62,7 +65,10 @@ def demonstrator(agent_module: Any, questions: list[data.Question], args: argpar
         question = by_text.get(user.split("\n", 1)[0])
         if node is None or question is None:
             raise RuntimeError(f"the demonstrator does not know this request: {request['messages']}")
-        rng = random.Random(f"{seed}:{user}")
+        with lock:
+            k = asked.get((system, user), 0)
+            asked[(system, user)] = k + 1
+        rng = random.Random(f"{args.seed}:{k}:{user}")
         if node == "write":
             return text(data.demo_write(question, rng, args.demo_accuracy, args.demo_typos))
         if node == "rewrite":
@@ -73,65 +79,62 @@ def demonstrator(agent_module: Any, questions: list[data.Question], args: argpar
     return handler
 
 
-def demonstrations(
-    agent_module: Any, questions: list[data.Question], args: argparse.Namespace
-) -> tuple[list[dict[str, Any]], float]:
-    """Captured conversations of every node from ``args.demo_passes`` runs over ``questions``, and the
-    share of those runs whose final query was right."""
-    from tether.testing.fake_llm import FakeLLM
-
-    wrapped = tether.wrap(agent_module.graph, reward=data.reward)
-    conversations: list[dict[str, Any]] = []
-    rewards: list[float] = []
-    for p in range(args.demo_passes):
-        with FakeLLM(handler=demonstrator(agent_module, questions, args, f"{args.seed}:{p}")) as llm:
-            trainer = tether.Trainer(model=llm.base_url, n_runners=args.runners)
-            report = trainer.dev(wrapped, [q.task() for q in questions])
-        if report.all_problems:
-            raise RuntimeError("demonstration runs went wrong:\n" + "\n".join(report.all_problems[:5]))
-        for rollout in report:
-            rewards.append(rollout.reward or 0.0)
-            for t in rollout.transitions:
-                reply = {"role": "assistant", "content": t.response.get("content")}
-                conversations.append({"messages": [*t.messages, reply], "node": t.agent_name})
-    return conversations, sum(rewards) / len(rewards)
-
-
 def warm_start(
     agent_module: Any, run_dir: Path, questions: list[data.Question], args: argparse.Namespace
 ) -> tuple[Path, float]:
-    """The warm-started checkpoint (built once, then reused) and the demonstrations' accuracy."""
-    from tether.models.embedded import create_embedded, sft
+    """The warm-started checkpoint and the demonstrations' accuracy: ``tether.WarmStart`` in its own run,
+    ``<run-dir>/warmstart``, built once, then the start of every GRPO run under ``--run-dir`` (each
+    ``--policies`` mode starts from the same weights; with ``--policies checker`` the frozen writer is it)."""
+    from tether.models.embedded import EmbeddedBackend
+    from tether.testing.fake_llm import FakeLLM
 
-    checkpoint = run_dir / "warmstart"
-    info_path = checkpoint / "warmstart.json"
-    if info_path.exists():
-        info = json.loads(info_path.read_text())
-        print(f"warm start: reusing {checkpoint} (demonstrations {info['demo_accuracy']:.0%} right)")
-        return checkpoint, float(info["demo_accuracy"])
-    started = time.perf_counter()
-    demos, demo_accuracy = demonstrations(agent_module, questions, args)
-    nodes: dict[str, int] = {}
-    for d in demos:
-        nodes[d["node"]] = nodes.get(d["node"], 0) + 1
-    corpus = [q.text for q in questions] + [s for q in questions for s in (q.sql, q.confused, q.typo)]
-    corpus += [agent_module.WRITE_PROMPT, agent_module.CHECK_PROMPT, agent_module.REWRITE_PROMPT]
-    model = create_embedded(corpus, preset=args.preset, seed=args.seed)
-    counts = ", ".join(f"{n} {node}" for node, n in sorted(nodes.items()))
+    run = run_dir / "warmstart"
+    if (run / "checkpoint" / "trainer_state.json").exists():
+        accuracy = _demo_accuracy(run)
+        print(f"warm start: reusing {run / 'checkpoint'} (demonstrations {accuracy:.0%} right)")
+        return run / "checkpoint", accuracy
+    student = EmbeddedBackend(preset=args.preset, seed=args.seed)  # fresh: WarmStart fits its tokenizer
+    with FakeLLM(handler=demonstrator(agent_module, questions, args)) as teacher:
+        trainer = tether.Trainer(
+            model=student,
+            algorithm=tether.WarmStart(
+                teacher=teacher.base_url,
+                rollouts=args.demo_passes * len(questions),  # every question demo_passes times
+                min_reward=0.0,  # every finished demonstration, right or wrong: the teacher is imperfect
+                epochs=args.sft_epochs,
+                lr=args.sft_lr,
+                batch_size=32,
+                micro_batch=32,
+            ),
+            n_runners=args.runners,
+            seed=args.seed,
+            name="warmstart",
+            run_root=str(run_dir),
+            sampling={"max_tokens": 80},
+        )
+        # every node's calls are fine-tuned (one shared policy), check_query's too: GRPO serves it with this model
+        wrapped = tether.wrap(agent_module.graph, reward=data.reward, optimize=OPTIMIZE)
+        try:
+            result = trainer.fit(wrapped, train=[q.task() for q in questions])
+        finally:
+            tether._loop.run_sync(student.close())
+    assert result.checkpoint is not None
+    record = next(h for h in result.history if h.get("kind") == "warmstart")
+    examples = next(h for h in result.history if h.get("kind") == "sft_data")
     print(
-        f"warm start: {model.num_params / 1e6:.2f}M-parameter model; {len(demos)} demonstration calls "
-        f"({counts}) captured in {time.perf_counter() - started:.0f}s from runs whose final query was right "
-        f"{demo_accuracy:.0%} of the time"
+        f"warm start: {record['teacher_rollouts']} teacher runs, their final query right "
+        f"{record['teacher_reward']:.0%} of the time; {examples['examples']} calls fine-tuned on"
     )
-    # the checker's calls are many and easy (a rule on the result line): a share of them is enough
-    rng = random.Random(args.seed)
-    kept = [d for d in demos if d["node"] != "check_query" or rng.random() < args.check_share]
-    conversations = [{"messages": d["messages"]} for d in kept]
-    sft(model, conversations, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=32, seed=args.seed, progress=True)
-    model.save(checkpoint)
-    info = {"demo_accuracy": demo_accuracy, "calls": nodes, "seconds": time.perf_counter() - started}
-    info_path.write_text(json.dumps(info))
-    return checkpoint, demo_accuracy
+    return result.checkpoint, float(record["teacher_reward"])
+
+
+def _demo_accuracy(run: Path) -> float:
+    """The teacher's mean reward, as the warm-start run recorded it."""
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "warmstart":
+            return float(record["teacher_reward"])
+    raise RuntimeError(f"{run / 'metrics.jsonl'} records no warm start: delete {run} to build it again")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="how often the demonstrator's checker says FIX to a query that ran and returned rows, right or not",
     )
-    parser.add_argument("--check-share", type=float, default=0.35, help="share of checker calls fine-tuned on")
     parser.add_argument("--sft-epochs", type=int, default=12, help="epochs of the warm-start fine-tuning")
     parser.add_argument("--sft-lr", type=float, default=3e-3, help="learning rate of the warm start")
     parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")

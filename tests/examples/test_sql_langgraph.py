@@ -270,17 +270,19 @@ def train_script() -> Iterator[ModuleType]:
 def test_train_script_warm_starts_and_trains_a_grpo_step(
     train_script: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``train.py`` on a tiny budget: demonstrations of all three nodes, warm start, one GRPO step on the two
-    optimized nodes, and the before/after table."""
+    """``train.py`` on a tiny budget: a warm start (``tether.WarmStart``) on the teacher's calls of all three
+    nodes, one GRPO step on the two optimized nodes, and the before/after table."""
     pytest.importorskip("torch")
     argv = ["--run-dir", str(tmp_path), "--preset", "nano", "--n-train", "12", "--n-test", "4"]
     argv += ["--demo-passes", "1", "--sft-epochs", "1", "--steps", "1", "--eval-every", "1"]
     # a 1-epoch warm start of the nano model may score 0 on every preflight rollout, which fit would rightly stop
     argv += ["--tasks-per-step", "2", "--group-size", "2", "--runners", "4", "--no-preflight"]
     assert train_script.main(argv) == 0
-    info = json.loads((tmp_path / "warmstart" / "warmstart.json").read_text())
-    assert info["calls"]["write_query"] == 12 and info["calls"]["check_query"] >= 12
-    assert 0.0 <= info["demo_accuracy"] <= 1.0
+    warm = [json.loads(line) for line in (tmp_path / "warmstart" / "metrics.jsonl").read_text().splitlines()]
+    (teacher,) = [r for r in warm if r["kind"] == "warmstart"]  # tether.WarmStart, its own run
+    assert teacher["teacher_rollouts"] == teacher["kept"] == 12 and 0.0 <= teacher["teacher_reward"] <= 1.0
+    (fine_tuned,) = [r for r in warm if r["kind"] == "sft_data"]
+    assert fine_tuned["examples"] >= 24  # every node's calls: a write and at least one check per run
     records = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 1]
     (step,) = [r for r in records if r["kind"] == "train"]

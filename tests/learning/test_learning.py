@@ -1,6 +1,7 @@
 """Learning, guarded: each training path, seeded, must raise a held-out score well above noise in a few
 minutes on two CPU cores — GRPO on a tool-using agent, GRPO with LoRA adapters, and a policy map
 (``optimize={policy: [sub-agent]}``) whose two policies learn opposite preferences from identical prompts.
+Each starts from a warm start made as a user makes one: ``tether.WarmStart`` against a scripted teacher.
 
 A seeded run is reproducible (docs/reproducibility.md), so these figures are the same on every run of one
 machine and torch build; a change that stops learning (a flipped loss sign, a learning rate that never
@@ -10,6 +11,7 @@ most 0.0625."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
@@ -25,7 +27,8 @@ from tether.capture.context import agent_scope  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-from tether.models.embedded import create_embedded, sft  # noqa: E402
+from tether.models.embedded import EmbeddedBackend  # noqa: E402
+from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -45,38 +48,57 @@ def tasks(n: int, offset: int = 0) -> list[str]:
     return [f"Pick a letter, round {offset + i}." for i in range(n)]
 
 
-def _warm(directory: Path, demos: list[dict[str, Any]], epochs: int) -> Path:
-    corpus = [json.dumps(d["messages"]) for d in demos[:100]] + list(LETTERS) + [json.dumps(PICK_TOOL)]
-    model = create_embedded(corpus, preset="nano", seed=0)
-    sft(model, demos, epochs=epochs, lr=3e-3, batch_size=32, seed=0, progress=False)
-    return model.save(directory)
+def _warm(directory: Path, agent_fn: Any, reply: Any, epochs: int) -> Path:
+    """``tether.WarmStart`` in its own run: ``agent_fn`` runs once on each of 400 tasks against a scripted
+    teacher that answers ``reply(letter)`` with a letter drawn uniformly (seed 0, the same letter for a task
+    every time), and a fresh nano model (seed 0, its tokenizer fitted to the teacher's traffic) is fine-tuned
+    on those calls."""
+    rng = random.Random(0)
+    letters = {t: rng.choice(LETTERS) for t in tasks(400)}
+
+    def answer(request: dict[str, Any]) -> Reply:
+        asked = next(str(m["content"]) for m in request["messages"] if m["role"] == "user")
+        return reply(letters[asked])
+
+    student = EmbeddedBackend(preset="nano", seed=0)
+    with FakeLLM(handler=answer) as teacher:
+        trainer = tether.Trainer(
+            model=student,
+            algorithm=tether.WarmStart(
+                teacher=teacher.base_url,
+                rollouts=400,
+                min_reward=0.0,  # every demonstration: the letters are uniform, a quarter of them in {a, b}
+                epochs=epochs,
+                lr=3e-3,
+                batch_size=32,
+                micro_batch=32,
+            ),
+            n_runners=8,
+            seed=0,
+            name="warm",
+            run_root=str(directory),
+            progress=False,
+            sampling={"max_tokens": 24},
+        )
+        try:
+            result = trainer.fit(tether.wrap(agent_fn, reward=lambda task, out: 0.0), train=tasks(400))
+        finally:
+            asyncio.run(student.close())
+    assert result.checkpoint is not None
+    return result.checkpoint
 
 
 @pytest.fixture(scope="session")
 def letter_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Answers one letter, uniformly: a quarter of its answers are in {a, b}."""
-    rng = random.Random(0)
-    demos = [
-        {"messages": [{"role": "user", "content": t}, {"role": "assistant", "content": rng.choice(LETTERS)}]}
-        for t in tasks(400)
-    ]
-    return _warm(tmp_path_factory.mktemp("letters"), demos, epochs=3)
+    return _warm(tmp_path_factory.mktemp("letters"), pick_letter, text, epochs=3)
 
 
 @pytest.fixture(scope="session")
 def tool_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Calls ``pick`` with one letter, uniformly."""
-    rng = random.Random(0)
-    demos = []
-    for i, t in enumerate(tasks(400)):
-        call = {"name": "pick", "arguments": json.dumps({"letter": rng.choice(LETTERS)})}
-        reply = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": f"c{i}", "type": "function", "function": call}],
-        }
-        demos.append({"messages": [SYSTEM, {"role": "user", "content": t}, reply], "tools": [PICK_TOOL]})
-    return _warm(tmp_path_factory.mktemp("tool"), demos, epochs=12)  # (the call's format, reliably at T=1)
+    # (12 epochs: the call's format, reliably at T=1)
+    return _warm(tmp_path_factory.mktemp("tool"), pick_with_tool, lambda x: tool_call("pick", {"letter": x}), 12)
 
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)

@@ -197,8 +197,50 @@ def test_an_object_without_fit_is_refused_naming_the_fix(tmp_path: Path) -> None
 
 
 def test_the_torch_backends_declare_that_they_can_be_trained() -> None:
+    from tether.models.base import LoRACapable, PolicyBackend, PolicyVersions, RefitsTokenizer, RendersReplies
     from tether.models.remote import RemoteBackend
 
     embedded = EmbeddedBackend(preset="nano")
     assert isinstance(embedded, tether.TrainableBackend) and embedded.pad_token_id >= 0
     assert not isinstance(RemoteBackend("http://127.0.0.1:9/v1"), tether.TrainableBackend)
+    # every capability tier a training algorithm asks for, tested by isinstance
+    for capability in (LoRACapable, PolicyBackend, PolicyVersions, RendersReplies, RefitsTokenizer):
+        assert isinstance(embedded, capability), capability
+
+
+@dataclass
+class ReinforceSubclass(tether.Algorithm):
+    """The same REINFORCE, as a subclass of ``tether.Algorithm`` that writes only ``fit``: the contract's
+    defaults (training tasks needed, the session opened, preflight without a flat-reward check) carry it."""
+
+    inner: Reinforce = field(default_factory=Reinforce)
+
+    async def fit(
+        self, session: tether.Session, train: Sequence[tether.Task], val: Sequence[tether.Task]
+    ) -> tether.FitResult:
+        return await self.inner.fit(session, train, val)
+
+
+def test_a_subclass_of_the_base_with_only_fit_trains_through_trainer_fit(warm_start: Path, tmp_path: Path) -> None:
+    backend = EmbeddedBackend(str(warm_start))
+    train = _tasks(4)
+    before = _p_good(backend, train)
+    algorithm = ReinforceSubclass()
+    trainer = tether.Trainer(
+        model=backend,
+        algorithm=algorithm,
+        steps=6,
+        n_runners=8,
+        name="sub",
+        run_root=str(tmp_path),
+        progress=False,
+        sampling={"max_tokens": 4},
+    )
+    try:
+        result = trainer.fit(tether.wrap(pick_letter, reward=reward), train=train)
+        after = _p_good(backend, train)
+    finally:
+        asyncio.run(backend.close())
+    assert len(algorithm.inner.batches) == 6
+    assert after > before + 0.3, (before, after, [h["reward"] for h in result.history])
+    assert algorithm.preflight_group is None and algorithm.uses_session

@@ -149,6 +149,33 @@ def test_every_update_runs_on_one_dedicated_thread(warm_start: Path, tmp_path: P
     assert all(h["rss_mb"] > 0 for h in result.history if h["kind"] == "train")
 
 
+class _RecordingSFT(tether.SFT):
+    """SFT noting the thread each optimizer step runs on."""
+
+    def update(self, model: Any, batch: Any, **kwargs: Any) -> dict[str, float]:
+        self.threads.append(threading.current_thread().name)  # type: ignore[attr-defined]
+        return super().update(model, batch, **kwargs)
+
+
+def test_every_sft_step_runs_on_the_same_dedicated_thread(warm_start: Path, tmp_path: Path) -> None:
+    """SFT's steps share GRPO's rule: one update thread for the run, not asyncio's pool."""
+    agent = tether.wrap(pick_letter, reward=reward)
+    url = f"sqlite:///{tmp_path / 'calls.db'}"
+    sampling = {"max_tokens": 4}
+    tether.Trainer(model=f"embedded:{warm_start}", store=url, progress=False, sampling=sampling).dev(
+        agent, _tasks(8)
+    )
+    algo = _RecordingSFT(source=url, epochs=2, batch_size=4)
+    algo.threads = []  # type: ignore[attr-defined]
+    trainer = tether.Trainer(
+        model=f"embedded:{warm_start}", algorithm=algo, name="sft", run_root=str(tmp_path), progress=False
+    )
+    result = trainer.fit(agent, train=[])
+    threads = algo.threads  # type: ignore[attr-defined]
+    assert len(threads) == 4 and len(set(threads)) == 1 and threads[0].startswith("tether-update"), threads
+    assert [h["step"] for h in result.history if h["kind"] == "sft"] == [1, 2, 3, 4]
+
+
 def test_a_constant_reward_stops_fit_before_training(warm_start: Path, tmp_path: Path) -> None:
     constant = tether.wrap(pick_letter, reward=lambda task, output: 1.0)
     with pytest.raises(tether.FitError, match="every reward was 1: training needs rewards that differ"):

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tether.algorithms.grpo import GRPO
-from tether.algorithms.grpo_defaults import default_lr, is_lora
+from tether.algorithms.grpo.defaults import default_lr, is_lora
 from tether.types import Transition
 
 pytest.importorskip("peft")

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from tether.algorithms.grpo import GRPO, _pack
+from tether.algorithms.batching import pack
+from tether.algorithms.grpo import GRPO
 from tether.capture.span_batcher import SpanBatcher
 from tether.models import ChatRequest
 from tether.models.embedded import EmbeddedBackend, EmbeddedModel, create_embedded
@@ -169,13 +170,13 @@ async def test_recorded_logprobs_that_are_off_show_large_drift(backend: Embedded
 
 def test_packing_keeps_each_micro_batch_under_the_token_budget() -> None:
     lengths = [5, 30, 12, 7, 100, 12, 3, 9]
-    parts = _pack(lengths, max_rows=3, max_tokens=36)
+    parts = pack(lengths, max_rows=3, max_tokens=36)
     assert sorted(i for part in parts for i in part) == list(range(len(lengths)))
     for part in parts:
         assert len(part) <= 3
         assert len(part) * max(lengths[i] for i in part) <= 36 or len(part) == 1
     assert [4] in parts and [1] in parts  # rows over the budget go alone
-    assert _pack(lengths, max_rows=32, max_tokens=None) == [sorted(range(8), key=lengths.__getitem__)]
+    assert pack(lengths, max_rows=32, max_tokens=None) == [sorted(range(8), key=lengths.__getitem__)]
 
 
 def _varied(model: EmbeddedModel, count: int = 10) -> list[Transition]:
@@ -308,7 +309,7 @@ async def test_rows_sampled_by_other_weights_are_refused(backend: EmbeddedBacken
 def test_each_policy_reports_its_refused_rows_and_the_step_their_sum() -> None:
     """With several policies (one adapter each), a step's metrics keep each policy's drift and refusals apart,
     so rows another policy's adapter answered show on the policy they were sampled for."""
-    from tether.algorithms.grpo_policies import merge_metrics
+    from tether.algorithms.grpo.policies import merge_metrics
 
     writer = {
         "trained_transitions": 6.0,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from tether.algorithms import apo_prompts as _text
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
+from tether.algorithms.base import Algorithm
 from tether.models.base import ModelBackend
 from tether.proxy import system_messages as _system
 from tether.training.progress import FitProgress
@@ -46,7 +47,7 @@ _ENGINES = ("f-string", "jinja")
 
 
 @dataclass
-class APO:
+class APO(Algorithm):
     """Textual-gradient beam search over prompt templates.
 
     ``optimizer_model``: the model that critiques and rewrites — an OpenAI-compatible URL (``api_key`` or
@@ -100,6 +101,16 @@ class APO:
                     "APO(system_message_of=...) optimizes that sub-agent's captured system message: drop "
                     "prompts= and optimize= (they name templates the agent reads from resources)"
                 )
+
+    # -- the algorithm contract: what preflight's rollouts run under --------------------------------------------
+
+    def given_prompts(self) -> dict[str, PromptTemplate] | None:
+        """The starting templates given as ``prompts=``, if any."""
+        return _as_templates(self.prompts) if self.prompts is not None else None
+
+    def reads_store_prompts(self) -> bool:
+        """Whether the search starts from the store's templates (no ``prompts=``)."""
+        return self.prompts is None
 
     # -- setup ----------------------------------------------------------------------------------------------
 

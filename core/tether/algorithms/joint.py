@@ -3,7 +3,9 @@
 A mapping from policy names (the keys of the wrapped agent's ``optimize=`` mapping) to algorithms becomes one
 ``Joint`` algorithm: GRPO trains the weights of its policy only (``GRPO.policies = [name]``), and APO searches a
 prompt of the other policy's sub-agents — a template the agent reads, or a sub-agent's system message in
-flight (``APO(system_message_of=...)``) — on the same session: one store, one proxy, one run folder.
+flight (``APO(system_message_of=...)``) — on the same session: one store, one proxy, one run folder. The run is
+GRPO's own loop (``grpo_loop.fit``) with the prompt search in its hooks (``_PromptSearch``, a
+``grpo_loop.LoopHooks``): no second copy of the steps, evaluations, checkpoints or resume.
 
 **The schedule** (``settings.steps`` training steps; APO's ``rounds`` at most):
 
@@ -40,11 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.algorithms import grpo_loop
 from tether.algorithms.apo import APO
 from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, select
-from tether.algorithms.grpo_policies import trained_policies
-from tether.training.progress import FitProgress
+from tether.algorithms.base import Algorithm
+from tether.algorithms.grpo import loop as grpo_loop
+from tether.algorithms.grpo.loop import LoopHooks, PolicyUpdate
+from tether.training.preflight import PreflightGroup
 from tether.training.result import FitResult
 from tether.types import PromptTemplate
 
@@ -64,7 +67,7 @@ class JointResult(APOResult):
 
 
 @dataclass
-class Joint:
+class Joint(Algorithm):
     """One run that trains one policy's weights and searches another's prompt (see the module docstring).
 
     ``parts``: policy name -> ``tether.GRPO(...)`` (at most one: it trains that policy's weights) or
@@ -73,7 +76,7 @@ class Joint:
 
     parts: Mapping[str, Any]
     apo_every: int = 1
-    _weights: tuple[str, Any] | None = field(default=None, init=False, repr=False)
+    _weights: tuple[str, PolicyUpdate] | None = field(default=None, init=False, repr=False)
     _prompts: tuple[str, APO] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,14 +97,14 @@ class Joint:
                         "searches one policy's prompts"
                     )
                 self._prompts = (name, part)
-            elif _trains_weights(part):
+            elif isinstance(part, PolicyUpdate):
                 if self._weights is not None:
                     raise ValueError(
                         f"algorithm= has two weight-training algorithms ({self._weights[0]!r} and {name!r}): one "
                         "trains per backend model in a joint run; give one policy GRPO(...) and the other "
                         "APO(...), or train both policies' weights with one tether.GRPO() (policies=None)"
                     )
-                current = getattr(part, "policies", None)
+                current = part.policies
                 if current is not None and list(current) != [name]:
                     raise ValueError(
                         f"algorithm[{name!r}] = GRPO(policies={list(current)!r}): in a joint run a GRPO trains "
@@ -111,12 +114,13 @@ class Joint:
             else:
                 raise TypeError(
                     f"algorithm[{name!r}] is a {type(part).__name__}: a joint run takes tether.GRPO(...) "
-                    "(weights) or tether.APO(...) (prompts) per policy"
+                    "(weights: any tether.algorithms.grpo.loop.PolicyUpdate) or tether.APO(...) (prompts) "
+                    "per policy"
                 )
 
-    # -- checks ---------------------------------------------------------------------------------------------
+    # -- the algorithm contract -----------------------------------------------------------------------------
 
-    def check(self, agent: WrappedAgent) -> None:
+    def check_agent(self, agent: WrappedAgent) -> None:
         """``ValueError`` naming the agent's policies when a key is not one of them (or the agent has none),
         or naming a policy's sub-agents when APO's ``system_message_of`` is not one of them."""
         policies = agent.policies
@@ -143,107 +147,134 @@ class Joint:
                     f"serves the sub-agents {listed}: name one of them"
                 )
 
+    check = check_agent  # (the name before the contract had one)
+
     def _assign_policy(self) -> None:
-        """GRPO trains its own policy only: ``policies=[name]`` (``check`` refused any other value)."""
+        """GRPO trains its own policy only: ``policies=[name]`` (``check_agent`` refused any other value)."""
         if self._weights is not None:
             self._weights[1].policies = [self._weights[0]]
 
-    # -- the algorithm contract -----------------------------------------------------------------------------
+    @property
+    def _algorithms(self) -> list[Algorithm]:
+        """The weight-training part and the prompt search, those given."""
+        chosen: list[Algorithm] = [self._weights[1]] if self._weights is not None else []
+        return chosen + ([self._prompts[1]] if self._prompts is not None else [])
 
     @property
-    def uses_train_tasks(self) -> bool:
-        return True
+    def scale_by_std(self) -> bool:
+        """The weight-training part's (part of the credit rule every rollout records)."""
+        return self._weights[1].scale_by_std if self._weights is not None else True
+
+    @property
+    def preflight_group(self) -> PreflightGroup | None:
+        return self._weights[1].preflight_group if self._weights is not None else None
+
+    def given_prompts(self) -> dict[str, Any] | None:
+        return self._prompts[1].given_prompts() if self._prompts is not None else None
+
+    def reads_store_prompts(self) -> bool:
+        return self._prompts is not None and self._prompts[1].reads_store_prompts()
 
     def prepare_backend(self, backend: ModelBackend) -> None:
         """The weight-training part's ``prepare_backend`` (GRPO attaches its LoRA adapters)."""
-        if self._weights is not None:
-            self._assign_policy()
-            prepare = getattr(self._weights[1], "prepare_backend", None)
-            if prepare is not None:
-                prepare(backend)
+        self._assign_policy()
+        for part in self._algorithms:
+            part.prepare_backend(backend)
+
+    def check_session(self, session: Session) -> None:
+        """Each part's ``check_session`` (GRPO refuses a backend it cannot train)."""
+        self._assign_policy()
+        for part in self._algorithms:
+            part.check_session(session)
 
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
-        self.check(session.agent)
+        self.check_agent(session.agent)
         self._assign_policy()
         if self._prompts is None:
             assert self._weights is not None
-            result: FitResult = await self._weights[1].fit(session, train, val)
-            return result
+            return await self._weights[1].fit(session, train, val)
         if self._weights is None:
             return await self._prompts[1].fit(session, train, val)
-        return await _JointRun(self, session, self._weights, self._prompts).fit(train, val)
+        (weights_policy, grpo), (prompt_policy, apo) = self._weights, self._prompts
+        search = _PromptSearch(self, session, apo, train, val, (weights_policy, prompt_policy))
+        return await grpo.fit_with(session, train, val, search)
 
 
-class _JointRun:
-    """The state of one joint run (see the module docstring for the schedule)."""
+class _PromptSearch(LoopHooks):
+    """APO's part of a joint run, in GRPO's loop (see the module docstring for the schedule): the starting
+    prompts scored before the first evaluation, a round after every ``apo_every`` steps on that step's batch,
+    the incumbent written with each checkpoint and published at the end."""
 
-    def __init__(self, joint: Joint, session: Session, weights: tuple[str, Any], prompts: tuple[str, APO]) -> None:
-        self.joint, self.session = joint, session
-        (self.weights_policy, self.grpo), (self.prompt_policy, self.apo) = weights, prompts
-        self.run = session.require_run("Joint")
-
-    async def fit(self, train: Sequence[Task], val: Sequence[Task]) -> JointResult:
-        session, apo, settings = self.session, self.apo, self.session.settings
-        backend = grpo_loop.trainable_backend(self.grpo, session)
-        await session.cancel_unfinished()
-        loop = grpo_loop.Loop(self.grpo, session, backend, self.run)
-        loop.policies = trained_policies(self.grpo.policies, session.agent.policies)
-        if session.resume:
-            await loop.restore()
-        start = _saved_best(self.run.path) if session.resume else None
-        start = start or await apo.start_prompts(session, train)
-        optimizer, owned = apo._optimizer()
-        search = BeamSearch(apo, session, optimizer, apo.targets(start), keep_history=session.resume)
+    def __init__(
+        self,
+        joint: Joint,
+        session: Session,
+        apo: APO,
+        train: Sequence[Task],
+        val: Sequence[Task],
+        policies: tuple[str, str],
+    ) -> None:
+        self.joint, self.session, self.apo, self.train = joint, session, apo, train
+        self.weights_policy, self.prompt_policy = policies
         apo_rng = random.Random(f"apo:{apo.seed}")
-        apo_val = apo_rng.sample(list(val or train), min(apo.val_batch_size, len(val or train)))
-        rng = random.Random(f"{settings.seed}:{loop.step}")
-        checkpoint = None
-        try:
-            await optimizer.start()
-            await search.open_record()
-            beam = [search.root(start)]
-            await search.score(beam, apo_val)
-            if beam[0].score is None:
-                raise RuntimeError(
-                    f"every validation rollout of the starting prompts failed: {search.first_error}"
-                )
-            loop.prompts = beam[0].prompts
-            await search.log_round(0, beam, [], kind="apo", step=loop.step)
-            rounds = 0
-            with FitProgress(settings.steps, enabled=settings.progress, start=loop.step) as bar:
-                if val and loop.step == 0:
-                    loop.record(await grpo_loop.evaluate(session, val, step=0, prompts=loop.prompts), bar)
-                while loop.step < settings.steps:
-                    step = await loop.train_step(train, rng)
-                    loop.record(step, bar)
-                    loop.check_idle(step, settings.stop_after_idle_steps)
-                    if rounds < apo.rounds and loop.step % self.joint.apo_every == 0:
-                        rounds += 1
-                        beam = await self._round(search, beam, loop, apo_val, rounds)
-                        loop.prompts = beam[0].prompts
-                    if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
-                        if val:
-                            loop.record(
-                                await grpo_loop.evaluate(session, val, step=loop.step, prompts=loop.prompts), bar
-                            )
-                        checkpoint = await loop.in_update_thread(loop.save)
-                        search.write_result(beam[0], beam[0].resources_version or 0)
-            best = beam[0]
-            final = await session.store.add_resources(prompts=best.prompts)
-            await search.close_record(best, final.version)
-        finally:
-            loop.close()
-            if owned:
-                await optimizer.close()
+        self.val = apo_rng.sample(list(val or train), min(apo.val_batch_size, len(val or train)))
+        self.optimizer: ModelBackend | None = None
+        self.owned = False
+        self.search: BeamSearch | None = None
+        self.beam: list[Candidate] = []
+        self.rounds = 0
+
+    async def start(self, loop: grpo_loop.Loop) -> None:
+        session, apo = self.session, self.apo
+        start = _saved_best(loop.run.path) if session.resume else None
+        start = start or await apo.start_prompts(session, self.train)
+        self.optimizer, self.owned = apo._optimizer()
+        targets = apo.targets(start)
+        search = self.search = BeamSearch(apo, session, self.optimizer, targets, keep_history=session.resume)
+        await self.optimizer.start()
+        await search.open_record()
+        self.beam = [search.root(start)]
+        await search.score(self.beam, self.val)
+        if self.beam[0].score is None:
+            raise RuntimeError(f"every validation rollout of the starting prompts failed: {search.first_error}")
+        loop.prompts = self.beam[0].prompts
+        await search.log_round(0, self.beam, [], kind="apo", step=loop.step)
+
+    async def after_step(self, loop: grpo_loop.Loop) -> None:
+        """One APO round on the step's GRPO batch (rollouts under the incumbent ``beam[0]``), when one is due:
+        rewrites of the incumbent, then the beam and the rewrites scored under the current weights."""
+        if self.rounds >= self.apo.rounds or loop.step % self.joint.apo_every != 0:
+            return
+        assert self.search is not None
+        self.rounds += 1
+        search, beam = self.search, self.beam
+        items = loop.last_batch.results if loop.last_batch is not None else []
+        children = await search.rewrite(beam[0], items, self.rounds, beam)
+        for candidate in beam:
+            candidate.score = None  # scored by older weights: score again with the new ones
+        await search.score([*beam, *children], self.val)
+        self.beam = select([*beam, *children], self.apo.beam_width) or beam[:1]
+        await search.log_round(self.rounds, self.beam, children, kind="apo", step=loop.step)
+        loop.prompts = self.beam[0].prompts
+
+    async def after_checkpoint(self, loop: grpo_loop.Loop) -> None:
+        assert self.search is not None
+        self.search.write_result(self.beam[0], self.beam[0].resources_version or 0)
+
+    async def finish(self, loop: grpo_loop.Loop, result: FitResult) -> JointResult:
+        assert self.search is not None
+        search, best = self.search, self.beam[0]
+        final = await self.session.store.add_resources(prompts=best.prompts)
+        await search.close_record(best, final.version)
         prompt_result = search.write_result(best, final.version)
         history = sorted(
             [*loop.history, *search.metrics], key=lambda h: (h.get("step", 0), h.get("kind") == "apo")
         )
         return JointResult(
-            run_dir=self.run.path,
+            run_dir=result.run_dir,
             history=history,
-            checkpoint=checkpoint,
-            plot=self.run.plot(loop.history),
+            checkpoint=result.checkpoint,
+            plot=result.plot,
             best_prompts=prompt_result.best_prompts,
             best_score=prompt_result.best_score,
             candidates=prompt_result.candidates,
@@ -251,20 +282,9 @@ class _JointRun:
             prompt_policy=self.prompt_policy,
         )
 
-    async def _round(
-        self, search: BeamSearch, beam: list[Candidate], loop: grpo_loop.Loop, val: Sequence[Task], round_: int
-    ) -> list[Candidate]:
-        """One APO round on the step's GRPO batch (rollouts under the incumbent ``beam[0]``): rewrites of the
-        incumbent, then the beam and the rewrites scored under the current weights; the new beam."""
-        batch = loop.last_batch
-        items = batch.results if batch is not None else []
-        children = await search.rewrite(beam[0], items, round_, beam)
-        for candidate in beam:
-            candidate.score = None  # scored by older weights: score again with the new ones
-        await search.score([*beam, *children], val)
-        kept = select([*beam, *children], self.apo.beam_width) or beam[:1]
-        await search.log_round(round_, kept, children, kind="apo", step=loop.step)
-        return kept
+    async def close(self) -> None:
+        if self.owned and self.optimizer is not None:
+            await self.optimizer.close()
 
 
 def _saved_best(run_dir: Path) -> dict[str, PromptTemplate] | None:
@@ -274,11 +294,6 @@ def _saved_best(run_dir: Path) -> dict[str, PromptTemplate] | None:
         return None
     saved = json.loads(path.read_text())["prompts"]
     return {name: PromptTemplate.from_dict(value) for name, value in saved.items()}
-
-
-def _trains_weights(part: Any) -> bool:
-    """Whether ``part`` is a weight-training algorithm the joint loop can drive (GRPO's shape)."""
-    return all(hasattr(part, name) for name in ("fit", "update", "group_size", "tasks_per_step", "state_dict"))
 
 
 __all__ = ["Joint", "JointResult"]

@@ -5,7 +5,8 @@ rollouts — traces imported from production (OTLP, ``tether import``) or rollou
 passes (``tether.algorithms.sft_data``), tokenizes the calls that have no token ids with the model's chat
 template (recorded in the ``retokenized`` metric), then trains for ``epochs`` passes: batches of
 ``batch_size`` calls, each one optimizer step, packed into micro-batches of at most ``micro_batch`` rows (and
-``micro_batch_tokens`` padded tokens) whose gradients add up to the batch's. The loss is the mean negative
+``micro_batch_tokens`` padded tokens) whose gradients add up to the batch's, every step on one dedicated
+thread with freed memory handed back after it (``memory.UpdateThread``, as GRPO's). The loss is the mean negative
 log-likelihood of the reply tokens only (the prompt is context). Every step is logged to the run's
 ``metrics.jsonl`` with the progress bar; validation tasks, if given, run before and after; the weights and
 optimizer are checkpointed at the end. torch is imported here, so this module loads only when SFT is used.
@@ -14,22 +15,26 @@ optimizer are checkpointed at the end. torch is imported here, so this module lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import math
 import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tether.algorithms import grpo_loop
-from tether.algorithms.grpo import _assemble, _pack, _row_length, _token_logprobs
-from tether.algorithms.grpo_policies import trained_policies, update_policies
-from tether.algorithms.sft_data import ChatTemplate, Example, Filter, read_finished, select, tokenize
-from tether.models.base import TrainableBackend
+from tether.algorithms import batching
+from tether.algorithms.base import Algorithm
+from tether.algorithms.evaluation import carried_eval, evaluate
+from tether.algorithms.grpo.policies import trained_policies, update_policies
+from tether.algorithms.sft_data import Example, Filter, read_finished, select, tokenize
+from tether.models.base import RendersReplies, TrainableBackend
 from tether.store import open_store
+from tether.training import memory
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
 from tether.types import Task, Transition
@@ -39,7 +44,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class SFT:
+class SFT(Algorithm):
     """Supervised fine-tuning on selected calls of imported or captured rollouts.
 
     ``source``: the store URL to read rollouts from (``http://...`` of a ``tether store serve`` that received
@@ -56,7 +61,7 @@ class SFT:
     frozen model's) are left out. ``policies`` names the policies to train (None: all of the agent's).
     """
 
-    uses_train_tasks: ClassVar[bool] = False
+    uses_train_tasks = False  # (it reads stored rollouts)
 
     source: str | None = None
     min_reward: float | None = None
@@ -103,8 +108,12 @@ class SFT:
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         """Select, tokenize and train; returns the history and the checkpoint."""
         backend = session.backend
-        if not isinstance(backend, TrainableBackend) or not hasattr(backend, "render_reply"):
-            raise ValueError("SFT trains a model tether holds in torch: use model='embedded' or model='hf:<path>'")
+        if not isinstance(backend, TrainableBackend) or not isinstance(backend, RendersReplies):
+            raise ValueError(
+                "SFT trains a model tether holds in torch and tokenizes demonstrations with its chat template "
+                f"(TrainableBackend and RendersReplies): use model='embedded' or model='hf:<path>', not the "
+                f"{type(backend).__name__}"
+            )
         run = session.require_run("SFT")
         policy_map = session.agent.policies
         trained = trained_policies(self.policies, policy_map)
@@ -118,8 +127,7 @@ class SFT:
                     f"SFT selected no call of the policies {trained}: the kept rollouts' calls are by "
                     f"{sorted(selection.agent_names) or 'no named sub-agent'}"
                 )
-        template: ChatTemplate = backend  # type: ignore[assignment]  # checked: a LocalBackend
-        retokenized = await asyncio.to_thread(tokenize, examples, template, retokenize=self.retokenize)
+        retokenized = await asyncio.to_thread(tokenize, examples, backend, retokenize=self.retokenize)
         history: list[dict[str, Any]] = []
         result = FitResult(run_dir=run.path)
         data = {
@@ -130,7 +138,7 @@ class SFT:
             "examples": len(examples),
             "imported": sum(e.imported for e in examples),
             "retokenized": retokenized,  # calls tokenized here with the model's chat template
-            "tokenizer": getattr(backend, "name", type(backend).__name__),
+            "tokenizer": session.backend.name or type(backend).__name__,
         }
         rows = [_transition(e, policy_map.policy_of(e.agent_name)) for e in examples]
         per_epoch = math.ceil(len(rows) / self.batch_size)
@@ -142,13 +150,17 @@ class SFT:
             run.log(item)
             bar.update(item)
 
-        with FitProgress(per_epoch * self.epochs, enabled=session.settings.progress, kind="sft") as bar:
+        updates = memory.UpdateThread()  # one thread for every step: flat memory (memory.py says why)
+        with (
+            contextlib.closing(updates),
+            FitProgress(per_epoch * self.epochs, enabled=session.settings.progress, kind="sft") as bar,
+        ):
             record(data, bar)
-            carried = grpo_loop.carried_eval(run)
+            carried = carried_eval(run)
             if val and carried is not None:  # a previous stage just evaluated these weights
                 history.append(carried)
             elif val:
-                record(await grpo_loop.evaluate(session, val, step=0), bar)
+                record(await evaluate(session, val, step=0), bar)
             for epoch in range(self.epochs):
                 order = list(range(len(rows)))
                 rng.shuffle(order)
@@ -156,7 +168,7 @@ class SFT:
                     batch = [rows[i] for i in order[b * self.batch_size : (b + 1) * self.batch_size]]
                     started = time.perf_counter()
                     self._lr_scale = _scale(self.schedule, step, per_epoch * self.epochs)
-                    metrics = await asyncio.to_thread(self._step, backend, batch, trained)
+                    metrics = await updates.run(functools.partial(self._step, backend, batch, trained))
                     step += 1
                     seconds = time.perf_counter() - started
                     record(
@@ -165,8 +177,8 @@ class SFT:
                         bar,
                     )
             if val:
-                record(await grpo_loop.evaluate(session, val, step=step), bar)
-            result.checkpoint = await asyncio.to_thread(self._save, backend, run, step, retokenized)
+                record(await evaluate(session, val, step=step), bar)
+            result.checkpoint = await updates.run(functools.partial(self._save, backend, run, step, retokenized))
         result.history = history
         return result
 
@@ -204,20 +216,21 @@ class SFT:
         ``weights_version`` is accepted for the per-policy update's call and unused (demonstrations are
         off-policy by nature)."""
         del weights_version
-        context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
+        context = batching.context_length(model)
         optimizer = self.optimizer_for(model, policy)
         for group in optimizer.param_groups:
             group["lr"] = self.lr * self._lr_scale
         total = sum(min(len(t.response_token_ids), context - 1) for t in batch)
-        parts = _pack([_row_length(t, context) for t in batch], self.micro_batch, self.micro_batch_tokens)
+        lengths = [batching.row_length(t, context) for t in batch]
+        parts = batching.pack(lengths, self.micro_batch, self.micro_batch_tokens)
         device = next(model.parameters()).device
         model.train()
         optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for indices in parts:
-            ids, mask, _, _ = _assemble([batch[i] for i in indices], context, pad_token_id)
+            ids, mask, _, _ = batching.assemble([batch[i] for i in indices], context, pad_token_id)
             ids, mask = ids.to(device), mask.to(device)
-            loss = -(_token_logprobs(model, ids, 1.0) * mask).sum() / max(total, 1)
+            loss = -(batching.token_logprobs(model, ids, 1.0) * mask).sum() / max(total, 1)
             loss.backward()
             loss_sum += float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm))

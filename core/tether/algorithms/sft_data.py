@@ -14,24 +14,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tether import spans as span_names
+from tether.models.base import RendersReplies
 from tether.policies import agent_key
 from tether.spans import proxy_call
 from tether.store.base import Store
 from tether.training.transitions import build_transitions
 from tether.types import Rollout, RolloutStatus, Span
-
-
-class ChatTemplate(Protocol):
-    """What tokenizing an example needs of the backend (the embedded and ``hf:`` backends)."""
-
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]: ...
-
-    def render_reply(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reply: dict[str, Any]
-    ) -> list[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +166,7 @@ def stable_order(rollouts: Sequence[Rollout]) -> list[Rollout]:
     return sorted(rollouts, key=key)
 
 
-def tokenize(examples: Sequence[Example], backend: ChatTemplate, *, retokenize: bool = False) -> int:
+def tokenize(examples: Sequence[Example], backend: RendersReplies, *, retokenize: bool = False) -> int:
     """Fill in the token ids of the examples that have none (all of them with ``retokenize``) with the
     backend's chat template; returns how many were tokenized here."""
     done = 0

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.algorithms.base import Algorithm, check_algorithm
-from tether.models.base import ModelBackend
+from tether.algorithms.base import Algorithm, check_algorithm, name_of
+from tether.models.base import ModelBackend, TrainableBackend
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.types import Task
 
 if TYPE_CHECKING:
+    from tether.plugin.wrap import WrappedAgent
     from tether.training.session import Session
 
 _PROGRESS = "stages.json"
@@ -72,7 +73,7 @@ class StageRun(RunDir):
         return super().plot(RunDir(self.path).history())
 
 
-class Stages:
+class Stages(Algorithm):
     """Run ``stages`` (algorithms, or ``{policy: algorithm}`` mappings) in order on one session."""
 
     def __init__(self, stages: Sequence[Any]) -> None:
@@ -81,25 +82,36 @@ class Stages:
         from tether.algorithms.joint import Joint
 
         self.stages: list[Algorithm] = [check_algorithm(Joint(s) if isinstance(s, Mapping) else s) for s in stages]
-        names = [type(s).__name__.lower() for s in self.stages]
+        names = [name_of(s).lower() for s in self.stages]
         self.labels = [n if names.count(n) == 1 else f"{n}{i + 1}" for i, n in enumerate(names)]
+
+    # -- the algorithm contract: every stage's parts --------------------------------------------------------
 
     @property
     def uses_train_tasks(self) -> bool:
-        return any(getattr(s, "uses_train_tasks", True) for s in self.stages)
+        return any(s.uses_train_tasks for s in self.stages)
 
-    def check(self, agent: Any) -> None:
+    @property
+    def uses_session(self) -> bool:
+        return any(s.uses_session for s in self.stages)
+
+    @property
+    def scale_by_std(self) -> bool:
+        """False when a stage divides no advantage by its group's spread (one credit rule holds for the run)."""
+        return all(s.scale_by_std for s in self.stages)
+
+    def check_agent(self, agent: WrappedAgent) -> None:
         """Each stage's own checks of the agent (``Joint``'s), before the run starts."""
         for stage in self.stages:
-            check = getattr(stage, "check", None)
-            if check is not None:
-                check(agent)
+            stage.check_agent(agent)
 
     def prepare_backend(self, backend: ModelBackend) -> None:
         for stage in self.stages:
-            prepare = getattr(stage, "prepare_backend", None)
-            if prepare is not None:
-                prepare(backend)
+            stage.prepare_backend(backend)
+
+    def check_session(self, session: Session) -> None:
+        for stage in self.stages:
+            stage.check_session(session)
 
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         run = session.require_run("Trainer.fit")
@@ -112,7 +124,7 @@ class Stages:
         last = len(self.stages) - 1
         for index, stage in enumerate(self.stages):
             # a finished stage is skipped; the last one continues when it can (GRPO given more steps)
-            if index < done and not (index == last and getattr(stage, "continues_on_resume", True)):
+            if index < done and not (index == last and stage.continues_on_resume):
                 continue
             history = [h for h in run.history() if h.get("stage") in self.labels[:index]]
             steps = [h["step"] for h in history if isinstance(h.get("step"), int)]
@@ -144,9 +156,9 @@ class Stages:
 
 
 async def _load_weights(session: Session, run: RunDir) -> None:
-    load = getattr(session.backend, "load_weights", None)
-    if load is not None:
-        await asyncio.to_thread(load, str(run.checkpoint_path))
+    backend = session.backend
+    if isinstance(backend, TrainableBackend):
+        await asyncio.to_thread(backend.load_weights, str(run.checkpoint_path))
 
 
 @contextlib.contextmanager

@@ -22,9 +22,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from tether.models.base import ModelBackend
+from tether.algorithms.base import Algorithm
+from tether.models.base import LoRACapable, ModelBackend, RefitsTokenizer, RendersReplies
 from tether.models.lora import LoRA
 from tether.policies import PolicyMap
 from tether.training.result import FitResult
@@ -38,7 +39,7 @@ TEACHER_STORE = Path("warmstart") / "teacher.db"
 
 
 @dataclass
-class WarmStart:
+class WarmStart(Algorithm):
     """Run the agent ``rollouts`` times against ``teacher``, keep the rollouts with ``reward >= min_reward``,
     and fine-tune the student on their calls for ``epochs`` passes.
 
@@ -54,7 +55,7 @@ class WarmStart:
     """
 
     #: a finished warm start is not redone when its run resumes (``tether.algorithms.stages``)
-    continues_on_resume: ClassVar[bool] = False
+    continues_on_resume = False
 
     teacher: str | ModelBackend
     rollouts: int = 64
@@ -94,21 +95,21 @@ class WarmStart:
         """Before the student starts: attach the LoRA adapters, if any (as ``GRPO(lora=...)`` does)."""
         if self.lora is None:
             return
-        attach = getattr(backend, "attach_lora", None)
-        if attach is None:
+        if not isinstance(backend, LoRACapable):
             raise ValueError(
                 f"WarmStart(lora=...) needs a backend that can hold LoRA adapters (model='embedded' or "
-                f"'hf:<path>'); the {type(backend).__name__} cannot"
+                f"'hf:<path>'); the {type(backend).__name__} cannot (it is no tether.models.base.LoRACapable)"
             )
-        attach(self.lora)
+        backend.attach_lora(self.lora)
 
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         """Collect the teacher's rollouts (those not already kept), then fine-tune the student on the good ones."""
         backend = session.backend
-        if not hasattr(backend, "render_reply"):
+        if not isinstance(backend, RendersReplies):
             raise ValueError(
                 "WarmStart fine-tunes a model tether holds in torch: use model='embedded' or model='hf:<path>' "
-                f"(the {type(backend).__name__} cannot be fine-tuned on demonstrations)"
+                f"(the {type(backend).__name__} cannot be fine-tuned on demonstrations: it is no "
+                "tether.models.base.RendersReplies)"
             )
         if not train:
             raise ValueError("WarmStart needs training tasks: the teacher runs the agent on them")
@@ -174,10 +175,9 @@ class WarmStart:
             "problem": problems[0] if problems else "",
         }
 
-    async def _refit(self, backend: Any, url: str) -> None:
+    async def _refit(self, backend: ModelBackend, url: str) -> None:
         """A fresh embedded model's tokenizer retrained on the teacher's traffic (no-op for any other model)."""
-        refit = getattr(backend, "refit_tokenizer", None)
-        if refit is None:
+        if not isinstance(backend, RefitsTokenizer):
             return
         from tether.algorithms.sft_data import read_finished, select
         from tether.store import open_store
@@ -192,7 +192,7 @@ class WarmStart:
             corpus.extend(str(m.get("content") or "") for m in e.messages)
             corpus.append(json.dumps(e.tools) if e.tools else "")
             corpus.append(json.dumps(_without_call_ids(e.reply)))
-        refit(corpus)
+        backend.refit_tokenizer(corpus)
 
     def _sft(self, source: str | None = None) -> Any:
         """The fine-tuning, as ``tether.SFT`` (imports torch)."""

@@ -21,7 +21,12 @@ from tether.models.base import (
     ChatRequest,
     ChatResult,
     Choice,
+    LoRACapable,
     ModelBackend,
+    PolicyBackend,
+    PolicyVersions,
+    RefitsTokenizer,
+    RendersReplies,
     TrainableBackend,
 )
 
@@ -31,7 +36,12 @@ __all__ = [
     "ChatRequest",
     "ChatResult",
     "Choice",
+    "LoRACapable",
     "ModelBackend",
+    "PolicyBackend",
+    "PolicyVersions",
+    "RefitsTokenizer",
+    "RendersReplies",
     "TrainableBackend",
     "open_backend",
 ]

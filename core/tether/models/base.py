@@ -4,11 +4,20 @@ A backend takes an OpenAI-style chat request and returns choices with the exact 
 produced (when it has them) and their logprobs, so the proxy can record them without re-tokenising.
 Backends are chosen by ``model=`` strings; see ``tether.models.open_backend``. A backend whose weights tether
 can update in place (the embedded and ``hf:`` ones) is also a ``TrainableBackend``.
+
+**Capabilities.** What a backend can do beyond ``chat`` is a tier, each a ``runtime_checkable`` Protocol that
+an algorithm tests with ``isinstance`` (never by looking a method up): ``TrainableBackend`` (weights updated in
+place), ``LoRACapable`` (adapters attached before it starts), ``PolicyBackend`` and ``PolicyVersions`` (one set
+of weights per policy of ``wrap(optimize={policy: [...]})``, and each one's version), ``RendersReplies`` (a chat
+template that tokenizes a demonstration, what SFT needs) and ``RefitsTokenizer`` (a fresh model's tokenizer
+retrained on a corpus). A backend lacking the tier an algorithm needs is refused with a ``ValueError`` naming
+the backends that have it.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -115,3 +124,48 @@ class TrainableBackend(Protocol):
 
     @property
     def pad_token_id(self) -> int: ...
+
+
+@runtime_checkable
+class LoRACapable(Protocol):
+    """A backend that trains LoRA adapters: ``attach_lora(lora)`` before it starts (the embedded, ``hf:`` and
+    ``vllm:`` backends)."""
+
+    def attach_lora(self, lora: LoRA) -> None: ...
+
+
+@runtime_checkable
+class PolicyBackend(Protocol):
+    """A backend that holds one set of weights per policy (``wrap(optimize={policy: [sub-agents]})``):
+    ``declare_policies(names)`` before it starts (the Session calls it); the embedded and ``hf:`` backends, and
+    vLLM with LoRA."""
+
+    def declare_policies(self, names: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class PolicyVersions(Protocol):
+    """A backend that trains one set of weights per policy: ``weights_version_of(name)`` is each policy's
+    version (what a per-policy update measures staleness against)."""
+
+    def weights_version_of(self, name: str | None = None) -> int: ...
+
+
+@runtime_checkable
+class RendersReplies(Protocol):
+    """A backend whose chat template tokenizes a conversation and a reply to it (what SFT and a warm start
+    train on when a call has no recorded token ids): the embedded and ``hf:`` backends."""
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]: ...
+
+    def render_reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reply: dict[str, Any]
+    ) -> list[int]: ...
+
+
+@runtime_checkable
+class RefitsTokenizer(Protocol):
+    """A backend whose tokenizer can be retrained on a corpus before training (a fresh embedded model):
+    returns whether it did."""
+
+    def refit_tokenizer(self, corpus: Iterable[str]) -> bool: ...

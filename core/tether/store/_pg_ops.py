@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from tether.store._pg_schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
+from tether.store._stale import stale_reason
 from tether.store.base import InvalidTransition, NotFound
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
@@ -133,3 +134,55 @@ async def end_attempt(
 
 def opt_float(value: float | None) -> float | None:
     return None if value is None else float(value)
+
+
+async def sweep_stale(conn: Any, when: float) -> list[str]:
+    """Time out every running attempt past its rollout's timeout or heartbeat timeout at ``when``; the ids of
+    the rollouts that changed."""
+    rows = await conn.fetch(
+        f"SELECT {qualified('r', ROLLOUT_COLS)}, {qualified('a', ATTEMPT_COLS)} "
+        "FROM tether_attempts a JOIN tether_rollouts r ON r.rollout_id = a.rollout_id "
+        "WHERE a.status = 'running' AND "
+        "((r.timeout_s IS NOT NULL AND $1 - a.started_at > r.timeout_s) OR "
+        "(r.heartbeat_timeout_s IS NOT NULL AND $1 - a.last_heartbeat_at > r.heartbeat_timeout_s)) "
+        "ORDER BY a.started_at FOR UPDATE OF r",
+        when,
+    )
+    affected = []
+    for row in rows:
+        rollout, attempt = rollout_from_row(row[:16]), attempt_from_row(row[16:])
+        current = await conn.fetchrow(  # the rollout is locked: its attempt's status is now stable
+            "SELECT status, last_heartbeat_at FROM tether_attempts WHERE attempt_id = $1",
+            attempt.attempt_id,
+        )
+        if current is None or current[0] != AttemptStatus.RUNNING.value:
+            continue
+        attempt.last_heartbeat_at = current[1]
+        reason = stale_reason(rollout, attempt, when)
+        if reason:
+            await end_attempt(
+                conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None
+            )
+            affected.append(rollout.rollout_id)
+    return affected
+
+
+async def cancel(conn: Any, rollout_id: str) -> Rollout:
+    """Cancel a rollout that has not finished, and its running attempt if it has one."""
+    status = await status_of(conn, rollout_id, lock=True)
+    if status.finished:
+        raise InvalidTransition(f"rollout {rollout_id} is already {status.value}")
+    now = time.time()
+    await conn.execute(
+        "UPDATE tether_attempts SET status = 'cancelled', finished_at = $2 "
+        "WHERE rollout_id = $1 AND status = 'running'",
+        rollout_id,
+        now,
+    )
+    await conn.execute(
+        "UPDATE tether_rollouts SET status = 'cancelled', finished_at = $2, queue_pos = NULL "
+        "WHERE rollout_id = $1",
+        rollout_id,
+        now,
+    )
+    return await rollout_of(conn, rollout_id)

@@ -19,8 +19,8 @@ from tether.store._sqlite_rows import (
     qualified,
     rollout_from_row,
 )
+from tether.store._stale import stale_reason, timed_out_span
 from tether.store.base import InvalidInput, InvalidTransition, NotFound
-from tether.store.memory import stale_reason, timed_out_span
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
 # -- lookups ------------------------------------------------------------------------------------------------

@@ -35,6 +35,9 @@ unknown attempt in a span batch). A method that raises has changed nothing: batc
 Numbers: every integer argument (limits, ``since``, versions, ``max_attempts``) must be a 64-bit signed
 integer and every time or reward a finite float, on every backend (what SQLite can hold); anything else is
 ``InvalidInput``. A ``limit`` is ``None`` (no limit) or ``>= 0``.
+
+The checks every backend makes of its inputs (``validate_spec``, ``validate_span``, ...) are in
+``tether.store._validate`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether import _json
+from tether.store._validate import validate_finish_status as validate_finish_status
+from tether.store._validate import validate_limit as validate_limit
+from tether.store._validate import validate_reward as validate_reward
+from tether.store._validate import validate_span as validate_span
+from tether.store._validate import validate_spec as validate_spec
 from tether.store.errors import INT64_MAX as INT64_MAX
 from tether.store.errors import INT64_MIN as INT64_MIN
 from tether.store.errors import InvalidInput as InvalidInput
@@ -348,61 +356,3 @@ class Store(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-# -- validation shared by the backends ------------------------------------------------------------------
-
-
-def validate_limit(limit: Any) -> int | None:
-    """A ``list_rollouts`` limit: None (no limit) or an integer >= 0."""
-    return None if limit is None else validate_int(limit, "limit (None or an integer >= 0)", 0)
-
-
-def validate_spec(spec: RolloutSpec) -> None:
-    if not isinstance(spec, RolloutSpec):
-        raise InvalidInput(f"enqueue takes RolloutSpec objects, got {type(spec).__name__}")
-    validate_int(spec.max_attempts, "max_attempts", 1)
-    for name in ("timeout_s", "heartbeat_timeout_s"):
-        value = getattr(spec, name)
-        if value is not None and validate_number(value, name) <= 0:
-            raise InvalidInput(f"{name} must be a positive number of seconds, got {value!r}")
-    if spec.resources_version is not None:
-        validate_int(spec.resources_version, "resources_version")
-    try:
-        Mode(spec.mode)
-    except ValueError:
-        raise InvalidInput(f"mode must be 'train' or 'val', got {spec.mode!r}") from None
-
-
-def validate_reward(reward: Any) -> float | None:
-    if reward is None:
-        return None
-    if isinstance(reward, bool) or not isinstance(reward, int | float):
-        raise InvalidInput(f"reward must be a finite number or None, got {reward!r}")
-    return validate_number(reward, "reward")
-
-
-def validate_span(span: Span) -> None:
-    if not isinstance(span, Span):
-        raise InvalidInput(f"add_spans takes Span objects, got {type(span).__name__}")
-    try:
-        SpanKind(span.kind)
-    except ValueError:
-        raise InvalidInput(f"span kind must be one of {[k.value for k in SpanKind]}, got {span.kind!r}") from None
-    if not isinstance(span.name, str) or not span.name:
-        raise InvalidInput("span name must be a non-empty string")
-    if not isinstance(span.attributes, dict):
-        raise InvalidInput(f"span attributes must be a dict, got {type(span.attributes).__name__}")
-    validate_number(span.start_time, f"span {span.name!r} start_time")
-    if span.end_time is not None:
-        validate_number(span.end_time, f"span {span.name!r} end_time")
-
-
-def validate_finish_status(status: AttemptStatus | str) -> AttemptStatus:
-    try:
-        value = AttemptStatus(status)
-    except ValueError:
-        raise InvalidInput(f"unknown attempt status {status!r}") from None
-    if value not in (AttemptStatus.SUCCEEDED, AttemptStatus.FAILED):
-        raise InvalidTransition(f"finish_attempt takes 'succeeded' or 'failed', not {value.value!r}")
-    return value

@@ -7,6 +7,9 @@ a few microseconds instead of a JSON round trip.
 A long run's memory stays flat: the store keeps the latest ``keep_rollouts`` finished rollouts (10,000 by
 default; ``memory:?keep_rollouts=N``), dropping the oldest finished one (with its attempts and spans) as each
 new one finishes. Queued and running rollouts are never dropped; ``keep_rollouts=None`` keeps everything.
+
+``import_rollout``'s work is in ``tether.store._memory_import``; the rule for when a running attempt is dead
+(``stale_reason``), shared by every backend, is in ``tether.store._stale`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from typing import Any
 
 from tether import _json
 from tether.store._frozen import snapshot, thawed_span
+from tether.store._memory_import import prepare as prepare_import
+from tether.store._memory_import import write as write_import
+from tether.store._stale import stale_reason, timed_out_span
 from tether.store.base import (
     FINISHED_ATTEMPT_STATUSES,
     Harvested,
@@ -28,9 +34,7 @@ from tether.store.base import (
     InvalidTransition,
     NotFound,
     Store,
-    import_id,
     validate_finish_status,
-    validate_import,
     validate_int,
     validate_limit,
     validate_number,
@@ -276,58 +280,9 @@ class MemoryStore(Store):
     # -- imports ------------------------------------------------------------------------------------------
 
     async def import_rollout(self, item: ImportedRollout) -> ImportResult:
-        spans = validate_import(item)
-        try:
-            task_input, output, meta = (_json.clone(v) for v in (item.input, item.output, item.metadata))
-        except TypeError as exc:
-            raise InvalidInput(f"imported rollout input/output/metadata: {exc}") from None
-        prepared = []
-        for span in spans:
-            try:
-                prepared.append((span, snapshot(span.attributes, _json.dumps(span.attributes))))
-            except TypeError as exc:
-                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
-        rollout_id, attempt_id = import_id(item.key)
-        now = time.time()
+        prepared = prepare_import(item)  # checked and copied before the lock is taken
         with self._lock:
-            rollout = self._rollouts.get(rollout_id)
-            created = rollout is None
-            if rollout is None:
-                rollout = Rollout(
-                    rollout_id=rollout_id, input=task_input, task_id=rollout_id, mode=Mode(item.mode),
-                    metadata=meta, status=RolloutStatus.SUCCEEDED, attempt_count=1, created_at=now,
-                    finished_at=now, output=output,
-                )  # fmt: skip
-                attempt = Attempt(
-                    attempt_id=attempt_id, rollout_id=rollout_id, index=1, worker_id=item.worker_id,
-                    status=AttemptStatus.SUCCEEDED, started_at=now, last_heartbeat_at=now, finished_at=now,
-                )  # fmt: skip
-                self._rollouts[rollout_id] = rollout
-                self._attempts[attempt_id] = attempt
-                self._attempts_of[rollout_id] = [attempt_id]
-                self._spans[attempt_id] = []
-                self._finish(rollout_id)  # an imported rollout is finished: it counts in the window
-            else:
-                if rollout.input is None:
-                    rollout.input = task_input
-                if output is not None:
-                    rollout.output = output
-            if item.error is not None:
-                rollout.status, rollout.error = RolloutStatus.FAILED, item.error
-                attempt = self._attempts[attempt_id]
-                attempt.status, attempt.error = AttemptStatus.FAILED, item.error
-            stored = self._spans[attempt_id]
-            held = {s.span_id for s in stored}
-            added = 0
-            for span, attributes in prepared:
-                if span.span_id in held:
-                    continue
-                stored.append(
-                    Span(rollout_id, attempt_id, SpanKind(span.kind), span.name, span.agent_name, attributes,
-                         span.span_id, span.parent_id, span.start_time, span.end_time, len(stored))
-                )  # fmt: skip
-                added += 1
-        return ImportResult(rollout_id, attempt_id, created, added)
+            return write_import(self, item, prepared)
 
     # -- resources ----------------------------------------------------------------------------------------
 
@@ -433,23 +388,6 @@ class MemoryStore(Store):
             for attempt_id in self._attempts_of.pop(old, []):
                 self._attempts.pop(attempt_id, None)
                 self._spans.pop(attempt_id, None)
-
-
-def timed_out_span(name: str, attempt_id: str, reason: str | None) -> str:
-    """Why a span of a timed-out attempt is refused. Shared by the backends."""
-    return (
-        f"span {name!r}: attempt {attempt_id} timed out ({reason or 'no reason recorded'}): its worker was "
-        "presumed dead and its rollout moved on, so spans of it are refused"
-    )
-
-
-def stale_reason(rollout: Rollout, attempt: Attempt, now: float) -> str | None:
-    """Why a running attempt counts as dead at ``now``, or None if it is alive. Shared by the backends."""
-    if rollout.timeout_s is not None and now - attempt.started_at > rollout.timeout_s:
-        return f"attempt timed out after {rollout.timeout_s:g} s"
-    if rollout.heartbeat_timeout_s is not None and now - attempt.last_heartbeat_at > rollout.heartbeat_timeout_s:
-        return f"no heartbeat for {rollout.heartbeat_timeout_s:g} s"
-    return None
 
 
 def _copy_rollout(r: Rollout) -> Rollout:

@@ -20,6 +20,8 @@ Semantics are the SQLite store's (``tether.store.sqlite``), with PostgreSQL doin
 - ``wait_for_rollouts`` is woken by ``LISTEN``/``NOTIFY``: a trigger announces each rollout that reaches a
   finished status when its transaction commits.
 - The schema is created and migrated on first use (``tether.store._pg_schema``), never dropped.
+- The statements of a rollout's life are in ``tether.store._pg_ops``; new rollouts and spans become rows in
+  ``tether.store._pg_encode``; listing, resources and harvests are in ``tether.store._pg_queries``.
 
 A server that goes away (restart, failover) makes calls raise ``StoreError`` naming it; once it is back the
 pool reconnects and the next call works.
@@ -33,33 +35,28 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
-from tether.store._frozen import frozen_size, snapshot
 from tether.store._pg_conn import Connections
+from tether.store._pg_encode import INSERT_ROLLOUTS, rollout_rows, span_columns, span_refusal
 from tether.store._pg_import import import_work
 from tether.store._pg_ops import (
-    attempts_of,
+    cancel,
     claim_queued,
-    end_attempt,
     lock_running_attempt,
-    opt_float,
-    rollout_of,
-    status_of,
+    sweep_stale,
 )
+from tether.store._pg_queries import list_sql, publish_resources, take_finished
 from tether.store._pg_schema import (
     ATTEMPT_COLS,
     NOT_RUNNING,
     ROLLOUT_COLS,
     SCHEMA_VERSION,
-    SPAN_COLS,
     UNKNOWN_ATTEMPT,
-    WRONG_ROLLOUT,
     attempt_from_row,
     qualified,
     rollout_from_row,
-    span_from_row,
 )
 from tether.store._pg_spans import read_spans
-from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
+from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
 from tether.store.base import (
     Harvested,
     ImportedRollout,
@@ -72,10 +69,7 @@ from tether.store.base import (
     validate_int,
     validate_number,
     validate_reward,
-    validate_span,
-    validate_spec,
 )
-from tether.store.memory import stale_reason
 from tether.store.rollout_query import RolloutPage, RolloutQuery, sql_page
 from tether.types import (
     Attempt,
@@ -88,31 +82,9 @@ from tether.types import (
     RolloutSpec,
     RolloutStatus,
     Span,
-    SpanKind,
-    new_id,
 )
 
-_FINISHED = ("succeeded", "failed", "cancelled")
 _CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
-_RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources version at a time
-
-
-def _span_refusal(exc: Any, columns: list[list[Any]]) -> Exception:
-    """The contract's error for what ``tether_add_spans`` refused: the first span (in batch order) that names
-    an unknown attempt, another rollout's attempt, or one that timed out; anything else as it came."""
-    if exc.sqlstate not in (UNKNOWN_ATTEMPT, NOT_RUNNING, WRONG_ROLLOUT):
-        unexpected: Exception = exc  # (the transaction's error mapping turns it into a StoreError)
-        return unexpected
-    i = int(exc.detail) - 1
-    aid, rid, name = columns[0][i], columns[1][i], columns[4][i]
-    if exc.sqlstate == UNKNOWN_ATTEMPT:
-        return InvalidInput(f"span {name!r}: unknown attempt {aid!r}")
-    if exc.sqlstate == WRONG_ROLLOUT:
-        return InvalidInput(f"span {name!r}: attempt {aid} belongs to rollout {exc.hint}, not {rid}")
-    return InvalidTransition(
-        f"span {name!r}: attempt {aid} timed out ({exc.hint or 'no reason recorded'}): its worker "
-        "was presumed dead and its rollout moved on, so spans of it are refused"
-    )
 
 
 class PostgresStore(Store):
@@ -132,42 +104,12 @@ class PostgresStore(Store):
     # -- rollouts -----------------------------------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
-        for spec in specs:
-            validate_spec(spec)
-            validate_int(spec.max_attempts, "max_attempts")
-            if spec.resources_version is not None:
-                validate_int(spec.resources_version, "resources_version")
-            for name in ("timeout_s", "heartbeat_timeout_s"):
-                if getattr(spec, name) is not None:
-                    validate_number(getattr(spec, name), name)
-        try:
-            blobs = [(_json.dumps(s.input), _json.dumps(s.metadata)) for s in specs]
-        except TypeError as exc:
-            raise InvalidInput(f"rollout input/metadata: {exc}") from None
-        if not specs:
+        rollouts, rows = rollout_rows(specs, time.time())
+        if not rows:
             return []
-        now = time.time()
-        rollouts, rows = [], []
-        for spec, (input_blob, meta_blob) in zip(specs, blobs, strict=True):
-            rid = new_id("ro")
-            r = Rollout(
-                rollout_id=rid, input=_json.loads(input_blob), task_id=spec.task_id or rid, mode=Mode(spec.mode),
-                metadata=_json.loads(meta_blob), max_attempts=spec.max_attempts,
-                timeout_s=opt_float(spec.timeout_s), heartbeat_timeout_s=opt_float(spec.heartbeat_timeout_s),
-                resources_version=spec.resources_version, created_at=now,
-            )  # fmt: skip
-            rollouts.append(r)
-            rows.append((rid, input_blob, r.task_id, r.mode.value, meta_blob, r.max_attempts, r.timeout_s,
-                         r.heartbeat_timeout_s, r.resources_version, now))  # fmt: skip
 
         async def insert(conn: Any) -> None:
-            # executemany runs the rows in order, so the queue positions (a column default) follow them
-            await conn.executemany(
-                "INSERT INTO tether_rollouts (rollout_id, input, task_id, mode, status, metadata, max_attempts, "
-                "timeout_s, heartbeat_timeout_s, resources_version, created_at) "
-                "VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, $10)",
-                rows,
-            )
+            await conn.executemany(INSERT_ROLLOUTS, rows)
 
         # asyncpg's executemany is atomic on its own (one implicit transaction, since 0.22): no BEGIN/COMMIT
         await self._db.transaction(insert, single_statement=True)
@@ -243,57 +185,10 @@ class PostgresStore(Store):
     async def requeue_stale(self, now: float | None = None) -> list[str]:
         when = time.time() if now is None else validate_number(now, "now")
 
-        async def sweep(conn: Any) -> list[str]:
-            rows = await conn.fetch(
-                f"SELECT {qualified('r', ROLLOUT_COLS)}, {qualified('a', ATTEMPT_COLS)} "
-                "FROM tether_attempts a JOIN tether_rollouts r ON r.rollout_id = a.rollout_id "
-                "WHERE a.status = 'running' AND "
-                "((r.timeout_s IS NOT NULL AND $1 - a.started_at > r.timeout_s) OR "
-                "(r.heartbeat_timeout_s IS NOT NULL AND $1 - a.last_heartbeat_at > r.heartbeat_timeout_s)) "
-                "ORDER BY a.started_at FOR UPDATE OF r",
-                when,
-            )
-            affected = []
-            for row in rows:
-                rollout, attempt = rollout_from_row(row[:16]), attempt_from_row(row[16:])
-                current = await conn.fetchrow(  # the rollout is locked: its attempt's status is now stable
-                    "SELECT status, last_heartbeat_at FROM tether_attempts WHERE attempt_id = $1",
-                    attempt.attempt_id,
-                )
-                if current is None or current[0] != AttemptStatus.RUNNING.value:
-                    continue
-                attempt.last_heartbeat_at = current[1]
-                reason = stale_reason(rollout, attempt, when)
-                if reason:
-                    await end_attempt(
-                        conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None
-                    )
-                    affected.append(rollout.rollout_id)
-            return affected
-
-        return await self._db.transaction(sweep)
+        return await self._db.transaction(lambda conn: sweep_stale(conn, when))
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
-        async def cancel(conn: Any) -> Rollout:
-            status = await status_of(conn, rollout_id, lock=True)
-            if status.finished:
-                raise InvalidTransition(f"rollout {rollout_id} is already {status.value}")
-            now = time.time()
-            await conn.execute(
-                "UPDATE tether_attempts SET status = 'cancelled', finished_at = $2 "
-                "WHERE rollout_id = $1 AND status = 'running'",
-                rollout_id,
-                now,
-            )
-            await conn.execute(
-                "UPDATE tether_rollouts SET status = 'cancelled', finished_at = $2, queue_pos = NULL "
-                "WHERE rollout_id = $1",
-                rollout_id,
-                now,
-            )
-            return await rollout_of(conn, rollout_id)
-
-        return await self._db.transaction(cancel)
+        return await self._db.transaction(lambda conn: cancel(conn, rollout_id))
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         rows = await self._db.fetch(
@@ -315,24 +210,7 @@ class PostgresStore(Store):
             validate_int(limit, "limit (None or an integer >= 0)", 0)
             if limit == 0:
                 return []
-        where: list[str] = []
-        args: list[Any] = []
-        if status is not None:
-            args.append(RolloutStatus(status).value)
-            where.append(f"status = ${len(args)}")
-        if mode is not None:
-            args.append(Mode(mode).value)
-            where.append(f"mode = ${len(args)}")
-        if rollout_ids is not None:
-            args.append(list(rollout_ids))
-            where.append(f"rollout_id = ANY(${len(args)}::text[])")
-        sql = f"SELECT {ROLLOUT_COLS} FROM tether_rollouts"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY seq"
-        if limit is not None:
-            args.append(limit)
-            sql += f" LIMIT ${len(args)}"
+        sql, args = list_sql(status, mode, rollout_ids, limit)
         return [rollout_from_row(row) for row in await self._db.fetch(sql, *args)]
 
     async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
@@ -395,28 +273,7 @@ class PostgresStore(Store):
     # -- spans --------------------------------------------------------------------------------------------
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
-        columns: list[list[Any]] = [[] for _ in range(10)]
-        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the memory it holds
-        for span in spans:
-            validate_span(span)
-            start = validate_number(span.start_time, f"span {span.name!r} start_time")
-            end = None if span.end_time is None else validate_number(span.end_time, f"span {span.name!r} end_time")
-            try:
-                attributes = _json.dumps(span.attributes)
-            except TypeError as exc:
-                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
-            kind = SpanKind(span.kind)
-            values = (span.attempt_id, span.rollout_id, span.span_id, kind.value, span.name,
-                      span.agent_name, span.parent_id, start, end, attributes)  # fmt: skip
-            if self._cache.max_bytes > 0:  # as a read decodes it: float8 times, the kind as the enum
-                frozen = snapshot(span.attributes, attributes)
-                cached.append(
-                    (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
-                          span.parent_id, float(start), None if end is None else float(end)),
-                     frozen_size(frozen) + SPAN_BYTES)
-                )  # fmt: skip
-            for column, value in zip(columns, values, strict=True):
-                column.append(value)
+        columns, cached = span_columns(spans, self._cache.max_bytes > 0)
         if not spans:
             return []
         counts: dict[str, int] = {}
@@ -431,7 +288,7 @@ class PostgresStore(Store):
                     wanted, [counts[aid] for aid in wanted], time.time(), *columns,
                 )  # fmt: skip
             except self._db.asyncpg.exceptions.PostgresError as exc:
-                raise _span_refusal(exc, columns) from None
+                raise span_refusal(exc, columns) from None
             return list(found)
 
         sequences = await self._db.transaction(insert)
@@ -456,22 +313,7 @@ class PostgresStore(Store):
     async def add_resources(
         self, *, llm: LLMEndpoint | None = None, prompts: dict[str, PromptTemplate] | None = None
     ) -> Resources:
-        async def publish(conn: Any) -> Resources:
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _RESOURCES_LOCK)
-            row = await conn.fetchrow("SELECT data FROM tether_resources ORDER BY version DESC LIMIT 1")
-            latest = Resources.from_dict(_json.loads(row[0])) if row else None
-            resources = Resources(
-                version=(latest.version + 1) if latest else 1,
-                llm=llm if llm is not None else (latest.llm if latest else None),
-                prompts=dict(prompts) if prompts is not None else (dict(latest.prompts) if latest else {}),
-            )
-            data = _json.dumps(resources.to_dict())
-            await conn.execute(
-                "INSERT INTO tether_resources (version, data) VALUES ($1, $2)", resources.version, data
-            )
-            return Resources.from_dict(_json.loads(data))
-
-        return await self._db.transaction(publish)
+        return await self._db.transaction(lambda conn: publish_resources(conn, llm, prompts))
 
     async def get_resources(self, version: int | None = None) -> Resources | None:
         if version is None:
@@ -486,48 +328,7 @@ class PostgresStore(Store):
     # -- memory -------------------------------------------------------------------------------------------
 
     async def harvest(self, rollout_ids: Sequence[str] | None = None) -> list[Harvested]:
-        async def take(conn: Any) -> list[Harvested]:
-            if rollout_ids is None:
-                ids = [
-                    row[0]
-                    for row in await conn.fetch(
-                        "SELECT rollout_id FROM tether_rollouts WHERE status = ANY($1::text[]) ORDER BY seq "
-                        "FOR UPDATE",
-                        list(_FINISHED),
-                    )
-                ]
-            else:
-                ids = list(dict.fromkeys(rollout_ids))
-                for rid in ids:
-                    status = await status_of(conn, rid, lock=True)
-                    if not status.finished:
-                        raise InvalidTransition(
-                            f"rollout {rid} is {status.value}; only finished rollouts can be harvested"
-                        )
-            if not ids:
-                return []
-            rows = await conn.fetch(
-                f"DELETE FROM tether_rollouts WHERE rollout_id = ANY($1::text[]) RETURNING {ROLLOUT_COLS}", ids
-            )
-            by_id = {r.rollout_id: r for r in map(rollout_from_row, rows)}
-            attempts = await attempts_of(conn, ids)
-            span_rows = await conn.fetch(
-                f"DELETE FROM tether_spans WHERE attempt_id = ANY($1::text[]) RETURNING {SPAN_COLS}",
-                [a.attempt_id for a in attempts],
-            )
-            await conn.execute("DELETE FROM tether_attempts WHERE rollout_id = ANY($1::text[])", ids)
-            self._cache.drop(a.attempt_id for a in attempts)
-            spans_of: dict[str, list[Span]] = {a.attempt_id: [] for a in attempts}
-            for span in sorted(map(span_from_row, span_rows), key=lambda s: s.sequence or 0):
-                spans_of[span.attempt_id].append(span)
-            out = []
-            for rid in ids:
-                mine = [a for a in attempts if a.rollout_id == rid]
-                spans = [s for a in mine for s in spans_of[a.attempt_id]]
-                out.append(Harvested(rollout=by_id[rid], attempts=mine, spans=spans))
-            return out
-
-        return await self._db.transaction(take)
+        return await self._db.transaction(lambda conn: take_finished(conn, self._cache, rollout_ids))
 
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]

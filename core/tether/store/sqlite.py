@@ -14,7 +14,8 @@ loop share one transaction, each in a savepoint of its own; a lone write commits
 Span sequence numbers come from ``attempts.next_seq`` inside the writing transaction; spans are inserted
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes. The
 statements each change runs inside its transaction (claiming, ending, sweeping, cancelling, inserting spans)
-are in ``tether.store._sqlite_lifecycle``.
+are in ``tether.store._sqlite_lifecycle``; new rollouts and spans become rows in ``tether.store._sqlite_encode``,
+and listing, counting, resources and harvests are in ``tether.store._sqlite_queries``.
 
 Speed: a thread of the store's own runs passive WAL checkpoints so that commits rarely stall on one
 (``tether.store._sqlite_wal``); SQLite's own autocheckpoint stays on, raised to ``WAL_CAP_BYTES``, as the
@@ -35,10 +36,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether import _json
-from tether.store._frozen import frozen_size, snapshot
 from tether.store._group_commit import GroupCommit
-from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SPAN_BYTES, SpanCache
+from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
 from tether.store._sqlite_conn import connect, store_error
+from tether.store._sqlite_encode import insert_rollouts, rollout_rows, rollouts_of_rows, span_rows
 from tether.store._sqlite_import import import_work
 from tether.store._sqlite_lifecycle import (
     attempts_of,
@@ -47,13 +48,19 @@ from tether.store._sqlite_lifecycle import (
     end_attempt,
     insert_spans,
     rollout_of,
-    rollouts_by_id,
     running_attempt,
     status_of,
     sweep,
 )
+from tether.store._sqlite_queries import (
+    count_in_file,
+    count_sql,
+    insert_resources,
+    latest_resources,
+    list_sql,
+    take_finished,
+)
 from tether.store._sqlite_rows import (
-    NEXT_QUEUE_POS,
     ROLLOUT_COLS,
     SCHEMA_VERSION,
     read_spans,
@@ -65,7 +72,6 @@ from tether.store.base import (
     ImportedRollout,
     ImportResult,
     InvalidInput,
-    InvalidTransition,
     NotFound,
     Store,
     StoreError,
@@ -74,8 +80,6 @@ from tether.store.base import (
     validate_limit,
     validate_number,
     validate_reward,
-    validate_span,
-    validate_spec,
 )
 from tether.store.rollout_query import RolloutPage, RolloutQuery, sql_page
 from tether.types import (
@@ -89,8 +93,6 @@ from tether.types import (
     RolloutSpec,
     RolloutStatus,
     Span,
-    SpanKind,
-    new_id,
 )
 
 _T = TypeVar("_T")
@@ -181,41 +183,12 @@ class SqliteStore(Store):
     # -- rollouts -----------------------------------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
-        for spec in specs:
-            validate_spec(spec)
-        try:
-            blobs = [(_json.dumps(s.input), _json.dumps(s.metadata)) for s in specs]
-        except TypeError as exc:
-            raise InvalidInput(f"rollout input/metadata: {exc}") from None
         now = time.time()
-        rows = []
-        for spec, (input_blob, meta_blob) in zip(specs, blobs, strict=True):
-            rid = new_id("ro")
-            rows.append(
-                (rid, input_blob, spec.task_id or rid, Mode(spec.mode).value, meta_blob, spec.max_attempts,
-                 _real(spec.timeout_s), _real(spec.heartbeat_timeout_s), spec.resources_version, now)
-            )  # fmt: skip
+        rows = rollout_rows(specs, now)
         if not rows:
             return []
-
-        def insert(conn: sqlite3.Connection) -> None:
-            (start,) = conn.execute(f"SELECT {NEXT_QUEUE_POS}").fetchone()
-            conn.executemany(
-                "INSERT INTO rollouts (rollout_id, input, task_id, mode, status, metadata, max_attempts, "
-                "timeout_s, heartbeat_timeout_s, resources_version, created_at, queue_pos) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
-                [(*row, start + i) for i, row in enumerate(rows)],
-            )
-
-        await self._write(insert)
-        return [
-            Rollout(
-                rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
-                metadata=_json.loads(row[4]), max_attempts=row[5], timeout_s=row[6], heartbeat_timeout_s=row[7],
-                resources_version=row[8], created_at=now,
-            )
-            for row in rows
-        ]  # fmt: skip
+        await self._write(lambda conn: insert_rollouts(conn, rows))
+        return rollouts_of_rows(rows, now)
 
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
         if not isinstance(worker_id, str) or not worker_id:
@@ -277,25 +250,7 @@ class SqliteStore(Store):
         rollout_ids: Sequence[str] | None = None,
         limit: int | None = None,
     ) -> list[Rollout]:
-        limit = validate_limit(limit)
-        where: list[str] = []
-        args: list[Any] = []
-        if status is not None:
-            where.append("status = ?")
-            args.append(RolloutStatus(status).value)
-        if mode is not None:
-            where.append("mode = ?")
-            args.append(Mode(mode).value)
-        if rollout_ids is not None:
-            where.append("rollout_id IN (SELECT value FROM json_each(?))")
-            args.append(_json.dumps(list(rollout_ids)).decode())
-        sql = f"SELECT {ROLLOUT_COLS} FROM rollouts"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY seq"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(int(limit))
+        sql, args = list_sql(status, mode, rollout_ids, validate_limit(limit))
         with self._tx(write=False) as conn:
             return [rollout_from_row(row) for row in conn.execute(sql, args)]
 
@@ -312,24 +267,13 @@ class SqliteStore(Store):
         connection of its own in a worker thread (WAL readers do not wait on the writer), so the event loop
         and this store's other calls go on meanwhile."""
         out = {s.value: 0 for s in RolloutStatus}
-        sql, args = "SELECT status, COUNT(*) FROM rollouts GROUP BY status", []
-        if mode is not None:
-            sql, args = "SELECT status, COUNT(*) FROM rollouts WHERE mode = ? GROUP BY status", [Mode(mode).value]
+        sql, args = count_sql(mode)
         if self.path == ":memory:":
             with self._read() as conn:
                 out.update(dict(conn.execute(sql, args).fetchall()))
             return out
-        path = str(self.path)
-
-        def count() -> list[Any]:
-            conn = sqlite3.connect(Path(path).as_uri() + "?mode=ro", uri=True, timeout=30.0)
-            try:
-                return conn.execute(sql, args).fetchall()
-            finally:
-                conn.close()
-
         try:
-            out.update(dict(await asyncio.to_thread(count)))
+            out.update(dict(await asyncio.to_thread(count_in_file, str(self.path), sql, args)))
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
         return out
@@ -342,26 +286,7 @@ class SqliteStore(Store):
     # -- spans --------------------------------------------------------------------------------------------
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
-        rows = []
-        cached: list[tuple[Span, int]] = []  # each span as the cache keeps it, with the memory it holds
-        for span in spans:
-            validate_span(span)
-            try:
-                attributes = _json.dumps(span.attributes)
-            except TypeError as exc:
-                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
-            kind = SpanKind(span.kind)
-            start, end = float(span.start_time), _real(span.end_time)  # REAL columns: as a read gives them back
-            if self._cache.max_bytes > 0:
-                frozen = snapshot(span.attributes, attributes)
-                cached.append(
-                    (Span(span.rollout_id, span.attempt_id, kind, span.name, span.agent_name, frozen, span.span_id,
-                          span.parent_id, start, end), frozen_size(frozen) + SPAN_BYTES)
-                )  # fmt: skip
-            rows.append(
-                [span.attempt_id, 0, span.rollout_id, span.span_id, kind.value, span.name, span.agent_name,
-                 span.parent_id, start, end, attributes]
-            )  # fmt: skip
+        rows, cached = span_rows(spans, self._cache.max_bytes > 0)
         if not rows:
             return []
         wanted = list(dict.fromkeys(span.attempt_id for span in spans))
@@ -397,18 +322,7 @@ class SqliteStore(Store):
         self, *, llm: LLMEndpoint | None = None, prompts: dict[str, PromptTemplate] | None = None
     ) -> Resources:
         with self._tx() as conn:
-            row = conn.execute("SELECT data FROM resources ORDER BY version DESC LIMIT 1").fetchone()
-            latest = Resources.from_dict(_json.loads(row[0])) if row else None
-            resources = Resources(
-                version=latest.version + 1 if latest else 1,
-                llm=llm if llm is not None else (latest.llm if latest else None),
-                prompts=dict(prompts) if prompts is not None else (dict(latest.prompts) if latest else {}),
-            )
-            try:
-                data = _json.dumps(resources.to_dict())
-            except TypeError as exc:
-                raise InvalidInput(f"resources: {exc}") from None
-            conn.execute("INSERT INTO resources (version, data) VALUES (?, ?)", (resources.version, data))
+            data = insert_resources(conn, llm, prompts)
         return Resources.from_dict(_json.loads(data))
 
     async def get_resources(self, version: int | None = None) -> Resources | None:
@@ -416,8 +330,7 @@ class SqliteStore(Store):
             validate_int(version, "version")
         with self._tx(write=False) as conn:
             if version is None:
-                row = conn.execute("SELECT data FROM resources ORDER BY version DESC LIMIT 1").fetchone()
-                return Resources.from_dict(_json.loads(row[0])) if row else None
+                return latest_resources(conn)
             row = conn.execute("SELECT data FROM resources WHERE version = ?", (version,)).fetchone()
         if row is None:
             raise NotFound(f"unknown resources version {version}")
@@ -427,30 +340,7 @@ class SqliteStore(Store):
 
     async def harvest(self, rollout_ids: Sequence[str] | None = None) -> list[Harvested]:
         with self._tx() as conn:
-            if rollout_ids is None:
-                ids = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT rollout_id FROM rollouts WHERE status IN ('succeeded', 'failed', 'cancelled') "
-                        "ORDER BY seq"
-                    )
-                ]
-            else:
-                ids = list(dict.fromkeys(rollout_ids))
-                for rid in ids:
-                    status = status_of(conn, rid)
-                    if not status.finished:
-                        raise InvalidTransition(
-                            f"rollout {rid} is {status.value}; only finished rollouts can be harvested"
-                        )
-            if not ids:
-                return []
-            rollouts = rollouts_by_id(conn, ids)
-            attempts = attempts_of(conn, ids)
-            spans_of = {a.attempt_id: read_spans(conn, self._cache, a.attempt_id, 0) or [] for a in attempts}
-            conn.executemany("DELETE FROM spans WHERE attempt_id = ?", [(a.attempt_id,) for a in attempts])
-            conn.executemany("DELETE FROM attempts WHERE rollout_id = ?", [(rid,) for rid in ids])
-            conn.executemany("DELETE FROM rollouts WHERE rollout_id = ?", [(rid,) for rid in ids])
+            rollouts, attempts, spans_of = take_finished(conn, self._cache, rollout_ids)
         self._cache.drop(spans_of)
         out = []
         for rollout in rollouts:
@@ -459,11 +349,6 @@ class SqliteStore(Store):
                 Harvested(rollout=rollout, attempts=mine, spans=[s for a in mine for s in spans_of[a.attempt_id]])
             )
         return out
-
-
-def _real(value: float | None) -> float | None:
-    """A number bound to a REAL column (a Python int past 64 bits would not bind)."""
-    return None if value is None else float(value)
 
 
 __all__ = ["DEFAULT_SPAN_CACHE_BYTES", "SCHEMA_VERSION", "SqliteStore"]

@@ -8,6 +8,8 @@ published (the sampling, and prompts if given), the tasks are enqueued, run and 
 they stay, for the dashboard; a failed one's error also goes to the run folder's ``failures.jsonl``), and the
 transitions of each rollout's last attempt are built. ``run_jobs`` runs several resources versions in one
 batch, concurrently (APO scores its prompt candidates that way).
+
+What the session opens, in order, and how it closes is in ``tether.training._session_parts``.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether import _json, spans
 from tether._seeds import derive_seed
 from tether.models.base import ModelBackend
-from tether.policies import PolicyMap
-from tether.store import Store, StoreError, open_store
+from tether.store import Store, StoreError
 from tether.store.base import Harvested
+from tether.training._session_parts import Parts, open_parts
+from tether.training._session_parts import declare_policies as declare_policies
 from tether.training.batch import Batch as Batch
 from tether.training.batch import Job as Job
 from tether.training.batch import RolloutResult as RolloutResult
@@ -62,15 +64,6 @@ def as_task(item: Any) -> Task:
         return item
     digest = hashlib.sha1(_json.dumps(item)).hexdigest()[:12]
     return Task(input=item, task_id=f"task-{digest}")
-
-
-@dataclass(slots=True)
-class _Parts:
-    store: Store
-    backend: ModelBackend
-    batcher: SpanBatcher
-    proxy: ProxyServer
-    runner: Runner | RayPool
 
 
 class Session:
@@ -111,77 +104,33 @@ class Session:
         self.export = export
         self.runners = runners
         self._exporter: SpanExporter | None = None
-        self._parts: _Parts | None = None
+        self._parts: Parts | None = None
         self._batches = 0  # batches run: part of each rollout's seed
         self._stack: contextlib.AsyncExitStack | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Session:
-        from tether.capture.span_batcher import SpanBatcher
-        from tether.models import open_backend
-        from tether.proxy import ProxyServer
-        from tether.training.runner import Runner
-
         stack = contextlib.AsyncExitStack()
         try:
             if self.export is not None:
                 exporter = self._exporter = self.export.start()
                 stack.push_async_callback(asyncio.to_thread, exporter.close)  # last out: sends what is queued
-            store = open_store(self.store_url)
-            stack.push_async_callback(store.close)
-            if isinstance(self.model, ModelBackend):
-                backend = self.model
-            else:
-                backend = open_backend(self.model)
-                stack.push_async_callback(backend.close)
-            declare_policies(backend, self.agent.policies, required=self.trains)
-            if self.before_start is not None:
-                self.before_start(backend)
-            await backend.start()
-            batcher = SpanBatcher(store)
-            stack.push_async_callback(batcher.close)  # after the proxy stops: the session owns the batcher
-            proxy = await stack.enter_async_context(
-                ProxyServer(backend, batcher=batcher, policies=self.agent.policies)
+            self._parts = await open_parts(
+                stack,
+                agent=self.agent,
+                model=self.model,
+                store_url=self.store_url,
+                trains=self.trains,
+                before_start=self.before_start,
+                runners=self.runners,
+                n_runners=self.settings.n_runners,
             )
-            runner: Runner | RayPool
-            if self.runners is not None:
-                runner = await self._start_remote(self.runners, stack, store, backend)
-            else:
-                runner = await stack.enter_async_context(
-                    Runner(self.agent, store, proxy, batcher=batcher, concurrency=self.settings.n_runners)
-                )
         except BaseException:
             await stack.aclose()
             raise
-        self._parts = _Parts(store, backend, batcher, proxy, runner)
         self._stack = stack
         return self
-
-    async def _start_remote(
-        self, runners: RayRunners, stack: contextlib.AsyncExitStack, store: Store, backend: ModelBackend
-    ) -> RayPool:
-        """Serve the store (unless the actors can open its URL themselves) and the backend to ``runners``
-        and start them."""
-        import secrets
-
-        from tether.models.http_backend import TOKEN_ENV, BackendServer
-        from tether.store.http_server import start_server
-
-        # each server gets a token of this session's, handed to the actors in their runtime env: beyond
-        # loopback the bind rule needs one, and on loopback it keeps other local users out
-        env: dict[str, str] = {}
-        store_url = self.store_url
-        if not store_url.startswith(("http://", "https://", "postgresql://", "postgres://")):
-            env["TETHER_STORE_TOKEN"] = secrets.token_urlsafe(32)
-            server = await start_server(store, host=runners.host, token=env["TETHER_STORE_TOKEN"])
-            stack.push_async_callback(server.stop)
-            store_url = server.url
-        env[TOKEN_ENV] = secrets.token_urlsafe(32)
-        served = await stack.enter_async_context(BackendServer(backend, host=runners.host, token=env[TOKEN_ENV]))
-        pool = await runners.start(self.agent, store, store_url=store_url, backend_url=served.url, env=env)
-        stack.push_async_callback(pool.close)
-        return pool
 
     async def __aexit__(self, *exc: object) -> None:
         stack, self._stack, self._parts = self._stack, None, None
@@ -189,7 +138,7 @@ class Session:
             await stack.aclose()
 
     @property
-    def _open(self) -> _Parts:
+    def _open(self) -> Parts:
         if self._parts is None:
             raise RuntimeError("the session is not open: use it as `async with Session(...) as session:`")
         return self._parts
@@ -379,24 +328,6 @@ class Session:
                 f"another worker took {algorithm}'s history record: stop remote runners while it starts"
             )
         return rollout.rollout_id, claimed[0][1].attempt_id
-
-
-def declare_policies(backend: ModelBackend, policies: PolicyMap, *, required: bool = True) -> None:
-    """Tell ``backend`` the trained policies of a non-shared map (one set of weights each, plus the frozen
-    start), or say which backends can hold them. A shared map needs nothing: the backend's one policy serves;
-    neither does a backend that cannot hold policies when nothing trains (``required=False``: ``dev``)."""
-    if policies.shared:
-        return
-    declare = getattr(backend, "declare_policies", None)
-    if declare is None and not required:
-        return
-    if declare is None:
-        raise ValueError(
-            f"optimize={{policy: [sub-agents]}} gives each policy its own weights, which the "
-            f"{type(backend).__name__} cannot hold: use model='embedded', 'hf:<path>' or 'vllm:<model>' with "
-            "GRPO(lora=tether.LoRA(...)), or pass optimize= as a list (one shared policy)"
-        )
-    declare(policies.names)
 
 
 def _key(task: Any) -> str:

@@ -4,8 +4,10 @@
 wrapped agent for verl's workers, builds verl's config (``config.build_config``: verl's defaults, tether's
 settings, the user's ``config=``), checks it with verl's own validation, and runs verl's trainer
 (``launch``), whose agent-loop workers run one tether rollout per sample (``agent_loop``). verl owns the
-model: its FSDP/Megatron workers train it and its vLLM servers sample it; the session's own backend is not
-used (``VERL.backend`` is a placeholder to give ``Trainer(model=...)``, so nothing is loaded twice).
+model: its FSDP/Megatron workers train it and its vLLM servers sample it, so ``VERL.uses_session`` is False: the
+Trainer opens no store, backend, proxy or runner, and ``fit`` reads only the session's agent, settings, model
+name and run folder (``Trainer(model="hf:<path>")`` loads nothing; ``VERL.backend`` is a placeholder backend
+that is still accepted there).
 
 Needs CUDA GPUs (verl's engines and its vLLM servers do not run on a CPU) and ``pip install "tether[verl]"``.
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.algorithms.base import Algorithm
 from tether.algorithms.verl.config import LoRASettings, Plan, build_config, check
 from tether.algorithms.verl.dataset import LOOP_NAME, write_parquet
 from tether.algorithms.verl.runtime import RuntimeSpec, save_agent, settings_dict
@@ -56,15 +59,16 @@ class VerlServed(ModelBackend):
 
 
 @dataclass
-class VERL:
+class VERL(Algorithm):
     """verl's PPO/GRPO trainer with tether's agent loop (needs CUDA GPUs and ``tether[verl]``).
 
     ``config``: overrides of verl's ``ppo_trainer`` config — a mapping of dotted keys
     (``{"trainer.n_gpus_per_node": 8, "actor_rollout_ref.actor.optim.lr": 1e-6}``) or nested dicts, checked
     against verl's keys, or a list of Hydra overrides (``["model_engine=megatron"]``); they win over tether's
     settings below. ``model``: the Hugging Face path or hub name verl trains (default: the path in the
-    trainer's ``model="hf:<path>"`` / ``"vllm:<path>"``; pass ``model=algo.backend`` to the trainer so it loads
-    nothing itself). ``group_size``: samples per task, verl's ``rollout.n``. ``batch_size``: tasks per step.
+    trainer's ``model="hf:<path>"`` / ``"vllm:<path>"``, which the trainer does not load: verl does;
+    ``model=algo.backend`` works too). ``group_size``: samples per task, verl's ``rollout.n``. ``batch_size``:
+    tasks per step.
     ``lora``: a rank, or ``tether.LoRA(...)``-like object (``r``, ``alpha``, ``target_modules``): verl trains
     the adapter and serves it merged. ``tool_call_parser``: vLLM's parser of tool calls (None: no tools).
     The trainer's ``steps``, ``eval_every``, ``seed`` and ``n_runners`` (concurrent rollouts per verl worker)
@@ -81,6 +85,11 @@ class VERL:
     tool_call_parser: str | None = "hermes"
     n_gpus_per_node: int | None = None
     nnodes: int = 1
+
+    @property
+    def uses_session(self) -> bool:
+        """False: verl's workers run the rollouts, so the Trainer starts nothing of its own."""
+        return False
 
     @property
     def backend(self) -> ModelBackend:

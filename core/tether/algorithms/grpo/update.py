@@ -14,9 +14,9 @@ dropped (see ``GRPO``). Transitions are packed into micro-batches by length unde
 optional gradient checkpointing, so the update of a large model fits one GPU; the gradient is the one-batch
 gradient whatever the packing.
 
-``GRPO.fit`` runs the training loop of ``tether.algorithms.grpo_loop`` (steps, evaluation, checkpoints) on
-the ``Session`` that ``Trainer.fit`` opens. torch is imported here, so this module is loaded only when GRPO is
-used.
+``GRPO.fit`` is the training loop of ``tether.algorithms.grpo.loop`` (steps, evaluation, checkpoints; GRPO is
+its ``PolicyUpdate``) on the ``Session`` that ``Trainer.fit`` opens; rows are packed and scored by
+``tether.algorithms.batching``. torch is imported here, so this module is loaded only when GRPO is used.
 """
 
 from __future__ import annotations
@@ -28,20 +28,20 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tether.algorithms import grpo_loop
-from tether.algorithms.grpo_defaults import Reference, default_lr
-from tether.algorithms.grpo_drift import Drift, Refusals
+from tether.algorithms import batching
+from tether.algorithms.grpo import loop as grpo_loop
+from tether.algorithms.grpo.defaults import Reference, default_lr
+from tether.algorithms.grpo.drift import Drift, Refusals
+from tether.models.base import LoRACapable
 from tether.models.lora import LoRA
-from tether.training.result import FitResult
-from tether.types import Task, Transition
+from tether.types import Transition
 
 if TYPE_CHECKING:
     from tether.models.base import ModelBackend
-    from tether.training.session import Session
 
 
 @dataclass
-class GRPO:
+class GRPO(grpo_loop.PolicyUpdate):
     """Group Relative Policy Optimization.
 
     ``group_size`` rollouts are sampled per task; ``tasks_per_step`` tasks make one update batch.
@@ -73,7 +73,7 @@ class GRPO:
 
     **Defaults by model.** ``lr=None`` picks the learning rate by what trains: LoRA adapters 5e-4 (2e-4 on a base
     of 1B parameters or more); all weights 5e-4 under 50M parameters (the embedded model), 1e-5 up to 1B, 1e-6
-    above (``tether.algorithms.grpo_defaults``; the ``lr`` metric says which). ``kl_coef > 0`` holds the policy
+    above (``tether.algorithms.grpo.defaults``; the ``lr`` metric says which). ``kl_coef > 0`` holds the policy
     near its start: with LoRA the base with its adapters off (no copy), with full weights a frozen copy.
 
     **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each policy has its own weights: a
@@ -86,7 +86,7 @@ class GRPO:
 
     group_size: int = 8
     tasks_per_step: int = 8
-    lr: float | None = None  # None: by what trains, see tether.algorithms.grpo_defaults
+    lr: float | None = None  # None: by what trains, see tether.algorithms.grpo.defaults
     clip_eps: float = 0.2
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
@@ -135,19 +135,7 @@ class GRPO:
             if not self.policies or not all(isinstance(p, str) and p for p in self.policies):
                 raise ValueError(f"policies= takes policy names (non-empty strings), got {self.policies!r}")
 
-    # -- the algorithm contract ----------------------------------------------------------------------------
-
-    async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
-        """Train ``session.backend`` (a ``TrainableBackend``) for ``session.settings.steps`` steps."""
-        return await grpo_loop.fit(self, session, train, val)
-
-    def check_session(self, session: Session) -> None:
-        """What ``fit`` would refuse (a backend it cannot train, ``policies=`` the agent lacks), said before
-        any rollout runs: ``Trainer.fit`` calls it before its preflight."""
-        from tether.algorithms.grpo_policies import trained_policies
-
-        grpo_loop.trainable_backend(self, session)
-        trained_policies(self.policies, session.agent.policies)
+    # -- the algorithm contract (fit, check_session, preflight_group: grpo_loop.PolicyUpdate's) ---------------
 
     def prepare_backend(self, backend: ModelBackend) -> None:
         """Before the backend starts (``Trainer.fit`` calls it): attach the LoRA adapters, if any. A vLLM
@@ -162,17 +150,12 @@ class GRPO:
                     "lora=tether.LoRA(...) (full-weight training with vLLM goes through tether.VERL)"
                 )
             return
-        attach = getattr(backend, "attach_lora", None)
-        if attach is None:
+        if not isinstance(backend, LoRACapable):
             raise ValueError(
                 f"GRPO(lora=...) needs a backend that can hold LoRA adapters (model='embedded', 'hf:<path>' or "
-                f"'vllm:<model>'); the {type(backend).__name__} cannot"
+                f"'vllm:<model>'); the {type(backend).__name__} cannot (it is no tether.models.base.LoRACapable)"
             )
-        attach(self.lora)
-
-    async def evaluate(self, session: Session, tasks: Sequence[Task]) -> dict[str, Any]:
-        """Accuracy (mean reward) on ``tasks`` greedy and at temperature 1, as the loop records it."""
-        return await grpo_loop.evaluate(session, tasks)
+        backend.attach_lora(self.lora)
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -232,14 +215,15 @@ class GRPO:
         }
         if not batch:
             return metrics
-        context_length = int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
+        context_length = batching.context_length(model)
         if self.kl_coef > 0:
             self._reference.prepare(model)
         if self.gradient_checkpointing:
             _enable_checkpointing(model)
         optimizer = self.optimizer_for(model, policy)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
-        parts = _pack([_row_length(t, context_length) for t in batch], self.micro_batch, self.micro_batch_tokens)
+        lengths = [batching.row_length(t, context_length) for t in batch]
+        parts = batching.pack(lengths, self.micro_batch, self.micro_batch_tokens)
         drift = Drift(self.drift_threshold)
         refused: dict[int, int] = {}  # batch index -> response tokens, of rows refused for their drift
         was_training = model.training
@@ -306,10 +290,10 @@ class GRPO:
         on_policy: Sequence[bool] = (),
         refusals: Refusals | None = None,
     ) -> tuple[torch.Tensor, float, float]:
-        ids, mask, old, adv = _assemble(part, context_length, pad_token_id)
+        ids, mask, old, adv = batching.assemble(part, context_length, pad_token_id)
         device = next(model.parameters()).device
         ids, mask, old, adv = ids.to(device), mask.to(device), old.to(device), adv.to(device)
-        new = _token_logprobs(model, ids, self.temperature)
+        new = batching.token_logprobs(model, ids, self.temperature)
         recorded = ~torch.isnan(old)
         if drift is not None:
             rows = torch.tensor(list(on_policy), dtype=torch.bool, device=device)[:, None]
@@ -325,7 +309,7 @@ class GRPO:
         kl_sum = 0.0
         if self.kl_coef > 0:
             with torch.no_grad(), self._reference.model(model) as reference:
-                ref = _token_logprobs(reference, ids, self.temperature)
+                ref = batching.token_logprobs(reference, ids, self.temperature)
             log_ratio = ref - new
             kl = torch.exp(log_ratio) - log_ratio - 1
             per_token = per_token + self.kl_coef * kl
@@ -352,66 +336,3 @@ def _enable_checkpointing(model: torch.nn.Module) -> None:
         f"gradient_checkpointing=True needs a transformers model; {type(model).__name__} has no "
         "activation_checkpointing_enable(): set GRPO(gradient_checkpointing=False)"
     )
-
-
-def _row_length(t: Transition, context_length: int) -> int:
-    """The length of ``t``'s row in an update batch (prompt + response, cut to the context as ``_assemble``
-    cuts it)."""
-    response = min(len(t.response_token_ids), context_length - 1)
-    return min(len(t.prompt_token_ids), context_length - response) + response
-
-
-def _pack(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
-    """Micro-batches (indices into ``lengths``): rows sorted by length, each micro-batch at most ``max_rows``
-    rows and, with a budget, at most ``max_tokens`` padded tokens (rows × its longest row). A row longer than
-    the budget goes alone."""
-    parts: list[list[int]] = []
-    current: list[int] = []
-    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
-        full = len(current) >= max_rows
-        over = max_tokens is not None and (len(current) + 1) * lengths[i] > max_tokens
-        if current and (full or over):
-            parts.append(current)
-            current = []
-        current.append(i)
-    if current:
-        parts.append(current)
-    return parts
-
-
-def _assemble(
-    part: Sequence[Transition], context_length: int, pad_token_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``prompt + response`` ids, and per-position (shifted by one: the position that predicts
-    each token) response mask, recorded logprobs (NaN where missing) and advantages."""
-    rows = []
-    for t in part:
-        response = list(t.response_token_ids)[: context_length - 1]
-        prompt = list(t.prompt_token_ids)[-(context_length - len(response)) :] if t.prompt_token_ids else []
-        if not prompt:
-            raise ValueError(
-                f"transition {t.rollout_id}/{t.step} has no prompt token ids: the backend did not return them, "
-                "so it cannot be trained by GRPO (use the embedded, hf or vllm backend)"
-            )
-        logprobs = list(t.logprobs or [])[: len(response)]
-        logprobs += [math.nan] * (len(response) - len(logprobs))
-        rows.append((prompt, response, logprobs, float(t.advantage or 0.0)))
-    width = max(len(p) + len(r) for p, r, _, _ in rows)
-    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), width - 1)
-    old = torch.zeros(len(rows), width - 1)
-    for i, (prompt, response, logprobs, _) in enumerate(rows):
-        n_p, n_r = len(prompt), len(response)
-        ids[i, : n_p + n_r] = torch.tensor(prompt + response)
-        mask[i, n_p - 1 : n_p - 1 + n_r] = 1.0
-        old[i, n_p - 1 : n_p - 1 + n_r] = torch.tensor(logprobs)
-    adv = torch.tensor([a for _, _, _, a in rows])
-    return ids, mask, old, adv
-
-
-def _token_logprobs(model: torch.nn.Module, ids: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Log-probability of each next token ``ids[:, 1:]`` under ``model`` at ``temperature``."""
-    logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from tether.models.base import PolicyVersions, TrainableBackend
 from tether.policies import DEFAULT_POLICY, FROZEN_POLICY, PolicyMap
 from tether.types import Transition
 
@@ -61,9 +62,19 @@ def trained_policies(chosen: Sequence[str] | None, policies: PolicyMap) -> list[
 
 
 def update_policies(
-    algorithm: _Updates, backend: Any, trainable: Sequence[Transition], names: Sequence[str], pad_token_id: int
+    algorithm: _Updates,
+    backend: TrainableBackend,
+    trainable: Sequence[Transition],
+    names: Sequence[str],
+    pad_token_id: int,
 ) -> dict[str, float]:
     """One update per policy in ``names`` that has transitions; the step's metrics (totals and per policy)."""
+    if not isinstance(backend, PolicyVersions):
+        raise ValueError(
+            f"training one set of weights per policy needs a backend that holds them (model='embedded', "
+            f"'hf:<path>' or 'vllm:<model>' with LoRA); the {type(backend).__name__} is no "
+            "tether.models.base.PolicyVersions"
+        )
     per_policy: dict[str, dict[str, float]] = {}
     for name in names:
         mine = [t for t in trainable if t.policy == name]

@@ -1,5 +1,6 @@
 """GRPO's training loop: rollouts → transitions → policy update → new weights, with evaluation, checkpoints,
-metrics and a progress bar. ``GRPO.fit`` runs it on the ``Session`` that ``Trainer.fit`` opens.
+metrics and a progress bar. ``GRPO.fit`` runs it on the ``Session`` that ``Trainer.fit`` opens; a joint run
+(``tether.algorithms.joint``) runs the same loop with its prompt search in ``LoopHooks``.
 
 Each step samples ``tasks_per_step`` training tasks, runs ``group_size`` rollouts of each (sampled at the
 algorithm's temperature), builds transitions, gives each its advantage under the trainer's credit rule
@@ -17,19 +18,22 @@ torch is imported only to write and read checkpoints, so this module loads witho
 
 from __future__ import annotations
 
+import abc
 import asyncio
-import concurrent.futures
 import random
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from tether.algorithms.grpo_policies import trained_policies, update_policies
+from tether.algorithms.base import Algorithm
+from tether.algorithms.evaluation import carried_eval, evaluate
+from tether.algorithms.grpo.policies import trained_policies, update_policies
 from tether.models.base import TrainableBackend
 from tether.training import memory
 from tether.training.credit import CreditStats
 from tether.training.health import FitError, idle_reason, top_errors
+from tether.training.preflight import PreflightGroup
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
@@ -40,14 +44,18 @@ from tether.types import Mode, PromptTemplate, Task, Transition
 T = TypeVar("T")
 
 
-class PolicyUpdate(Protocol):
-    """What the loop needs of the algorithm (``tether.algorithms.grpo.GRPO``)."""
+class PolicyUpdate(Algorithm):
+    """An algorithm this loop trains (``tether.algorithms.grpo.GRPO``): ``group_size`` rollouts of each of
+    ``tasks_per_step`` tasks per step at ``temperature``, then ``update`` on their credited transitions (for each
+    of ``policies``, None: the agent's). ``fit`` is the loop; ``fit_with(..., hooks)`` the loop with another
+    algorithm's part in it (a joint run's prompt search)."""
 
     group_size: int
     tasks_per_step: int
     temperature: float
-    scale_by_std: bool
+    policies: Sequence[str] | None
 
+    @abc.abstractmethod
     def update(
         self,
         model: Any,
@@ -56,11 +64,61 @@ class PolicyUpdate(Protocol):
         pad_token_id: int = 0,
         weights_version: int | None = None,
         policy: str | None = None,
-    ) -> dict[str, float]: ...
+    ) -> dict[str, float]:
+        """One policy update on ``transitions``; returns its metrics."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state a checkpoint keeps."""
 
-    def load_state_dict(self, model: Any, state: dict[str, Any], policy: str | None = None) -> None: ...
+    @abc.abstractmethod
+    def load_state_dict(self, model: Any, state: dict[str, Any], policy: str | None = None) -> None:
+        """Restore the optimizer of ``policy`` from a checkpoint's ``state``."""
+
+    async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
+        """Train ``session.backend`` (a ``TrainableBackend``) for ``session.settings.steps`` steps."""
+        return await fit(self, session, train, val)
+
+    async def fit_with(
+        self, session: Session, train: Sequence[Task], val: Sequence[Task], hooks: LoopHooks
+    ) -> FitResult:
+        """``fit``, with ``hooks`` called around its steps (``LoopHooks``)."""
+        return await fit(self, session, train, val, hooks)
+
+    def check_session(self, session: Session) -> None:
+        """What ``fit`` would refuse (a backend it cannot train, ``policies=`` the agent lacks), said before
+        any rollout runs: ``Trainer.fit`` calls it before its preflight."""
+        trainable_backend(self, session)
+        trained_policies(self.policies, session.agent.policies)
+
+    @property
+    def preflight_group(self) -> PreflightGroup:
+        return PreflightGroup(self.group_size, self.temperature)
+
+
+class LoopHooks:
+    """What another algorithm adds to the loop's run (a joint run's prompt search, ``tether.algorithms.joint``);
+    every hook does nothing by default. ``start`` runs after a resumed run is restored and before the first
+    evaluation (it may set ``loop.prompts``, the templates the rollouts run under), ``after_step`` after each
+    training step is recorded, ``after_checkpoint`` after each checkpoint, ``finish`` on the finished run's
+    result (what ``fit`` returns), and ``close`` always, last."""
+
+    async def start(self, loop: Loop) -> None:
+        """Before the first evaluation."""
+
+    async def after_step(self, loop: Loop) -> None:
+        """After each training step."""
+
+    async def after_checkpoint(self, loop: Loop) -> None:
+        """After each checkpoint is written."""
+
+    async def finish(self, loop: Loop, result: FitResult) -> FitResult:
+        """The run's result, once every step ran."""
+        del loop
+        return result
+
+    async def close(self) -> None:
+        """Release what ``start`` took; runs whether the run finished or failed."""
 
 
 def trainable_backend(algorithm: object, session: Session) -> TrainableBackend:
@@ -75,66 +133,51 @@ def trainable_backend(algorithm: object, session: Session) -> TrainableBackend:
     return backend
 
 
-async def fit(algorithm: PolicyUpdate, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
-    """Train ``session.backend`` for ``session.settings.steps`` steps (the rest of them when resuming)."""
+async def fit(
+    algorithm: PolicyUpdate,
+    session: Session,
+    train: Sequence[Task],
+    val: Sequence[Task],
+    hooks: LoopHooks | None = None,
+) -> FitResult:
+    """Train ``session.backend`` for ``session.settings.steps`` steps (the rest of them when resuming), with
+    ``hooks`` (``LoopHooks``) called around them."""
+    hooks = hooks or LoopHooks()
     backend = trainable_backend(algorithm, session)
     run = session.require_run(type(algorithm).__name__)
     settings = session.settings
     await session.cancel_unfinished()  # left by an interrupted run
     loop = Loop(algorithm, session, backend, run)
-    loop.policies = trained_policies(getattr(algorithm, "policies", None), session.agent.policies)
+    loop.policies = trained_policies(algorithm.policies, session.agent.policies)
     if session.resume:
         await loop.restore()
     rng = random.Random(f"{settings.seed}:{loop.step}")
     result = FitResult(run_dir=run.path)
-    with FitProgress(settings.steps, enabled=settings.progress, start=loop.step) as bar:
-        try:
+    try:
+        await hooks.start(loop)
+        with FitProgress(settings.steps, enabled=settings.progress, start=loop.step) as bar:
             if val and loop.step == 0:
                 carried = carried_eval(run)
                 if carried is not None:  # a previous stage (a warm start) just evaluated these weights
                     loop.history.append(carried)
                 else:
-                    loop.record(await evaluate(session, val, step=loop.step), bar)
+                    loop.record(await evaluate(session, val, step=loop.step, prompts=loop.prompts), bar)
             while loop.step < settings.steps:
                 step = await loop.train_step(train, rng)
                 loop.record(step, bar)
                 loop.check_idle(step, settings.stop_after_idle_steps)
+                await hooks.after_step(loop)
                 if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
                     if val:
-                        loop.record(await evaluate(session, val, step=loop.step), bar)
+                        loop.record(await evaluate(session, val, step=loop.step, prompts=loop.prompts), bar)
                     result.checkpoint = await loop.in_update_thread(loop.save)
-        finally:
-            loop.close()
-    result.history = loop.history
-    result.plot = run.plot(loop.history)
-    return result
-
-
-async def evaluate(
-    session: Session, tasks: Sequence[Task], *, step: int = 0, prompts: dict[str, PromptTemplate] | None = None
-) -> dict[str, Any]:
-    """One pass over ``tasks`` greedy (temperature 0) and one sampled (temperature 1): accuracy (mean
-    reward), the accuracy of each target of a ``reward=`` mapping (``greedy_accuracy/<target>``), the share of
-    rollouts that called a tool, and failed rollouts of each (under ``prompts``, the latest ones when None)."""
-    record: dict[str, Any] = {"kind": "eval", "step": step}
-    for label, temperature in (("greedy", 0.0), ("sampled", 1.0)):
-        batch = await session.run_batch(tasks, 1, {"temperature": temperature}, Mode.VAL, prompts=prompts)
-        record[f"{label}_accuracy"] = batch.mean_reward
-        # each task's reward, in task order: the before/after table's intervals pair them over the same tasks
-        record[f"{label}_rewards"] = [r.rollout.reward or 0.0 for r in batch.results]
-        record[f"{label}_tools"] = [int(r.used_tools) for r in batch.results]
-        record[f"{label}_tool_rate"] = batch.tool_rate
-        record[f"{label}_failed"] = batch.failed
-        for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own
-            record[f"{label}_accuracy/{target}"] = value
-    return record
-
-
-def carried_eval(run: RunDir) -> dict[str, Any] | None:
-    """The evaluation the previous stage of ``Trainer(algorithm=[...])`` ended with, as this stage's step 0
-    (``tether.algorithms.stages``); None when there is none."""
-    carried = getattr(run, "carried_eval", None)
-    return {**carried, "step": 0} if isinstance(carried, dict) else None
+                    await hooks.after_checkpoint(loop)
+        result.history = loop.history
+        result.plot = run.plot(loop.history)
+        return await hooks.finish(loop, result)
+    finally:
+        loop.close()
+        await hooks.close()
 
 
 class Loop:
@@ -150,9 +193,7 @@ class Loop:
         self.step = 0
         self.prompts: dict[str, PromptTemplate] | None = None
         self.last_batch: Batch | None = None
-        # one thread runs every update: asyncio.to_thread's pool may hand them to different threads, each
-        # with its own malloc arena holding freed activations
-        self._updates = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tether-update")
+        self._updates = memory.UpdateThread()  # one thread runs every update (flat memory)
         #: the policies updated one by one (each its own weights); None: the one shared policy
         self.policies: list[str] | None = None
         self._noted: set[str] = set()
@@ -160,17 +201,10 @@ class Loop:
 
     async def in_update_thread(self, work: Callable[[], T]) -> T:
         """``work()`` on the loop's update thread, then freed memory handed back (``memory.release``)."""
-
-        def run() -> T:
-            try:
-                return work()
-            finally:
-                memory.release()
-
-        return await asyncio.get_running_loop().run_in_executor(self._updates, run)
+        return await self._updates.run(work)
 
     def close(self) -> None:
-        self._updates.shutdown(wait=False)
+        self._updates.close()
 
     def _note(self, notes: list[str]) -> None:
         """Warn once per run of each credit rule that could not apply."""

@@ -1,0 +1,45 @@
+"""The evaluation every algorithm shares: one pass over validation tasks greedy and one sampled, as the
+history's ``eval`` record (``greedy_accuracy``, ``sampled_accuracy``, each task's reward, tool use, failures).
+
+``Algorithm.evaluate`` returns it by default; GRPO, SFT and a joint run log it before, during and after training.
+``carried_eval`` is the evaluation a previous stage of ``Trainer(algorithm=[...])`` ended with, which the next
+stage takes as its step 0 instead of evaluating the same weights again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether.types import Mode, PromptTemplate, Task
+
+if TYPE_CHECKING:
+    from tether.training.run_dir import RunDir
+    from tether.training.session import Session
+
+
+async def evaluate(
+    session: Session, tasks: Sequence[Task], *, step: int = 0, prompts: dict[str, PromptTemplate] | None = None
+) -> dict[str, Any]:
+    """One pass over ``tasks`` greedy (temperature 0) and one sampled (temperature 1): accuracy (mean
+    reward), the accuracy of each target of a ``reward=`` mapping (``greedy_accuracy/<target>``), the share of
+    rollouts that called a tool, and failed rollouts of each (under ``prompts``, the latest ones when None)."""
+    record: dict[str, Any] = {"kind": "eval", "step": step}
+    for label, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+        batch = await session.run_batch(tasks, 1, {"temperature": temperature}, Mode.VAL, prompts=prompts)
+        record[f"{label}_accuracy"] = batch.mean_reward
+        # each task's reward, in task order: the before/after table's intervals pair them over the same tasks
+        record[f"{label}_rewards"] = [r.rollout.reward or 0.0 for r in batch.results]
+        record[f"{label}_tools"] = [int(r.used_tools) for r in batch.results]
+        record[f"{label}_tool_rate"] = batch.tool_rate
+        record[f"{label}_failed"] = batch.failed
+        for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own
+            record[f"{label}_accuracy/{target}"] = value
+    return record
+
+
+def carried_eval(run: RunDir) -> dict[str, Any] | None:
+    """The evaluation the previous stage of ``Trainer(algorithm=[...])`` ended with, as this stage's step 0
+    (``tether.algorithms.stages``); None when there is none."""
+    carried = getattr(run, "carried_eval", None)
+    return {**carried, "step": 0} if isinstance(carried, dict) else None
