@@ -8,6 +8,12 @@ Run: ``.venv/bin/python bench/embedded.py [--preset tiny] [--repeats 3]``
 - update: batch 32 × 128 tokens (64 prompt + 64 response), a clipped policy-gradient loss on the response
   tokens, backward, gradient clipping and an AdamW step.
 
+- ``--rescore``: the cost of a seeded row's reproducible logprobs (``_sampling._rescore``: one more forward
+  pass of the row alone once it finishes) on a batch shaped like ``tether demo``'s requests (a system message,
+  a calculator tool's schema and a question; 16 rows; a short reply): the same batch seeded and unseeded
+  (unseeded rows keep the batched pass's logprobs), both times and their ratio, at 1 torch thread in CPU
+  seconds (``time.process_time``: a busy shared machine stretches wall time, not the work done).
+
 Each figure is the best of ``--repeats`` runs (the machine is shared: the best run is the least disturbed).
 The thread count the backends default to (``tether.models._local.DEFAULT_THREADS``) is chosen from this.
 """
@@ -74,6 +80,50 @@ def hf_generate_tokens_per_s(model: EmbeddedModel, batch: int, repeats: int, new
     return batch * new_tokens / _best(run, repeats)
 
 
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression such as 12*7 and return the result.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "the expression"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+
+def rescore_seconds(
+    model: EmbeddedModel, repeats: int, batch: int = 16, new_tokens: int = 16
+) -> tuple[float, float, int]:
+    """Seconds to sample a demo-shaped batch seeded (logprobs rescored) and unseeded; the prompt's tokens."""
+    texts = [
+        template.render(
+            [
+                {"role": "system", "content": "Solve the problem with the calculator."},
+                {"role": "user", "content": f"Ben puts {i * 8 + 16} cups into 8 bags equally. How many in each?"},
+            ],
+            [CALCULATOR],
+        )
+        for i in range(batch)
+    ]
+    prompts = [model.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+
+    def timed(seeded: bool) -> Callable[[], float]:
+        params = [SampleParams(max_tokens=new_tokens, seed=i if seeded else None) for i in range(batch)]
+
+        def run() -> float:
+            start = time.process_time()
+            with torch.inference_mode():  # (stop tokens ignored: every row runs the full length either way)
+                generate(model.model, model.tokenizer, prompts, params, stop_token_ids=[])
+            return time.process_time() - start
+
+        return run
+
+    return _best(timed(True), repeats), _best(timed(False), repeats), max(len(p) for p in prompts)
+
+
 def update_seconds(
     model: EmbeddedModel, repeats: int, batch: int = 32, prompt: int = 64, response: int = 64
 ) -> float:
@@ -108,9 +158,16 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--rescore", action="store_true", help="only the seeded rows' rescoring cost")
     args = parser.parse_args()
     model = create_embedded(preset=args.preset, seed=0)
     print(f"preset {args.preset}: {model.num_params:,} parameters, vocab {len(model.tokenizer)}")
+    if args.rescore:
+        torch.set_num_threads(1)
+        seeded, unseeded, width = rescore_seconds(model, args.repeats)
+        print(f"{width}-token prompts, 16 rows x 16 new tokens, CPU seconds at 1 thread:")
+        print(f"seeded (rescored) {seeded:.3f}s, unseeded {unseeded:.3f}s, ratio {seeded / unseeded:.2f}")
+        return
     print(f"{'threads':>7} {'tok/s b=1':>10} {'tok/s b=16':>11} {'hf.generate b=16':>17} {'update 32x128':>14}")
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)

@@ -3,13 +3,15 @@ the filter names an unknown sub-agent or keeps nothing. No torch: selection runs
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from tether import spans
-from tether.algorithms.sft_data import Filter, select
-from tether.types import Rollout, RolloutStatus, Span, SpanKind
+from tether.algorithms.sft_data import Filter, read_finished, select
+from tether.store.memory import MemoryStore
+from tether.types import AttemptStatus, Rollout, RolloutSpec, RolloutStatus, Span, SpanKind
 
 
 def _call(rollout_id: str, agent: str | None, question: str, answer: str, **extra: Any) -> Span:
@@ -97,3 +99,29 @@ def test_nothing_selected_says_what_each_test_let_through() -> None:
         select(STORE, Filter(min_reward=2.0))
     message = str(caught.value)
     assert "5 rollouts in the store, 3 succeeded, 0 passed min_reward=2.0" in message
+
+
+def _finished_in(order: list[RolloutSpec]) -> list[tuple[Any, Any]]:
+    """``read_finished`` of a store where the rollouts of ``order`` were enqueued and finished in that order."""
+
+    async def go() -> list[tuple[Any, Any]]:
+        store = MemoryStore()
+        await store.enqueue(order)
+        while claimed := await store.dequeue("w"):
+            for rollout, attempt in claimed:
+                await store.finish_attempt(attempt.attempt_id, AttemptStatus.SUCCEEDED, output=rollout.input)
+        items = await read_finished(store)
+        return [(r.input, r.metadata.get(spans.SEED_METADATA)) for r, _ in items]
+
+    return asyncio.run(go())
+
+
+def test_finished_rollouts_are_read_in_an_order_of_their_own_not_the_stores() -> None:
+    """Concurrent runners finish (and a retry requeues) rollouts in any order: what SFT shuffles with its seed
+    and what WarmStart fits the tokenizer to must not depend on it (issue 23)."""
+    seeded = [RolloutSpec(input=f"task {i % 3}", metadata={spans.SEED_METADATA: (7 * i) % 5}) for i in range(5)]
+    unseeded = [RolloutSpec(input=f"imported {i}") for i in range(3)]  # imported traces: the store's order
+    first = _finished_in(seeded + unseeded)
+    assert first == _finished_in(seeded[::-1] + unseeded)
+    assert [seed for _, seed in first[:5]] == [0, 1, 2, 3, 4]
+    assert [task for task, _ in first[5:]] == ["imported 0", "imported 1", "imported 2"]

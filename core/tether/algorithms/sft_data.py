@@ -11,6 +11,7 @@ the model's chat template. No torch here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,13 +139,31 @@ def select(items: Sequence[tuple[Rollout, list[Span]]], rule: Filter) -> Selecti
 
 
 async def read_finished(store: Store) -> list[tuple[Rollout, list[Span]]]:
-    """Every succeeded rollout of ``store`` with its last attempt's spans (the store keeps them)."""
+    """Every succeeded rollout of ``store`` with its last attempt's spans (the store keeps them), in an order
+    that depends on what the rollouts are, not on when they finished or how the store lists them
+    (``stable_order``): what trains on them (a seeded shuffle, a tokenizer fitted to them) then repeats."""
     out = []
-    for rollout in await store.list_rollouts(status=RolloutStatus.SUCCEEDED):
+    for rollout in stable_order(await store.list_rollouts(status=RolloutStatus.SUCCEEDED)):
         attempts = await store.get_attempts(rollout.rollout_id)
         found = await store.get_spans(attempts[-1].attempt_id) if attempts else []
         out.append((rollout, found))
     return out
+
+
+def stable_order(rollouts: Sequence[Rollout]) -> list[Rollout]:
+    """``rollouts`` sorted by their seed (``tether.seed``: from the run seed, the task and the sample's place),
+    then their task's input; rollouts alike in both (imported traces carry no seed) keep the store's order."""
+
+    def key(rollout: Rollout) -> tuple[bool, int, str]:
+        found = rollout.metadata.get(span_names.SEED_METADATA)
+        seed = found if isinstance(found, int) and not isinstance(found, bool) else None
+        try:
+            task = json.dumps(rollout.input, sort_keys=True, default=repr)
+        except (TypeError, ValueError):  # (a circular input)
+            task = repr(rollout.input)
+        return (seed is None, seed or 0, task)
+
+    return sorted(rollouts, key=key)
 
 
 def tokenize(examples: Sequence[Example], backend: RendersReplies, *, retokenize: bool = False) -> int:

@@ -191,7 +191,7 @@ class WarmStart(Algorithm):
         for e in select(items, self._sft().filter).examples:
             corpus.extend(str(m.get("content") or "") for m in e.messages)
             corpus.append(json.dumps(e.tools) if e.tools else "")
-            corpus.append(json.dumps(e.reply))
+            corpus.append(json.dumps(_without_call_ids(e.reply)))
         backend.refit_tokenizer(corpus)
 
     def _sft(self, source: str | None = None) -> Any:
@@ -213,3 +213,13 @@ class WarmStart(Algorithm):
             schedule="cosine",
             policies=self.policies,
         )
+
+
+def _without_call_ids(reply: dict[str, Any]) -> dict[str, Any]:
+    """``reply`` without its tool calls' ids: the teacher makes them up at random (no chat template renders them),
+    and a tokenizer fitted to random text would differ from run to run."""
+    calls = reply.get("tool_calls")
+    if not isinstance(calls, list):
+        return reply
+    kept = [{k: v for k, v in c.items() if k != "id"} if isinstance(c, dict) else c for c in calls]
+    return {**reply, "tool_calls": kept}
