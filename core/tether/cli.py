@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import click
@@ -83,8 +84,7 @@ def demo(ctx: click.Context) -> None:
 
 def _wants_smollm2(args: list[str]) -> bool:
     """Whether the demo's arguments ask for ``--model smollm2`` (``--model=smollm2`` too)."""
-    pairs = zip(args, [*args[1:], ""], strict=True)
-    return "--model=smollm2" in args or any(a == "--model" and b == "smollm2" for a, b in pairs)
+    return "--model=smollm2" in args or ("--model", "smollm2") in itertools.pairwise(args)
 
 
 @main.command()

@@ -39,6 +39,14 @@ def test_demo_help_lists_the_demos_flags_with_their_help() -> None:
         assert flag in out and words in out, out
 
 
+def test_the_demo_reads_its_model_flag_whatever_its_arguments() -> None:
+    from tether.cli import _wants_smollm2
+
+    assert not _wants_smollm2([])  # plain `tether demo`, the README's first command (this raised ValueError)
+    assert not _wants_smollm2(["--model"]) and not _wants_smollm2(["--model", "embedded"])
+    assert _wants_smollm2(["--model", "smollm2"]) and _wants_smollm2(["--steps", "3", "--model=smollm2"])
+
+
 def _calc_train() -> ModuleType:
     path = ROOT / "examples" / "calc_autogen" / "train.py"
     spec = importlib.util.spec_from_file_location("calc_autogen_train", path)
