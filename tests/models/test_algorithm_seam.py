@@ -93,17 +93,20 @@ def _p_good(backend: EmbeddedBackend, tasks: Sequence[str]) -> float:
     return total / len(tasks)
 
 
-def test_an_algorithm_defined_in_a_test_trains_through_trainer_fit(warm_start: Path, tmp_path: Path) -> None:
+def _train_letters(
+    algorithm: Any, warm_start: Path, tmp_path: Path, name: str
+) -> tuple[tether.FitResult, float, float]:
+    """``algorithm`` through ``Trainer.fit`` on the letter task for 6 steps: the result, and the policy's mean
+    probability of a good first token before and after."""
     backend = EmbeddedBackend(str(warm_start))
     train = _tasks(4)
     before = _p_good(backend, train)
-    algorithm = Reinforce()
     trainer = tether.Trainer(
         model=backend,
         algorithm=algorithm,
         steps=6,
         n_runners=8,
-        name="toy",
+        name=name,
         run_root=str(tmp_path),
         progress=False,
         sampling={"max_tokens": 4},
@@ -113,6 +116,13 @@ def test_an_algorithm_defined_in_a_test_trains_through_trainer_fit(warm_start: P
         after = _p_good(backend, train)
     finally:
         asyncio.run(backend.close())
+    return result, before, after
+
+
+def test_an_algorithm_defined_in_a_test_trains_through_trainer_fit(warm_start: Path, tmp_path: Path) -> None:
+    algorithm = Reinforce()
+    result, before, after = _train_letters(algorithm, warm_start, tmp_path, "toy")
+    train = _tasks(4)
 
     # the batches it was given: every task `repeats` times, one trainable call per rollout, rewards attached
     assert len(algorithm.batches) == 6
@@ -222,25 +232,8 @@ class ReinforceSubclass(tether.Algorithm):
 
 
 def test_a_subclass_of_the_base_with_only_fit_trains_through_trainer_fit(warm_start: Path, tmp_path: Path) -> None:
-    backend = EmbeddedBackend(str(warm_start))
-    train = _tasks(4)
-    before = _p_good(backend, train)
     algorithm = ReinforceSubclass()
-    trainer = tether.Trainer(
-        model=backend,
-        algorithm=algorithm,
-        steps=6,
-        n_runners=8,
-        name="sub",
-        run_root=str(tmp_path),
-        progress=False,
-        sampling={"max_tokens": 4},
-    )
-    try:
-        result = trainer.fit(tether.wrap(pick_letter, reward=reward), train=train)
-        after = _p_good(backend, train)
-    finally:
-        asyncio.run(backend.close())
+    result, before, after = _train_letters(algorithm, warm_start, tmp_path, "sub")
     assert len(algorithm.inner.batches) == 6
     assert after > before + 0.3, (before, after, [h["reward"] for h in result.history])
     assert algorithm.preflight_group is None and algorithm.uses_session

@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from tether import _json, spans
-from tether.otel.messages import from_genai
+from tether.otel.messages import from_genai, maybe_json
 from tether.otel.otlp import OtlpSpan
 
 # -- LLM calls --------------------------------------------------------------------------------------------
@@ -20,10 +20,9 @@ def llm_attributes(s: OtlpSpan, convention: str) -> dict[str, Any]:
     if convention == "openinference":
         messages = _oi_messages(a, "llm.input_messages")
         outputs = _oi_messages(a, "llm.output_messages")
-        tools = [
-            loads(v) for k, v in sorted(a.items()) if k.startswith("llm.tools.") and k.endswith(".json_schema")
-        ]
-        params = loads(a.get("llm.invocation_parameters")) or {}
+        schemas = sorted(k for k in a if k.startswith("llm.tools.") and k.endswith(".json_schema"))
+        tools = [maybe_json(a[k]) for k in schemas]
+        params = maybe_json(a.get("llm.invocation_parameters")) or {}
         model = a.get("llm.model_name")
         usage = {
             "prompt_tokens": a.get("llm.token_count.prompt"),
@@ -35,13 +34,13 @@ def llm_attributes(s: OtlpSpan, convention: str) -> dict[str, Any]:
         system = _genai_parts_text(a.get("gen_ai.system_instructions"))
         if system:
             messages.insert(0, {"role": "system", "content": system})
-        raw_out = loads(a.get("gen_ai.output.messages"))
+        raw_out = maybe_json(a.get("gen_ai.output.messages"))
         outputs = _genai_messages(raw_out)
         finish = [m.get("finish_reason") for m in raw_out] if isinstance(raw_out, list) else []
         if not messages and "gen_ai.prompt.0.role" in a:
             messages, outputs = _indexed_messages(a, "gen_ai.prompt"), _indexed_messages(a, "gen_ai.completion")
             finish = [a.get(f"gen_ai.completion.{i}.finish_reason") for i in range(len(outputs))]
-        tools = loads(a.get("gen_ai.tool.definitions")) or None
+        tools = maybe_json(a.get("gen_ai.tool.definitions")) or None
         params = {
             "temperature": a.get("gen_ai.request.temperature"),
             "top_p": a.get("gen_ai.request.top_p"),
@@ -91,14 +90,14 @@ def llm_attributes(s: OtlpSpan, convention: str) -> dict[str, Any]:
 
 
 def _genai_messages(value: Any) -> list[dict[str, Any]]:
-    data = loads(value)
+    data = maybe_json(value)
     if not isinstance(data, list):
         return []
     return [m for item in data if isinstance(item, dict) for m in from_genai(item)]
 
 
 def _genai_parts_text(value: Any) -> str:
-    data = loads(value)
+    data = maybe_json(value)
     if isinstance(data, list):
         return "".join(str(p.get("content", "")) for p in data if isinstance(p, dict) and p.get("type") == "text")
     return data if isinstance(data, str) else ""
@@ -174,7 +173,7 @@ def tool_attributes(s: OtlpSpan, convention: str) -> tuple[str, dict[str, Any]]:
         name = str(a.get("gen_ai.tool.name") or s.name.removeprefix("execute_tool ").strip())
         arguments = a.get("gen_ai.tool.call.arguments")
         result, call_id = a.get("gen_ai.tool.call.result"), a.get("gen_ai.tool.call.id")
-    parsed = loads(arguments)
+    parsed = maybe_json(arguments)
     return name, spans.tool_attributes(
         name,
         parsed if parsed is not None else arguments,
@@ -182,12 +181,3 @@ def tool_attributes(s: OtlpSpan, convention: str) -> tuple[str, dict[str, Any]]:
         error=s.error,
         call_id=None if call_id is None else str(call_id),
     )
-
-
-def loads(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return _json.loads(value)
-        except ValueError:
-            return value
-    return value

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether import spans
-from tether.otel._attributes import llm_attributes, loads, tool_attributes
+from tether.otel._attributes import llm_attributes, tool_attributes
+from tether.otel.messages import maybe_json
 from tether.otel.otlp import OtlpSpan
 from tether.store.base import ImportedRollout, InvalidInput, NotFound, Store, import_id, validate_import
 from tether.types import Mode, Span, SpanKind, new_id
@@ -265,4 +266,4 @@ def _calls(llm: list[Span]) -> list[spans.ProxyCall]:
 def _value(s: OtlpSpan, which: str) -> Any:
     """OpenInference's ``input.value`` / ``output.value``: parsed when its mime type says JSON."""
     value = s.attributes.get(f"{which}.value")
-    return loads(value) if s.attributes.get(f"{which}.mime_type") == "application/json" else value
+    return maybe_json(value) if s.attributes.get(f"{which}.mime_type") == "application/json" else value

@@ -30,7 +30,7 @@ def to_genai(message: dict[str, Any], finish_reason: str | None = None) -> dict[
                     "type": "tool_call",
                     "id": call.get("id"),
                     "name": function.get("name"),
-                    "arguments": _maybe_json(function.get("arguments")),
+                    "arguments": maybe_json(function.get("arguments")),
                 }
             )
     out: dict[str, Any] = {"role": role, "parts": parts}
@@ -102,8 +102,8 @@ def _text(message: dict[str, Any]) -> str:
     return "" if content is None else str(content)
 
 
-def _maybe_json(value: Any) -> Any:
-    """Tool-call arguments arrive as a JSON string; the conventions record the object where it parses."""
+def maybe_json(value: Any) -> Any:
+    """``value`` parsed when it is a JSON string (tool-call arguments, attributes holding JSON), else as it is."""
     if isinstance(value, str):
         try:
             return _json.loads(value)
