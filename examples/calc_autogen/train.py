@@ -92,7 +92,9 @@ def _flags(preset: dict[str, Any]) -> str:
     return ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in preset.items())
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line with its presets applied (--model smollm2, then --quick): a flag given wins over a
+    preset, even when it is given at its default value."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
@@ -142,13 +144,20 @@ def main(argv: list[str] | None = None) -> int:
         help="skip fit's preflight (it stops a run whose first rollouts would train nothing, e.g. all wrong)",
     )
     args = parser.parse_args(argv)
-    explicit = {name for name in vars(args) if getattr(args, name) != parser.get_default(name)}
+    # the flags given, even at their default value (argparse fills a default only where the namespace lacks it)
+    unset = object()
+    given = parser.parse_args(argv, namespace=argparse.Namespace(**{name: unset for name in vars(args)}))
+    explicit = {name for name, value in vars(given).items() if value is not unset}
     presets = [SMOLLM2] * (args.model == "smollm2") + [QUICK] * args.quick  # the later wins
     for preset in presets:
         for name, value in preset.items():
             if name not in explicit:
                 setattr(args, name, value)
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_settings(argv)
     run_dir = Path(args.run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,13 @@ def test_a_run_dir_that_cannot_be_made_is_one_line() -> None:
 def test_quick_changes_only_what_was_not_given() -> None:
     train = _calc_train()
     assert train.QUICK["steps"] < 10 and train.QUICK["n_train"] <= 256
+    quick = train.parse_settings(["--quick"])
+    assert (quick.steps, quick.group_size, quick.lr) == (train.QUICK["steps"], train.QUICK["group_size"], 5e-4)
+    # a flag given wins, even at its default value (the preset used to override it then)
+    given = train.parse_settings(["--quick", "--group-size", "8", "--steps", "3"])
+    assert (given.group_size, given.steps, given.n_train) == (8, 3, train.QUICK["n_train"])
+    smol = train.parse_settings(["--model", "smollm2", "--quick", "--micro-batch", "32"])
+    assert smol.micro_batch == 32 and smol.sft_lr == train.SMOLLM2["sft_lr"] and smol.steps == train.QUICK["steps"]
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.parent.name)
