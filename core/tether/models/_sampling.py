@@ -10,6 +10,14 @@ finishes its logprobs are recomputed by one forward pass of its prompt and token
 the batched pass's numbers move in the last bits with the batch's padding (the attention kernels' reductions
 see a different layout). Unseeded rows keep the batched pass's logprobs.
 
+The token itself is chosen from the batched pass, which is safe wherever the row's uniform lands clearly inside
+one token's share of the probability mass. Where it lands within ``EDGE`` of the boundary between two tokens
+(about 2e-4 of the draws; a greedy row whose two best logits nearly tie; a top-p row with a token on the cut),
+those last bits could pick the other token, so a seeded row's token there is chosen from a forward pass of the
+row's prompt and tokens so far alone (``_decide_alone``), the same whatever shared the batch. Each row lays its
+tokens out in token-id order for the draw (a top-p row too, over the tokens it keeps), never in an order that
+depends on the other rows.
+
 Invariant: ``tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text``. A row that ends
 on a stop token keeps that token (with its logprob: the model learns to stop); a row that ends on a stop
 string keeps the tokens before the one where the stop string begins, so the text never contains it.
@@ -72,32 +80,75 @@ def _uniforms(params: Sequence[SampleParams], steps: int) -> torch.Tensor:
     return out
 
 
+#: how close (in probability mass, as a share of the row's total; in logits for a greedy row) a draw may land to
+#: the edge between two tokens before the batched pass is not trusted to decide it. The batched pass's numbers
+#: move with the batch's padding by about 1e-6 in float32 (measured: at most 6.5e-6 on the boundaries, 5.7e-6 on
+#: the logits); half precision moves them by a whole unit in the last place of a bfloat16 (about 1e-2).
+EDGE = {torch.float32: 1e-4, torch.float64: 1e-4}
+EDGE_HALF = 3e-2
+
+
+def edge_for(dtype: torch.dtype) -> float:
+    """The margin ``choose`` trusts the batched pass by, for a model computing in ``dtype``."""
+    return EDGE.get(dtype, EDGE_HALF)
+
+
 def choose(
     logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row by inverse-CDF sampling with uniforms ``u``; returns (tokens, logprobs)."""
+    tokens, logprobs, _ = pick(logits, temperature, top_p, u, 0.0)
+    return tokens, logprobs
+
+
+def pick(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, u: torch.Tensor, edge: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``choose``, and for each row whether its choice is on an edge: the draw lands within ``edge`` of the
+    boundary between two tokens (a greedy row: its two best logits are within ``edge``; a top-p row: a token
+    sits within ``edge`` of the cut), where the last bits of the logits could decide it.
+
+    Each row's tokens are laid out in token-id order for the draw; a top-p row keeps the most likely tokens
+    whose mass before them is under ``top_p`` (the most likely always stays). Neither depends on the other rows
+    of the batch."""
     logits = logits.float()
+    rows, vocab = logits.shape
     greedy = temperature <= 0
     probs = torch.softmax(logits / temperature.clamp(min=1e-5).unsqueeze(1), dim=-1)
-    order: torch.Tensor | None = None
-    if bool((top_p < 1).any()):
-        probs, order = probs.sort(dim=-1, descending=True)
-        # drop a token when the mass before it already reaches top_p (the most likely token always stays)
+    near = torch.zeros(rows, dtype=torch.bool)
+    nucleus = top_p < 1
+    if bool(nucleus.any()):
+        ordered, order = probs.sort(dim=-1, descending=True)
+        before = ordered.cumsum(-1) - ordered
         # (rows with top_p=1 keep everything: rounding in the cumulative sum must not cut their tail)
-        limit = torch.where(top_p >= 1, torch.inf, top_p).unsqueeze(1)
-        probs = probs.masked_fill((probs.cumsum(-1) - probs) >= limit, 0.0)
+        limit = torch.where(nucleus, top_p, torch.inf).unsqueeze(1)
+        dropped = before >= limit
+        kept = (~dropped).sum(-1)
+        near |= ((before - limit).abs() < edge).any(-1)  # the cut falls on a token's edge
+        if vocab > 1:  # the last kept and the first dropped token nearly tie: their order could swap
+            last = ordered.gather(1, (kept - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+            first_out = ordered.gather(1, kept.clamp(max=vocab - 1).unsqueeze(1)).squeeze(1)
+            near |= nucleus & (kept < vocab) & ((last - first_out).abs() < edge)
+        probs = probs.masked_fill(torch.zeros_like(dropped).scatter(1, order, dropped), 0.0)
     cum = probs.cumsum(-1)
     total = cum[:, -1]
-    pick = torch.searchsorted(cum, (u * total).unsqueeze(1), right=True).clamp(max=probs.shape[1] - 1)
-    picked_p = probs.gather(1, pick).squeeze(1)
-    tokens = pick.squeeze(1) if order is None else order.gather(1, pick).squeeze(1)
+    x = (u * total).unsqueeze(1)
+    chosen = torch.searchsorted(cum, x, right=True).clamp(max=vocab - 1)
+    high = cum.gather(1, chosen)
+    low = torch.nn.functional.pad(cum, (1, 0)).gather(1, chosen)
+    near |= torch.minimum(x - low, high - x).squeeze(1) < edge * total
+    picked_p = probs.gather(1, chosen).squeeze(1)
+    tokens = chosen.squeeze(1)
     logprobs = torch.log(picked_p / total)
     if bool(greedy.any()):
         arg = logits.argmax(-1)
         raw = torch.log_softmax(logits, dim=-1).gather(1, arg.unsqueeze(1)).squeeze(1)
         tokens = torch.where(greedy, arg, tokens)
         logprobs = torch.where(greedy, raw, logprobs)
-    return tokens, logprobs
+        if vocab > 1:
+            best = logits.topk(2, dim=-1).values
+            near = torch.where(greedy, (best[:, 0] - best[:, 1]) < edge, near)
+    return tokens, logprobs, near
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -125,6 +176,20 @@ def _rescore(model: PreTrainedModel, prompt: Sequence[int], sample: Sample, para
     logits = model(input_ids=ids, use_cache=False, logits_to_keep=n + 1).logits[0, :-1]
     tokens = torch.tensor(sample.token_ids, dtype=torch.long)
     sample.logprobs = token_logprobs(logits.cpu(), tokens, params.temperature, params.top_p).tolist()
+
+
+def _decide_alone(
+    model: PreTrainedModel, prompt: Sequence[int], so_far: Sequence[int], params: SampleParams, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next token of a seeded row whose draw fell on an edge (``pick``), chosen from a forward pass of its
+    prompt and tokens so far alone: numbers that depend on the row only, so the choice is the same whatever
+    shared the batch."""
+    ids = torch.tensor([[*prompt, *so_far]], dtype=torch.long, device=model.device)
+    logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1, :].cpu()
+    token, logprob, _ = pick(
+        logits, torch.tensor([params.temperature]), torch.tensor([params.top_p]), u.reshape(1), 0.0
+    )
+    return token[0], logprob[0]
 
 
 def _cut_at_stop(
@@ -172,6 +237,7 @@ def generate(
     top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
     uniforms = _uniforms(params, max(p.max_tokens for p in params))
     stops = torch.tensor(sorted(set(stop_token_ids)), dtype=torch.long)
+    edge = edge_for(next(model.parameters()).dtype)
     max_tokens = [p.max_tokens for p in params]
 
     out_ids: list[list[int]] = [[] for _ in range(rows)]
@@ -192,7 +258,11 @@ def generate(
     step = 0
     while True:
         act = torch.tensor(active, dtype=torch.long)
-        tokens, logprobs = choose(logits.cpu(), temperature[act], top_p[act], uniforms[act, step])
+        tokens, logprobs, near = pick(logits.cpu(), temperature[act], top_p[act], uniforms[act, step], edge)
+        for b in torch.nonzero(near).flatten().tolist():  # seeded rows only: unseeded ones need not repeat
+            i = active[b]
+            if params[i].seed is not None:
+                tokens[b], logprobs[b] = _decide_alone(model, prompts[i], out_ids[i], params[i], uniforms[i, step])
         is_stop = torch.isin(tokens, stops).tolist()
         keep: list[int] = []
         for b, (i, tok, lp) in enumerate(zip(active, tokens.tolist(), logprobs.tolist(), strict=True)):
