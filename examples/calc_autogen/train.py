@@ -132,7 +132,10 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
         help="LoRA adapters on the last N decoder layers only (0: all); fewer make each update cheaper",
     )
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads of the student (--model smollm2; 1 on a busy machine)"
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads of the student (--model smollm2; 1 on a busy machine)",
     )
     parser.add_argument("--max-tokens", type=int, default=48, help="most tokens one model call may generate")
     parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
@@ -232,7 +235,9 @@ def _student(args: argparse.Namespace) -> tuple[Any, tether.LoRA | None]:
         from tether.models import open_backend
 
         layers = args.lora_layers or None
-        return open_backend(f"smollm2?threads={args.threads}"), tether.LoRA(r=args.rank, alpha=2 * args.rank, layers=layers)
+        return open_backend(f"smollm2?threads={args.threads}"), tether.LoRA(
+            r=args.rank, alpha=2 * args.rank, layers=layers
+        )
     from tether.models.embedded import EmbeddedBackend
 
     return EmbeddedBackend(preset=args.preset, seed=args.seed), None

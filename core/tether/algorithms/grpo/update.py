@@ -54,7 +54,8 @@ class GRPO(grpo_loop.PolicyUpdate):
     against the logprobs the sampler recorded, so tokens the policy has since moved away from weigh less and
     the step stays bounded. For data the weights being updated sampled, ``logp_old`` is the trainer's own first
     pass (as verl recomputes it): the same distribution to float rounding, so the first epoch's ratio is exactly
-    1, and the update does not depend on how the sampler batched the rows (``docs/reproducibility.md``). Transitions whose version is unknown (a backend that does not report one) are kept.
+    1, and the update does not depend on how the sampler batched the rows (``docs/reproducibility.md``).
+    Transitions whose version is unknown (a backend that does not report one) are kept.
 
     **Drift.** ``drift_mean`` / ``drift_max`` are the mean / largest absolute difference between the trainer's
     and the sampler's logprob of each sampled token, ``drift_frac`` the share of tokens where it exceeds
@@ -304,7 +305,9 @@ class GRPO(grpo_loop.PolicyUpdate):
         ids, mask, old, adv = ids.to(device), mask.to(device), old.to(device), adv.to(device)
         new = batching.token_logprobs(model, ids, self.temperature, mask)
         recorded = ~torch.isnan(old)
-        rows = torch.tensor([bool(x) for x in on_policy] or [True] * len(part), dtype=torch.bool, device=device)[:, None]
+        rows = torch.tensor([bool(x) for x in on_policy] or [True] * len(part), dtype=torch.bool, device=device)[
+            :, None
+        ]
         if drift is not None:
             drift.add((new.detach() - old)[recorded & (mask > 0) & rows])
             if refusals is not None and self.max_row_drift is not None:
