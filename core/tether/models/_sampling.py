@@ -14,11 +14,11 @@ takes the logprobs of the data it trains from its own first pass.
 
 The token itself is chosen from the batched pass, which is safe wherever the row's uniform lands clearly inside
 one token's share of the probability mass. Where it lands within ``EDGE`` of the boundary between two tokens
-(about 2e-4 of the draws; a greedy row whose two best logits nearly tie; a top-p row with a token on the cut),
-those last bits could pick the other token, so a seeded row's token there is chosen from a forward pass of the
-row's prompt and tokens so far alone (``_decide_alone``), the same whatever shared the batch. Each row lays its
-tokens out in token-id order for the draw (a top-p row too, over the tokens it keeps), never in an order that
-depends on the other rows.
+(a greedy row: its two best logits nearly tie; a top-p row: a token sits on the cut; 0.7 % of a trained demo
+model's draws, more where the distribution is flat), those last bits could pick the other token, so a seeded
+row's token there is chosen from a forward pass of the row's prompt and tokens so far alone
+(``_decide_alone``), the same whatever shared the batch. Each row lays its tokens out in token-id order for
+the draw (a top-p row too, over the tokens it keeps), never in an order that depends on the other rows.
 
 Invariant: ``tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text``. A row that ends
 on a stop token keeps that token (with its logprob: the model learns to stop); a row that ends on a stop
@@ -84,8 +84,8 @@ def _uniforms(params: Sequence[SampleParams], steps: int) -> torch.Tensor:
 
 #: how close (in probability mass, as a share of the row's total; in logits for a greedy row) a draw may land to
 #: the edge between two tokens before the batched pass is not trusted to decide it. The batched pass's numbers
-#: move with the batch's padding by about 1e-6 in float32 (measured: at most 6.5e-6 on the boundaries, 5.7e-6 on
-#: the logits); half precision moves them by a whole unit in the last place of a bfloat16 (about 1e-2).
+#: move with the batch by about 1e-6 in float32 (measured: at most 6.5e-6 on the boundaries, 2e-5 on the
+#: logits); half precision moves them by a whole unit in the last place of a bfloat16 (about 1e-2).
 EDGE = {torch.float32: 1e-4, torch.float64: 1e-4}
 EDGE_HALF = 3e-2
 
