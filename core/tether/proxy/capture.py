@@ -14,6 +14,8 @@ import orjson
 
 from tether import spans
 from tether.models.base import BackendError, ChatRequest, ChatResult
+from tether.proxy.system_messages import Replacement
+from tether.proxy.system_messages import mark as mark_replaced
 from tether.types import Span, SpanKind
 
 _FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -165,3 +167,22 @@ def failed_call_span(
         start_time=start_time,
         end_time=time.time(),
     )
+
+
+def call_span(policy: str | None, replaced: tuple[Replacement, list[int]] | None, **fields: Any) -> Span:
+    """The ``llm`` span of an answered call (``llm_span``'s ``fields``), with its policy and replaced system
+    message marked."""
+    span = llm_span(**fields)
+    if policy is not None:
+        span.attributes[spans.POLICY] = policy
+    if replaced is not None:
+        mark_replaced(span, *replaced)
+    return span
+
+
+def span_size(raw: bytes, payload: bytes, result: ChatResult) -> int:
+    """About how many bytes of JSON a call's span takes: its request and answer, and its token ids."""
+    ids = len(result.prompt_token_ids or ())
+    for choice in result.choices:
+        ids += len(choice.response_token_ids or ()) * 2  # ids and logprobs
+    return len(raw) + len(payload) + 8 * ids
