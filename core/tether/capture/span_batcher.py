@@ -75,7 +75,7 @@ class SpanBatcher:
         self._loop_thread: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._has_items: asyncio.Event | None = None
-        self._full: asyncio.Event | None = None
+        self._waiter: asyncio.Future[None] | None = None  # the writer waiting for a batch (``_wait_for_batch``)
         self._write_lock: asyncio.Lock | None = None
         self._closed = False
 
@@ -155,7 +155,6 @@ class SpanBatcher:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._has_items = asyncio.Event()
-        self._full = asyncio.Event()
         self._write_lock = asyncio.Lock()
         self._task = loop.create_task(self._run(), name="tether-span-batcher")
 
@@ -171,13 +170,13 @@ class SpanBatcher:
         if self.quiet_s is not None:
             assert self._loop is not None
             self._last_submit = self._loop.time()
-        assert self._has_items is not None and self._full is not None
+        assert self._has_items is not None
         self._has_items.set()
         if len(self._pending) >= self.max_batch:
-            self._full.set()
+            _wake(self._waiter)
 
     async def _run(self) -> None:
-        assert self._has_items is not None and self._full is not None and self._write_lock is not None
+        assert self._has_items is not None and self._write_lock is not None
         while True:
             await self._has_items.wait()
             if len(self._pending) < self.max_batch and self.max_delay_s > 0:
@@ -186,24 +185,28 @@ class SpanBatcher:
                 while self._pending:
                     await self._write_next()
                 self._has_items.clear()
-                self._full.clear()
 
     async def _wait_for_batch(self) -> None:
-        """Until ``max_batch`` spans are pending, ``max_delay_s`` has passed, or no span came for ``quiet_s``."""
-        assert self._loop is not None and self._full is not None
+        """Until ``max_batch`` spans are pending, ``max_delay_s`` has passed, or no span came for ``quiet_s``.
+
+        One timer and one future per wake-up (``asyncio.wait_for`` would add a task and a cancellation each
+        time): with ``quiet_s``, a steady stream of spans wakes the writer every ``quiet_s``."""
+        assert self._loop is not None
         loop = self._loop
         deadline = loop.time() + self.max_delay_s
-        while True:
-            wait = deadline - loop.time()
-            if self.quiet_s is not None:
-                wait = min(wait, self._last_submit + self.quiet_s - loop.time())
-            if wait <= 0:
+        while len(self._pending) < self.max_batch:
+            wake = deadline if self.quiet_s is None else min(deadline, self._last_submit + self.quiet_s)
+            delay = wake - loop.time()
+            if delay <= 0:
                 return
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiter = waiter
+            timer = loop.call_later(delay, _wake, waiter)
             try:
-                await asyncio.wait_for(self._full.wait(), wait)
-                return
-            except TimeoutError:
-                pass
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
 
     async def _write_next(self) -> None:
         """Write the oldest ``max_batch`` pending spans (the caller holds the write lock)."""
@@ -280,6 +283,11 @@ class SpanBatcher:
             span.attempt_id,
             why,
         )
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 def _build(item: Span | Callable[[], Span]) -> Span | None:

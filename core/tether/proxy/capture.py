@@ -74,6 +74,21 @@ def _usage(result: ChatResult, completion_tokens: int) -> dict[str, int]:
     return usage
 
 
+def request_params(request: ChatRequest, stream: bool) -> spans.RequestParams:
+    """The sampling parameters a call's span records: what the backend was asked (after the attempt's
+    overrides). Taken when the call is answered, so that its span, built later, holds no other part of it."""
+    return {
+        "model": request.model,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "max_tokens": request.max_tokens,
+        "n": request.n,
+        "stop": request.stop,
+        "seed": request.seed,
+        "stream": stream,
+    }
+
+
 def llm_span(
     *,
     rollout_id: str,
@@ -81,8 +96,7 @@ def llm_span(
     agent_name: str | None,
     call_id: str,
     raw_request: bytes,
-    request: ChatRequest,
-    stream: bool,
+    params: spans.RequestParams,
     result: ChatResult,
     response_payload: bytes,
     start_time: float,
@@ -107,16 +121,7 @@ def llm_span(
         "request": {
             "messages": sent["messages"],
             "tools": sent.get("tools"),
-            "params": {
-                "model": request.model,
-                "temperature": request.temperature,
-                "top_p": request.top_p,
-                "max_tokens": request.max_tokens,
-                "n": request.n,
-                "stop": request.stop,
-                "seed": request.seed,
-                "stream": stream,
-            },
+            "params": params,
         },
         "prompt_token_ids": None if result.prompt_token_ids is None else list(result.prompt_token_ids),
         "choices": choices,

@@ -44,7 +44,7 @@ from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
 from tether.policies import PolicyMap
 from tether.proxy._responses import JSON, error_response, json_response, make_request
-from tether.proxy.capture import call_span, completion_json, failed_call_span, span_size
+from tether.proxy.capture import call_span, completion_json, failed_call_span, request_params, span_size
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
 from tether.proxy.system_messages import Replacement, Rule
@@ -343,8 +343,7 @@ class ProxyServer:
                     agent_name=agent_name,
                     call_id=call_id,
                     raw_request=raw,
-                    request=chat,
-                    stream=stream,
+                    params=request_params(chat, stream),  # not ``chat``: its messages need not stay alive
                     result=result,
                     response_payload=payload,
                     start_time=start_time,
