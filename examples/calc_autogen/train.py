@@ -125,6 +125,18 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
         f'(model="smollm2", LoRA adapters; sets {_flags(SMOLLM2)})',
     )
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (--model smollm2)")
+    parser.add_argument(
+        "--lora-layers",
+        type=int,
+        default=0,
+        help="LoRA adapters on the last N decoder layers only (0: all); fewer make each update cheaper",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads of the student (--model smollm2; 1 on a busy machine)",
+    )
     parser.add_argument("--max-tokens", type=int, default=48, help="most tokens one model call may generate")
     parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
     parser.add_argument("--runners", type=int, default=16, help="rollouts run concurrently")
@@ -222,7 +234,10 @@ def _student(args: argparse.Namespace) -> tuple[Any, tether.LoRA | None]:
     if args.model == "smollm2":
         from tether.models import open_backend
 
-        return open_backend("smollm2"), tether.LoRA(r=args.rank, alpha=2 * args.rank)
+        layers = args.lora_layers or None
+        return open_backend(f"smollm2?threads={args.threads}"), tether.LoRA(
+            r=args.rank, alpha=2 * args.rank, layers=layers
+        )
     from tether.models.embedded import EmbeddedBackend
 
     return EmbeddedBackend(preset=args.preset, seed=args.seed), None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -331,3 +332,50 @@ def test_each_policy_reports_its_refused_rows_and_the_step_their_sum() -> None:
     )
     assert step["drift_mean"] == pytest.approx((0.4 * 80 + 1e-6 * 20) / 100) and step["drift_mean/writer"] == 0.4
     assert step["lr"] == 5e-4
+
+
+def test_logprobs_from_the_first_trained_position_match_the_full_pass(nano: EmbeddedModel) -> None:
+    """``token_logprobs`` with the response mask projects only from the first trained position: at every trained
+    position it gives what the full pass gives, and the gradient through it is the full pass's."""
+    from tether.algorithms.batching import assemble, token_logprobs
+
+    batch = _varied(nano)[4:8]  # prompts of 19-31 tokens: the first trained position is well inside the row
+    ids, mask, _, _ = assemble(batch, 1 << 30, 0)
+    first = int(torch.nonzero(mask.sum(0) > 0)[0, 0])
+    assert first > 10
+    model = nano.model
+    full = token_logprobs(model, ids, 1.0)
+    part = token_logprobs(model, ids, 1.0, mask)
+    assert part.shape == full.shape and bool((part[:, :first] == 0).all())
+    assert torch.allclose(part[mask > 0], full[mask > 0], atol=1e-5)
+    grads = []
+    for m in (None, mask):
+        model.zero_grad(set_to_none=True)
+        (token_logprobs(model, ids, 1.0, m) * mask).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    model.zero_grad(set_to_none=True)
+    _same(grads[0], grads[1])
+
+
+def test_the_current_weights_data_trains_on_the_trainers_own_logprobs(nano: EmbeddedModel) -> None:
+    """For rows the weights being updated sampled, the ratio's denominator is the trainer's first pass: the
+    gradient does not move with the sampler's recorded logprobs (whose last bits depend on its batching). For
+    older rows (allowed by ``max_staleness``) the recorded logprobs are the sampling policy's and do count."""
+    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9, "max_row_drift": None, "max_staleness": 1}
+    model = copy.deepcopy(nano.model)
+
+    def gradient(version: int, shift: float) -> list[torch.Tensor]:
+        batch = [
+            dataclasses.replace(t, weights_version=version, logprobs=[lp + shift for lp in t.logprobs])
+            for t in _varied(nano)
+            if t.logprobs
+        ]
+        GRPO(**settings).update(model, batch, weights_version=3)
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        model.zero_grad(set_to_none=True)
+        return grads
+
+    for a, b in zip(gradient(3, 0.0), gradient(3, 0.05), strict=True):
+        assert torch.equal(a, b)
+    stale = zip(gradient(2, 0.0), gradient(2, 0.05), strict=True)
+    assert any(not torch.allclose(a, b) for a, b in stale)
