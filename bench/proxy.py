@@ -1,6 +1,6 @@
 """Proxy overhead: per-call latency calling the fake LLM directly vs through the proxy (RemoteBackend → FakeLLM).
 
-    .venv/bin/python bench/proxy.py [--quick] [--calls N]
+    .venv/bin/python bench/proxy.py [--quick] [--calls N] [--floor] [--in-process] [--uvloop] [--agl-python PATH]
 
 The fake LLM and the proxy (with a memory store, spans recorded as in a rollout) each run in their own
 process; the clients run here on one event loop with one aiohttp session. ``--in-process`` runs the proxy
@@ -13,10 +13,16 @@ Lightning's own LLM proxy (its LiteLLM-based ``LLMProxy``, ``bench/_agl_proxy.py
 LLM, in the same alternating rounds with the same clients, and prints its added latency and the ratio
 AGL/tether. Both proxies record token ids (tether's backend asks for ``return_token_ids``, as AGL's does).
 
+``--floor`` also runs a byte-forwarding ``asyncio.Protocol`` proxy (``bench/_floor_proxy.py``: no JSON, no
+record, the same upstream client) in the same rounds: what any Python proxy adds on this machine. Each row also
+prints the CPU per call of the bench's own clients and fake LLM on the direct and the proxied path, so that the
+proxy's share of the machine is seen next to theirs.
+
 With a backend that answers instantly, 32 clients in a closed loop saturate the machine (2 shared cores
 here): latency is then queueing behind the proxy's CPU cost per call, not a fixed per-call overhead. The
-last row therefore also gives the fake LLM a 50 ms answer time (a fast real model), where 32 clients
-no longer saturate the proxy and the added latency is the proxy's own.
+50 ms row gives the fake LLM a fixed answer time (a fast real model): the 32 calls stay in lockstep, answered
+together and sent again together, so the proxy serves each burst one call at a time. The last row draws each
+answer time from 25-75 ms (real models' times vary with the answer's length): the bursts spread out.
 """
 
 from __future__ import annotations
