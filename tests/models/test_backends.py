@@ -207,7 +207,12 @@ async def test_the_smollm2_template_writes_and_reads_its_tool_calls(chatml_dir: 
     ]
     prompt = hf.tokenizer.decode(hf.render(messages, [calc_tool]))
     assert prompt.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
-    assert f"<tools>{json.dumps(calc_tool['function'])}</tools>" in prompt
+    # each tool on one line, its arguments as name: type (a JSON schema's boilerplate costs prompt tokens)
+    assert '<tools>{"name": "calc", "description": "Evaluate arithmetic", "arguments": {"expr": "string"}}</tools>' in prompt
+    optional = {"type": "string", "description": "Where to go", "enum": ["n", "s"]}
+    tool = {"name": "go", "parameters": {"properties": {"to": optional, "n": {"type": "integer"}}, "required": ["n"]}}
+    listed = hf.tokenizer.decode(hf.render(messages, [tool]))
+    assert '{"name": "go", "arguments": {"to": "string: Where to go, one of n, s (optional)", "n": "integer"}}' in listed
     assert (
         '<|im_start|>assistant\n<tool_call>[{"name": "calc", "arguments": {"expr": "1+1"}}]</tool_call>' in prompt
     )
@@ -220,3 +225,16 @@ async def test_the_smollm2_template_writes_and_reads_its_tool_calls(chatml_dir: 
     system = [{"role": "system", "content": "Be brief."}, *messages[:1]]
     assert hf.tokenizer.decode(hf.render(system, None)).startswith("<|im_start|>system\nBe brief.<|im_end|>")
     await hf.close()
+
+
+def test_the_torch_thread_count_is_an_option_of_the_model_string(nano_dir: Path) -> None:
+    """``hf:<path>?threads=N`` sets torch's CPU threads (one by default: see ``tether.models._local``)."""
+    from tether.models import open_backend
+
+    before = torch.get_num_threads()
+    try:
+        backend = open_backend(f"hf:{nano_dir}?threads=2")
+        assert isinstance(backend, HFBackend) and backend.threads == 2 and torch.get_num_threads() == 2
+        assert open_backend(f"hf:{nano_dir}").threads == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -331,3 +331,26 @@ def test_each_policy_reports_its_refused_rows_and_the_step_their_sum() -> None:
     )
     assert step["drift_mean"] == pytest.approx((0.4 * 80 + 1e-6 * 20) / 100) and step["drift_mean/writer"] == 0.4
     assert step["lr"] == 5e-4
+
+
+def test_logprobs_from_the_first_trained_position_match_the_full_pass(nano: EmbeddedModel) -> None:
+    """``token_logprobs`` with the response mask projects only from the first trained position: at every trained
+    position it gives what the full pass gives, and the gradient through it is the full pass's."""
+    from tether.algorithms.batching import assemble, token_logprobs
+
+    batch = _varied(nano)[4:8]  # prompts of 19-31 tokens: the first trained position is well inside the row
+    ids, mask, _, _ = assemble(batch, 1 << 30, 0)
+    first = int(torch.nonzero(mask.sum(0) > 0)[0, 0])
+    assert first > 10
+    model = nano.model
+    full = token_logprobs(model, ids, 1.0)
+    part = token_logprobs(model, ids, 1.0, mask)
+    assert part.shape == full.shape and bool((part[:, :first] == 0).all())
+    assert torch.allclose(part[mask > 0], full[mask > 0], atol=1e-5)
+    grads = []
+    for m in (None, mask):
+        model.zero_grad(set_to_none=True)
+        (token_logprobs(model, ids, 1.0, m) * mask).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    model.zero_grad(set_to_none=True)
+    _same(grads[0], grads[1])

@@ -317,3 +317,30 @@ def test_every_policys_fresh_adapter_is_the_same_whatever_drew_random_numbers_be
             torch.testing.assert_close(first[key], second[key], rtol=0, atol=0)
     a_keys = [k for k in saved[0]["writer"] if "lora_A" in k]
     assert any(not torch.equal(saved[0]["writer"][k], saved[0]["checker"][k]) for k in a_keys)  # two adapters
+
+
+def test_adapters_on_the_upper_layers_only_stop_the_backward_pass_there(nano_dir: Path, tmp_path: Path) -> None:
+    """``LoRA(layers=1)``: adapters on the last decoder layer alone; a backward pass never runs the lower layers'
+    backward, the saved adapter says which layers it adapts, and a bad setting is a clear error."""
+    backend = EmbeddedBackend(str(nano_dir))
+    layers = backend.model.config.num_hidden_layers
+    assert layers >= 2
+    backend.attach_lora(LoRA(r=4, alpha=8, layers=1))
+    with backend.policy() as model:
+        adapted = {n.split(".layers.")[1].split(".")[0] for n, p in model.named_parameters() if "lora_" in n}
+        assert adapted == {str(layers - 1)}
+        ran: list[str] = []
+        for name, module in model.named_modules():
+            if name.endswith("mlp") and ".layers." in name:
+                module.register_full_backward_hook(lambda m, gi, go, name=name: ran.append(name))
+        ids = torch.tensor([backend.render(QUESTION, None)])
+        model(input_ids=ids).logits.float().logsumexp(-1).sum().backward()
+        assert ran and all(f".layers.{layers - 1}." in name for name in ran)
+        saved = tether.models.lora.save_adapter(model, tmp_path / "adapter")
+    assert LoRA.from_adapter_dir(saved).layers == (layers - 1,)
+    assert LoRA(layers=[3, 1, 3]).layers == (1, 3)
+    for bad in (0, -2, [], [-1], True):
+        with pytest.raises(ValueError, match="LoRA layers"):
+            LoRA(layers=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="this model has layers"):
+        LoRA(layers=[layers]).layer_indices(layers)

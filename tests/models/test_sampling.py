@@ -117,3 +117,41 @@ def test_top_p_and_temperature_shape_the_distribution() -> None:
 def test_generate_rejects_mismatched_inputs(nano: EmbeddedModel) -> None:
     with pytest.raises(ValueError, match="one SampleParams per prompt"):
         _run(nano, _prompts(nano, 2), [SampleParams(max_tokens=3)])
+
+
+def test_a_prefix_every_row_shares_is_computed_once_and_changes_nothing(nano: EmbeddedModel) -> None:
+    """Rows that share a long prefix (an agent's system turn and tools) run it through the model once for the
+    batch; unseeded rows (whose logprobs are not recomputed) still get a full forward pass's logprobs."""
+    from tether.models import _sampling
+
+    system = "Use the calculator. " * 4
+    texts = [
+        template.render([{"role": "system", "content": system}, {"role": "user", "content": f"What is {i}+{i * 7}?"}])
+        for i in range(5)
+    ]
+    prompts = [nano.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    shared = 0
+    while all(p[shared] == prompts[0][shared] for p in prompts):
+        shared += 1
+    assert shared >= _sampling.MIN_SHARED_PREFIX
+    runs: list[int] = []
+    forward = nano.model.forward
+
+    def counted(*args: object, **kwargs: object) -> object:
+        ids = kwargs.get("input_ids")
+        assert isinstance(ids, torch.Tensor)
+        runs.append(ids.shape[1])
+        return forward(*args, **kwargs)
+
+    nano.model.forward = counted  # type: ignore[method-assign]
+    try:
+        samples = _run(nano, prompts, [SampleParams(max_tokens=8, temperature=1.0) for _ in prompts])
+    finally:
+        del nano.model.forward
+    assert runs[0] == shared and runs[1] == max(len(p) for p in prompts) - shared  # the prefix once, then the rest
+    for prompt, s in zip(prompts, samples, strict=True):
+        with torch.no_grad():
+            logits = nano.model(torch.tensor([prompt + s.token_ids])).logits[0]
+        logp = torch.log_softmax(logits[len(prompt) - 1 : -1].float(), -1)
+        expected = logp.gather(1, torch.tensor(s.token_ids).unsqueeze(1)).squeeze(1)
+        assert torch.allclose(expected, torch.tensor(s.logprobs), atol=1e-4)

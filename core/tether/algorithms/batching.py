@@ -78,9 +78,22 @@ def assemble(
     return ids, mask, old, adv
 
 
-def token_logprobs(model: torch.nn.Module, ids: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Log-probability of each next token ``ids[:, 1:]`` under ``model`` at ``temperature``."""
-    logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+def token_logprobs(
+    model: torch.nn.Module, ids: torch.Tensor, temperature: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Log-probability of each next token ``ids[:, 1:]`` under ``model`` at ``temperature``.
+
+    With the response ``mask`` (``assemble``'s), the vocabulary projection and log-softmax run only from the
+    first position any row trains on (the model's ``logits_to_keep``): positions before it get 0. Prompts are
+    most of a row, and a large vocabulary's float32 logits at every position are most of a pass's memory."""
+    width = ids.shape[1] - 1
+    first = 0
+    if mask is not None and width > 0:
+        trained = torch.nonzero(mask.sum(0) > 0)
+        first = int(trained[0, 0]) if len(trained) else width - 1
+    kwargs = {"logits_to_keep": width + 1 - first} if first > 0 else {}
+    logits = model(input_ids=ids, use_cache=False, **kwargs).logits[:, :-1].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, first + 1 :, None]).squeeze(-1)
+    return torch.nn.functional.pad(picked, (first, 0)) if first > 0 else picked

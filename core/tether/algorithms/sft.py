@@ -230,7 +230,7 @@ class SFT(Algorithm):
         for indices in parts:
             ids, mask, _, _ = batching.assemble([batch[i] for i in indices], context, pad_token_id)
             ids, mask = ids.to(device), mask.to(device)
-            loss = -(batching.token_logprobs(model, ids, 1.0) * mask).sum() / max(total, 1)
+            loss = -(batching.token_logprobs(model, ids, 1.0, mask) * mask).sum() / max(total, 1)
             loss.backward()
             loss_sum += float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm))

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tether.models.base import (
     BackendError,
     BadRequest,
@@ -71,7 +73,7 @@ def open_backend(model: str) -> ModelBackend:
         _require_embedded(spec)
         from tether.models.hf import HFBackend
 
-        return HFBackend(str(folder), device=options.get("device"), dtype=options.get("dtype"))
+        return HFBackend(str(folder), **_backend_options(options))
     if spec.startswith("hf:"):
         path, options = _hf_options(spec, spec, "hf:")
         if not path:
@@ -82,7 +84,7 @@ def open_backend(model: str) -> ModelBackend:
         _require_embedded(spec)
         from tether.models.hf import HFBackend
 
-        return HFBackend(path, device=options.get("device"), dtype=options.get("dtype"))
+        return HFBackend(path, **_backend_options(options))
     if spec.startswith(("http://", "https://")):
         from tether.models.remote import RemoteBackend
 
@@ -99,7 +101,7 @@ def open_backend(model: str) -> ModelBackend:
     raise ValueError(f"unknown model {model!r}: use {_FORMS}")
 
 
-_HF_OPTIONS = ("device", "dtype")
+_HF_OPTIONS = ("device", "dtype", "threads")
 
 
 def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, str]]:
@@ -112,10 +114,18 @@ def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, str]]:
         if key not in _HF_OPTIONS or not eq or not value:
             raise ValueError(
                 f"bad option {item!r} in {given!r}: {form} takes "
-                "?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>"
+                "?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>&threads=<N>"
             )
+        if key == "threads" and not (value.isdigit() and int(value) > 0):
+            raise ValueError(f"bad option {item!r} in {given!r}: threads is the number of torch CPU threads, e.g. 2")
         options[key] = value
     return path, options
+
+
+def _backend_options(options: dict[str, str]) -> dict[str, Any]:
+    """``HFBackend``'s keyword arguments from ``?device=...&dtype=...&threads=...``."""
+    threads = options.get("threads")
+    return {"device": options.get("device"), "dtype": options.get("dtype"), "threads": int(threads) if threads else None}
 
 
 def _require_embedded(spec: str) -> None:

