@@ -16,7 +16,8 @@ runs against its in-memory store and the ratios are printed (``_AglStore`` below
 ``postgresql`` (and ``http+postgresql``) run against a throwaway local server (``tether.testing.pg_server``:
 initdb into a temp dir, ``fsync=off``; needs Debian's ``postgresql`` and ``tether[postgres]``), a fresh
 schema per workload; its ratios to SQLite are printed under the table. Each fresh store is opened (one call:
-a new PostgreSQL schema is created then) before its workload is timed.
+a new PostgreSQL schema is created then) before its workload is timed. With PostgreSQL, the last row is the
+floor of any call: the round trip of asyncpg's ``SELECT 1`` on a connection of its own.
 Prints one table: ops/s, p50 and p99 latency of one call (of one whole rollout for the lifecycle), then the
 store server's peak RSS in each workload group (``http+`` backends), against the server without span cache.
 """
@@ -219,6 +220,20 @@ async def read_rollouts(
             finally:
                 await cold.close()
     return results
+
+
+async def round_trip_floor(url: str, n: int) -> Result:
+    """asyncpg's simplest query (``SELECT 1``) on a connection of its own: the least any PostgreSQL store call
+    costs, and so the floor of a read the span cache serves (one round trip plus the copy SQLite also makes)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.fetchval("SELECT 1")
+        secs, lat = await _timed(n, lambda i: conn.fetchval("SELECT 1"))
+    finally:
+        await conn.close()
+    return Result("postgresql", "SELECT 1 (floor)", n, secs, lat, "queries")
 
 
 async def lifecycle(store: Store, workers: int, total: int) -> tuple[float, list[float]]:
@@ -526,6 +541,8 @@ async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
             for backend in backends:
                 results += await bench_backend(backend, _factory(backend, Path(tmp), pg), sizes)
+            if pg is not None:
+                results.append(await round_trip_floor(pg.url(), sizes["queries"] * 5))
     finally:
         if pg is not None:
             pg.cleanup()
