@@ -24,7 +24,7 @@ async def test_calls_one_after_another_reuse_one_connection(pg_url: str) -> None
     store = PostgresStore(pg_url, pool_size=10)
     try:
         pids = {await _pid(store) for _ in range(30)}
-        assert len(pids) == 1  # (asyncpg's pool rotated through all ten, each with caches of its own to warm)
+        assert len(pids) == 1  # one connection, its prepared statements warm
         assert (await store._db.pool()).size == 1
     finally:
         await store.close()

@@ -2,12 +2,11 @@
 
 asyncpg's own pool cost about 60 µs a call on top of the query (a task per release for ``asyncio.shield``, a
 timeout context, an inactivity timer cancelled and re-armed, a proxy object): as much as the loopback round
-trip of a small read. It hands connections out first in, first out, so calls made one after another rotate
-through all of them and each connection's caches warm up ``max_size`` times slower. And a caller that finds
-every connection busy opens a new one and waits for it; a new connection is slow to become quick (measured
-on the 2-core development machine: 5-10 ms to connect, 15-40 ms for asyncpg to introspect the array types of
-``tether_add_spans``' arguments, 3-9 ms to compile that PL/pgSQL function), so sixteen workers starting at
-once waited 100-200 ms each, the whole p99 of the 16-worker lifecycle benchmark.
+trip of a small read. And a caller that finds every connection busy opens a new one and waits for it; a new
+connection is slow to become quick (measured on the 2-core development machine: 5-10 ms to connect, 15-40 ms
+for asyncpg to introspect the array types of ``tether_add_spans``' arguments, 3-9 ms to compile that PL/pgSQL
+function), so sixteen workers starting at once waited 100-200 ms each: the p99 of the 16-worker lifecycle
+benchmark.
 
 This pool hands out the most recently used idle connection. When every connection is busy it opens one more
 (at most ``max_size``, one at a time) in the background, readied by ``connect()`` (the store prepares its
