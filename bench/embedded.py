@@ -48,7 +48,7 @@ def sample_tokens_per_s(model: EmbeddedModel, batch: int, repeats: int, new_toke
     def run() -> float:
         start = time.perf_counter()
         with torch.inference_mode():
-            generate(model.model, model.tokenizer, prompts, params, stop_token_ids=[])
+            generate(model.model, model.tokenizer, prompts, params, stop_token_ids=[], rescore=True)
         return time.perf_counter() - start
 
     return batch * new_tokens / _best(run, repeats)
@@ -116,7 +116,7 @@ def rescore_seconds(
         def run() -> float:
             start = time.process_time()
             with torch.inference_mode():  # (stop tokens ignored: every row runs the full length either way)
-                generate(model.model, model.tokenizer, prompts, params, stop_token_ids=[])
+                generate(model.model, model.tokenizer, prompts, params, stop_token_ids=[], rescore=True)
             return time.process_time() - start
 
         return run

@@ -6,7 +6,8 @@ Run: ``python bench/lora.py [--rows 8] [--prompt 64] [--response 64] [--repeats 
 ``tether.testing.smollm2``, or ``--smol <checkpoint dir>``; ``--skip-smol`` leaves it out).
 
 Measured, for the embedded ``tiny`` model and SmolLM2-135M-Instruct, full fine-tuning and LoRA
-(``tether.LoRA()``: r=16, alpha=32, every linear layer) on the same batch (``--rows`` rows of ``--prompt`` +
+(``tether.LoRA()``: r=16, alpha=32, every linear layer; and ``LoRA(layers=n)`` on the upper third of the
+decoder layers only) on the same batch (``--rows`` rows of ``--prompt`` +
 ``--response`` random tokens, advantages +1/-1): ``GRPO.update`` as the trainer calls it (forward, backward,
 gradient clipping, AdamW step). Time is the best of ``--repeats`` updates after a first one (which also
 allocates the optimizer state). Memory is the peak above the loaded model over all updates (grads, AdamW
@@ -96,6 +97,8 @@ def one(kind: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     total = sum(p.numel() for p in model.parameters())
     if mode == "lora":
         model = attach(model, LoRA())
+    elif mode == "lora-upper":  # adapters on the upper third of the decoder layers: the backward stops there
+        model = attach(model, LoRA(layers=max(1, int(model.config.num_hidden_layers) // 3)))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     device = next(model.parameters()).device
     batch = _transitions(args.rows, args.prompt, args.response, int(model.config.vocab_size))
@@ -157,13 +160,15 @@ def measure(args: argparse.Namespace) -> None:
         f"{args.threads} torch thread(s); time: best of {args.repeats} after the first; "
         "memory: peak above the loaded model"
     )
-    header = f"{'model':<14}{'mode':<6}{'params':>10}{'trainable':>12}{'first s':>9}{'update s':>10}{'peak MB':>9}"
+    header = (
+        f"{'model':<14}{'mode':<11}{'params':>10}{'trainable':>12}{'first s':>9}{'update s':>10}{'peak MB':>9}"
+    )
     print(header)
     for kind in kinds:
-        results = {mode: _run_child(kind, mode, args) for mode in ("full", "lora")}
+        results = {mode: _run_child(kind, mode, args) for mode in ("full", "lora", "lora-upper")}
         for mode, r in results.items():
             print(
-                f"{kind:<14}{mode:<6}{r['params'] / 1e6:>9.2f}M{r['trainable'] / 1e6:>11.3f}M"
+                f"{kind:<14}{mode:<11}{r['params'] / 1e6:>9.2f}M{r['trainable'] / 1e6:>11.3f}M"
                 f"{r['first_s']:>9.2f}{r['update_s']:>10.2f}{r['peak_mb']:>9.0f}"
             )
         full, lora = results["full"], results["lora"]
@@ -171,6 +176,10 @@ def measure(args: argparse.Namespace) -> None:
             f"{kind:<14}full/LoRA: time x{full['update_s'] / lora['update_s']:.2f}, "
             f"peak memory x{full['peak_mb'] / max(lora['peak_mb'], 1e-9):.2f}, "
             f"trainable x{full['trainable'] / lora['trainable']:.0f} ({full['device']})"
+        )
+        upper = results["lora-upper"]
+        print(
+            f"{kind:<14}LoRA on every layer / on the upper third: time x{lora['update_s'] / upper['update_s']:.2f}"
         )
 
 

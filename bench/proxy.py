@@ -1,6 +1,6 @@
 """Proxy overhead: per-call latency calling the fake LLM directly vs through the proxy (RemoteBackend → FakeLLM).
 
-    .venv/bin/python bench/proxy.py [--quick] [--calls N]
+    .venv/bin/python bench/proxy.py [--quick] [--calls N] [--floor] [--in-process] [--uvloop] [--agl-python PATH]
 
 The fake LLM and the proxy (with a memory store, spans recorded as in a rollout) each run in their own
 process; the clients run here on one event loop with one aiohttp session. ``--in-process`` runs the proxy
@@ -13,10 +13,16 @@ Lightning's own LLM proxy (its LiteLLM-based ``LLMProxy``, ``bench/_agl_proxy.py
 LLM, in the same alternating rounds with the same clients, and prints its added latency and the ratio
 AGL/tether. Both proxies record token ids (tether's backend asks for ``return_token_ids``, as AGL's does).
 
+``--floor`` also runs a byte-forwarding ``asyncio.Protocol`` proxy (``bench/_floor_proxy.py``: no JSON, no
+record, the same upstream client) in the same rounds: what any Python proxy adds on this machine. Each row also
+prints the CPU per call of the bench's own clients and fake LLM on the direct and the proxied path, so that the
+proxy's share of the machine is seen next to theirs.
+
 With a backend that answers instantly, 32 clients in a closed loop saturate the machine (2 shared cores
 here): latency is then queueing behind the proxy's CPU cost per call, not a fixed per-call overhead. The
-last row therefore also gives the fake LLM a 50 ms answer time (a fast real model), where 32 clients
-no longer saturate the proxy and the added latency is the proxy's own.
+50 ms row gives the fake LLM a fixed answer time (a fast real model): the 32 calls stay in lockstep, answered
+together and sent again together, so the proxy serves each burst one call at a time. The last row draws each
+answer time from 25-75 ms (real models' times vary with the answer's length): the bursts spread out.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -37,14 +44,17 @@ import aiohttp
 import orjson
 
 ROLLOUTS = 32
+#: the fake LLM's answer time in ms, drawn uniformly from (low, high) per call
+Delay = tuple[float, float]
 QUESTION = "What is the capital of France? Reply with one word."
 #: the fake LLM's answer time travels in the message (every proxy forwards messages as they are; AGL's drops
 #: ``metadata`` and ``user``)
-_DELAY = re.compile(r"\[bench_delay_ms=([0-9.]+)\]")
+_DELAY = re.compile(r"\[bench_delay_ms=([0-9.]+)(?:-([0-9.]+))?\]")
 
 
-def _body(delay_ms: float) -> dict[str, Any]:
-    question = f"{QUESTION} [bench_delay_ms={delay_ms:g}]"
+def _body(delay: Delay) -> dict[str, Any]:
+    low, high = delay
+    question = f"{QUESTION} [bench_delay_ms={low:g}-{high:g}]"
     return {
         "model": "m",
         "messages": [
@@ -59,9 +69,13 @@ def _body(delay_ms: float) -> dict[str, Any]:
 def _serve_fake(queue: Any) -> None:
     from tether.testing.fake_llm import FakeLLM, text
 
+    draw = random.Random(0).uniform
+
     def answer(request: dict[str, Any]) -> Any:
         found = _DELAY.search(str(request["messages"][-1].get("content")))
         delay_ms = float(found.group(1)) if found else 0.0
+        if found and found.group(2):  # an answer time drawn uniformly from a range (a jittered model)
+            delay_ms = draw(delay_ms, float(found.group(2)))
         return text("Paris is the capital of France.", delay_s=delay_ms / 1000.0)
 
     async def main() -> None:
@@ -75,7 +89,7 @@ def _serve_fake(queue: Any) -> None:
 
 async def _start_proxy(fake_url: str, stack: contextlib.AsyncExitStack) -> list[str]:
     """A proxy on a memory store with ``ROLLOUTS`` open attempts (closed with ``stack``), and their URLs."""
-    from tether.capture.span_batcher import SpanBatcher
+    from tether.capture import span_batcher
     from tether.models.remote import RemoteBackend
     from tether.proxy import ProxyServer
     from tether.store.memory import MemoryStore
@@ -84,7 +98,10 @@ async def _start_proxy(fake_url: str, stack: contextlib.AsyncExitStack) -> list[
     store = MemoryStore()
     await store.enqueue([RolloutSpec(input=i) for i in range(ROLLOUTS)])
     claimed = await store.dequeue("bench", limit=ROLLOUTS)
-    batcher = await stack.enter_async_context(SpanBatcher(store))
+    # as the trainer's session makes it (a commit before ``quiet_s`` existed: its default batcher)
+    quiet = getattr(span_batcher, "PROXY_QUIET_S", None)
+    batcher = span_batcher.SpanBatcher(store, **({"quiet_s": quiet} if quiet else {}))
+    await stack.enter_async_context(batcher)
     backend = RemoteBackend(fake_url, model="m", return_token_ids=True)
     proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher, close_backend=True))
     return [await stack.enter_async_context(proxy.attempt(r.rollout_id, a.attempt_id)) for r, a in claimed]
@@ -105,10 +122,10 @@ def _serve_proxy(fake_url: str, queue: Any, uvloop: bool = False) -> None:
 
 
 async def _round(
-    session: aiohttp.ClientSession, urls: list[str], clients: int, calls: int, delay_ms: float = 0
+    session: aiohttp.ClientSession, urls: list[str], clients: int, calls: int, delay: Delay = (0.0, 0.0)
 ) -> list[float]:
     """``clients`` concurrent clients (client k uses ``urls[k]``) making ``calls`` sequential calls each."""
-    payload = orjson.dumps(_body(delay_ms))
+    payload = orjson.dumps(_body(delay))
     headers = {"Content-Type": "application/json"}
     latencies: list[float] = []
 
@@ -137,7 +154,10 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-CASES = [(1, 0.0), (32, 0.0), (32, 50.0)]  # (concurrent clients, fake LLM answer time in ms)
+#: (concurrent clients, fake LLM answer time in ms): instant, a fixed 50 ms (the 32 clients' calls stay in one
+#: burst: all answered at once, all sent again at once), and 25-75 ms (a model whose answer time varies, as
+#: real ones' do with the answer's length: the burst spreads out)
+CASES: list[tuple[int, Delay]] = [(1, (0.0, 0.0)), (32, (0.0, 0.0)), (32, (50.0, 50.0)), (32, (25.0, 75.0))]
 
 
 def _start_agl(python: str, fake_url: str) -> tuple[subprocess.Popen[str], list[str]]:
@@ -162,16 +182,27 @@ def _start_agl(python: str, fake_url: str) -> tuple[subprocess.Popen[str], list[
     )
 
 
+def _serve_floor(fake_url: str, queue: Any) -> None:
+    from _floor_proxy import serve  # bench/ is this script's directory: on the spawned process's path too
+
+    serve(fake_url, queue, ROLLOUTS)
+
+
+#: another proxy measured in the same rounds: its label, its URLs and its process id
+Other = tuple[str, list[str], int]
+
+
 async def _measure(
     direct_url: str,
     proxy_urls: list[str] | None,
-    proxy_pid: int,
+    pids: dict[str, int],
     calls: int,
     rounds: int,
-    agl: tuple[list[str], int] | None = None,
+    others: list[Other],
 ) -> list[dict[str, Any]]:
     """Alternate direct and proxied rounds. ``proxy_urls`` None: run the proxy here, in the clients' loop.
-    ``agl``: Agent Lightning's proxy (its URLs and process id), in a third round of each turn."""
+    ``others``: more proxies (Agent Lightning's, the floor), each in one more round of each turn. ``pids``:
+    the ``proxy``, ``fake`` and ``clients`` processes, whose CPU time per call each row reports."""
     async with contextlib.AsyncExitStack() as stack:
         in_process = proxy_urls is None
         if proxy_urls is None:
@@ -181,36 +212,41 @@ async def _measure(
         async with aiohttp.ClientSession(connector=connector) as session:
             for clients, delay in CASES:
                 per_round = max(1, calls // clients // rounds)
-                if delay:
+                if delay[1]:
                     per_round = max(1, per_round // 4)  # slow answers: fewer calls
                 await _round(session, [direct_url], clients, 10, delay)  # warm up connections
                 await _round(session, proxy_urls, clients, 10, delay)
-                if agl is not None:
-                    await _round(session, agl[0], clients, 10, delay)
+                for other in others:
+                    await _round(session, other[1], clients, 10, delay)
                 direct: list[float] = []
                 proxied: list[float] = []
-                agl_proxied: list[float] = []
-                cpu = agl_cpu = 0.0
+                other_latencies: list[list[float]] = [[] for _ in others]
+                cpu = {"proxy": 0.0, "other": [0.0] * len(others)}
+                # CPU of the clients and the fake LLM per call, on the direct and on tether's proxied path
+                cost = {(who, path): 0.0 for who in ("clients", "fake") for path in ("direct", "proxied")}
                 for _ in range(rounds):
-                    before = _cpu_s(proxy_pid)
+                    before = {who: _cpu_s(pid) for who, pid in pids.items()}
                     direct += await _round(session, [direct_url], clients, per_round, delay)
-                    middle = _cpu_s(proxy_pid)
+                    middle = {who: _cpu_s(pid) for who, pid in pids.items()}
                     proxied += await _round(session, proxy_urls, clients, per_round, delay)
+                    after = {who: _cpu_s(pid) for who, pid in pids.items()}
                     # in-process, the clients' own CPU is in both rounds: count only what the proxied round added
-                    cpu += _cpu_s(proxy_pid) - middle - ((middle - before) if in_process else 0.0)
-                    if agl is not None:
-                        before = _cpu_s(agl[1])
-                        agl_proxied += await _round(session, agl[0], clients, per_round, delay)
-                        agl_cpu += _cpu_s(agl[1]) - before
-                row = {
-                    "clients": clients,
-                    "delay": delay,
-                    "direct": direct,
-                    "proxied": proxied,
-                    "agl": agl_proxied,
-                }
-                row["cpu_ms"] = cpu * 1000.0 / len(proxied)
-                row["agl_cpu_ms"] = agl_cpu * 1000.0 / max(1, len(agl_proxied))
+                    spent = after["proxy"] - middle["proxy"]
+                    cpu["proxy"] += spent - ((middle["proxy"] - before["proxy"]) if in_process else 0.0)
+                    for who in ("clients", "fake"):
+                        cost[who, "direct"] += middle[who] - before[who]
+                        cost[who, "proxied"] += after[who] - middle[who]
+                    for k, (_, urls, pid) in enumerate(others):
+                        start = _cpu_s(pid)
+                        other_latencies[k] += await _round(session, urls, clients, per_round, delay)
+                        cpu["other"][k] += _cpu_s(pid) - start
+                row: dict[str, Any] = {"clients": clients, "delay": delay, "direct": direct, "proxied": proxied}
+                row["cpu_ms"] = cpu["proxy"] * 1000.0 / len(proxied)
+                row["others"] = [
+                    (latencies, spent * 1000.0 / max(1, len(latencies)))
+                    for latencies, spent in zip(other_latencies, cpu["other"], strict=True)
+                ]
+                row["cost"] = {key: spent * 1000.0 / len(direct) for key, spent in cost.items()}
                 rows.append(row)
     return rows
 
@@ -234,6 +270,11 @@ def main() -> None:
         action="store_true",
         help="run the proxy process on uvloop (pip install uvloop; not a dependency)",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure a byte-forwarding asyncio proxy (bench/_floor_proxy.py): the floor of any Python proxy",
+    )
     args = parser.parse_args()
     calls = args.calls or (400 if args.quick else 4000)
     rounds = 4 if args.quick else 10
@@ -245,21 +286,28 @@ def main() -> None:
     fake_url = queue.get(timeout=60)
     processes = [fake]
     proxy_urls = None
-    proxy_pid = os.getpid()
+    assert fake.pid is not None
+    pids = {"proxy": os.getpid(), "fake": fake.pid, "clients": os.getpid()}
     agl_process: subprocess.Popen[str] | None = None
-    agl: tuple[list[str], int] | None = None
+    others: list[Other] = []
     if not args.in_process:
         proxy = ctx.Process(target=_serve_proxy, args=(fake_url, queue, args.uvloop), daemon=True)
         proxy.start()
         processes.insert(0, proxy)
         proxy_urls = queue.get(timeout=60)
         assert proxy.pid is not None
-        proxy_pid = proxy.pid
+        pids["proxy"] = proxy.pid
     try:
         if args.agl_python:
             agl_process, agl_urls = _start_agl(args.agl_python, fake_url)
-            agl = (agl_urls, agl_process.pid)
-        rows = asyncio.run(_measure(fake_url, proxy_urls, proxy_pid, calls, rounds, agl))
+            others.append(("Agent Lightning's LLMProxy (LiteLLM)", agl_urls, agl_process.pid))
+        if args.floor:
+            floor = ctx.Process(target=_serve_floor, args=(fake_url, queue), daemon=True)
+            floor.start()
+            processes.append(floor)
+            assert floor.pid is not None
+            others.append(("floor: a byte-forwarding asyncio proxy", queue.get(timeout=60), floor.pid))
+        rows = asyncio.run(_measure(fake_url, proxy_urls, pids, calls, rounds, others))
     finally:
         for process in processes:
             process.terminate()
@@ -267,14 +315,23 @@ def main() -> None:
         if agl_process is not None:
             agl_process.kill()
             agl_process.wait(10)
+    _report(rows, args, calls, rounds, [label for label, _, _ in others])
 
+
+def _model(delay: Delay) -> str:
+    return f"{delay[0]:.0f}ms" if delay[0] == delay[1] else f"{delay[0]:.0f}-{delay[1]:.0f}ms"
+
+
+def _report(
+    rows: list[dict[str, Any]], args: argparse.Namespace, calls: int, rounds: int, others: list[str]
+) -> None:
     load = os.getloadavg()
     layout = "proxy in the clients' process" if args.in_process else "proxy in its own process"
     layout += " on uvloop" if args.uvloop and not args.in_process else ""
     print(f"proxy overhead, {layout} ({calls} calls per row at most, {rounds} alternating rounds)")
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"{when}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
-    header = f"{'clients':>7} {'backend':>8} | {'direct p50':>10} {'direct p99':>10} | {'proxy p50':>10}"
+    header = f"{'clients':>7} {'model':>8} | {'direct p50':>10} {'direct p99':>10} | {'proxy p50':>10}"
     header += f" {'proxy p99':>10} | {'added p50':>10} {'added p99':>10} | {'proxy CPU/call':>14}"
     print(header)
     print("-" * len(header))
@@ -282,27 +339,38 @@ def main() -> None:
         d50, d99 = _pct(row["direct"], 0.5), _pct(row["direct"], 0.99)
         p50, p99 = _pct(row["proxied"], 0.5), _pct(row["proxied"], 0.99)
         print(
-            f"{row['clients']:>7} {row['delay']:>6.0f}ms | {d50:>8.3f}ms {d99:>8.3f}ms | {p50:>8.3f}ms"
+            f"{row['clients']:>7} {_model(row['delay']):>8} | {d50:>8.3f}ms {d99:>8.3f}ms | {p50:>8.3f}ms"
             f" {p99:>8.3f}ms | {p50 - d50:>8.3f}ms {p99 - d99:>8.3f}ms | {row['cpu_ms']:>12.3f}ms"
         )
     mean_direct = statistics.fmean(rows[0]["direct"])
     print(f"(1 client: mean direct {mean_direct:.3f} ms; targets: added p50 < 1 ms, added p99 < 5 ms)")
-    if agl is not None:
-        print("\nAgent Lightning's LLMProxy (LiteLLM), same rounds; ratio: AGL's / tether's (> 1: tether faster)")
-        header = f"{'clients':>7} {'backend':>8} | {'AGL p50':>10} {'AGL p99':>10} |"
+    if not args.in_process:
+        print("\nCPU per call of the bench's own clients and fake LLM, direct -> proxied (the proxy's is above)")
+        for row in rows:
+            cost = row["cost"]
+            print(
+                f"{row['clients']:>7} {_model(row['delay']):>8} | clients {cost['clients', 'direct']:.3f} -> "
+                f"{cost['clients', 'proxied']:.3f} ms | fake LLM {cost['fake', 'direct']:.3f} -> "
+                f"{cost['fake', 'proxied']:.3f} ms"
+            )
+    for k, label in enumerate(others):
+        print(f"\n{label}, same rounds; ratio: its / tether's (> 1: tether faster)")
+        header = f"{'clients':>7} {'model':>8} | {'its p50':>10} {'its p99':>10} |"
         header += f" {'added p50':>10} {'added p99':>10}"
-        header += f" | {'AGL CPU/call':>12} | {'added p50 ratio':>15} {'CPU ratio':>9}"
+        header += f" | {'its CPU/call':>12} | {'added p50 ratio':>15} {'CPU ratio':>9}"
         print(header)
         print("-" * len(header))
         for row in rows:
+            latencies, cpu_ms = row["others"][k]
             d50, d99 = _pct(row["direct"], 0.5), _pct(row["direct"], 0.99)
-            a50, a99 = _pct(row["agl"], 0.5), _pct(row["agl"], 0.99)
+            a50, a99 = _pct(latencies, 0.5), _pct(latencies, 0.99)
             added = _pct(row["proxied"], 0.5) - d50
             ratio = (a50 - d50) / added if added > 0 else float("inf")
-            cpu_ratio = row["agl_cpu_ms"] / row["cpu_ms"] if row["cpu_ms"] else float("inf")
+            cpu_ratio = cpu_ms / row["cpu_ms"] if row["cpu_ms"] else float("inf")
             print(
-                f"{row['clients']:>7} {row['delay']:>6.0f}ms | {a50:>8.3f}ms {a99:>8.3f}ms | {a50 - d50:>8.3f}ms"
-                f" {a99 - d99:>8.3f}ms | {row['agl_cpu_ms']:>10.3f}ms | {ratio:>14.1f}x {cpu_ratio:>8.1f}x"
+                f"{row['clients']:>7} {_model(row['delay']):>8} | {a50:>8.3f}ms {a99:>8.3f}ms |"
+                f" {a50 - d50:>8.3f}ms {a99 - d99:>8.3f}ms | {cpu_ms:>10.3f}ms |"
+                f" {ratio:>14.1f}x {cpu_ratio:>8.1f}x"
             )
 
 

@@ -139,3 +139,53 @@ def test_unbound_batcher_from_a_thread_names_the_fix() -> None:
         batcher.submit(Span("ro-x", "at-x", SpanKind.OTHER, "s"))
     with pytest.raises(ValueError, match="max_batch"):
         SpanBatcher(MemoryStore(), max_batch=0)
+
+
+async def test_deferred_spans_are_built_at_write_time_in_submission_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    (attempt,) = await _attempts(store, 1)
+    built: list[int] = []
+
+    def build(i: int) -> Span:
+        built.append(i)
+        if i == 3:
+            raise ValueError("a bad record")
+        return _span(attempt, i)
+
+    batcher = SpanBatcher(store, max_batch=4, max_delay_s=3600)
+    for i in range(6):
+        if i % 2:
+            batcher.submit(_span(attempt, i))
+        else:
+            batcher.submit_deferred(lambda i=i: build(i))  # type: ignore[misc]
+    batcher.submit_deferred(lambda: build(3))
+    assert built == [] and batcher.pending == 7  # nothing built on the submitter's path
+    with caplog.at_level(logging.ERROR):
+        await batcher.close()
+    assert built == [0, 2, 4, 3]
+    spans = await store.get_spans(attempt.attempt_id)
+    assert [s.attributes["i"] for s in spans] == [0, 1, 2, 3, 4, 5]  # the failed build dropped alone
+    assert batcher.written == 6 and batcher.dropped == 1
+    assert "building it raised" in caplog.text
+
+
+async def test_quiet_s_writes_once_submissions_pause_not_after_max_delay() -> None:
+    store = MemoryStore()
+    (attempt,) = await _attempts(store, 1)
+    async with SpanBatcher(store, max_batch=1000, max_delay_s=3600, quiet_s=0.5) as batcher:
+        for i in range(5):  # a burst: each submit within quiet_s of the last keeps the batch open
+            batcher.submit(_span(attempt, i))
+            await asyncio.sleep(0.005)
+        assert batcher.written == 0
+        await _until(lambda: batcher.written == 5, timeout=5.0)  # one write, once the burst is over
+        assert [s.attributes["i"] for s in await store.get_spans(attempt.attempt_id)] == list(range(5))
+    async with SpanBatcher(store, max_batch=1000, max_delay_s=0.05, quiet_s=3600) as batcher:
+        started = asyncio.get_running_loop().time()
+        while batcher.written == 0:  # never quiet: max_delay_s still bounds the wait
+            batcher.submit(_span(attempt, 9))
+            await asyncio.sleep(0.002)
+            assert asyncio.get_running_loop().time() - started < 5.0
+    with pytest.raises(ValueError, match="quiet_s"):
+        SpanBatcher(store, quiet_s=0)

@@ -47,7 +47,7 @@ def test_tether_demo_with_smollm2_runs_end_to_end(tmp_path: Path) -> None:
     args = ["--model", "smollm2", "--run-dir", str(tmp_path / "runs"), "--n-train", "4", "--n-test", "2"]
     args += ["--sft-epochs", "1", "--sft-batch", "4", "--tasks-per-step", "2", "--group-size", "2"]
     args += ["--runners", "4", "--steps", "1", "--eval-every", "1", "--max-tokens", "16", "--rank", "4"]
-    args += ["--no-preflight"]  # a 1-step warm start may get the preflight's problems all wrong
+    args += ["--threads", "1", "--no-preflight"]  # a 1-step warm start may get the preflight's problems all wrong
     done = subprocess.run(
         ["tether", "demo", *args],
         capture_output=True,

@@ -208,11 +208,20 @@ async def test_the_smollm2_template_writes_and_reads_its_tool_calls(chatml_dir: 
     prompt = hf.tokenizer.decode(hf.render(messages, [calc_tool]))
     assert prompt.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     # each tool on one line, its arguments as name: type (a JSON schema's boilerplate costs prompt tokens)
-    assert '<tools>{"name": "calc", "description": "Evaluate arithmetic", "arguments": {"expr": "string"}}</tools>' in prompt
+    assert (
+        '<tools>{"name": "calc", "description": "Evaluate arithmetic", "arguments": {"expr": "string"}}</tools>'
+        in prompt
+    )
     optional = {"type": "string", "description": "Where to go", "enum": ["n", "s"]}
-    tool = {"name": "go", "parameters": {"properties": {"to": optional, "n": {"type": "integer"}}, "required": ["n"]}}
+    tool = {
+        "name": "go",
+        "parameters": {"properties": {"to": optional, "n": {"type": "integer"}}, "required": ["n"]},
+    }
     listed = hf.tokenizer.decode(hf.render(messages, [tool]))
-    assert '{"name": "go", "arguments": {"to": "string: Where to go, one of n, s (optional)", "n": "integer"}}' in listed
+    assert (
+        '{"name": "go", "arguments": {"to": "string: Where to go, one of n, s (optional)", "n": "integer"}}'
+        in listed
+    )
     assert (
         '<|im_start|>assistant\n<tool_call>[{"name": "calc", "arguments": {"expr": "1+1"}}]</tool_call>' in prompt
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -354,3 +355,27 @@ def test_logprobs_from_the_first_trained_position_match_the_full_pass(nano: Embe
         grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
     model.zero_grad(set_to_none=True)
     _same(grads[0], grads[1])
+
+
+def test_the_current_weights_data_trains_on_the_trainers_own_logprobs(nano: EmbeddedModel) -> None:
+    """For rows the weights being updated sampled, the ratio's denominator is the trainer's first pass: the
+    gradient does not move with the sampler's recorded logprobs (whose last bits depend on its batching). For
+    older rows (allowed by ``max_staleness``) the recorded logprobs are the sampling policy's and do count."""
+    settings = {"group_size": 2, "lr": 0.0, "max_grad_norm": 1e9, "max_row_drift": None, "max_staleness": 1}
+    model = copy.deepcopy(nano.model)
+
+    def gradient(version: int, shift: float) -> list[torch.Tensor]:
+        batch = [
+            dataclasses.replace(t, weights_version=version, logprobs=[lp + shift for lp in t.logprobs])
+            for t in _varied(nano)
+            if t.logprobs
+        ]
+        GRPO(**settings).update(model, batch, weights_version=3)
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        model.zero_grad(set_to_none=True)
+        return grads
+
+    for a, b in zip(gradient(3, 0.0), gradient(3, 0.05), strict=True):
+        assert torch.equal(a, b)
+    stale = zip(gradient(2, 0.0), gradient(2, 0.05), strict=True)
+    assert any(not torch.allclose(a, b) for a, b in stale)

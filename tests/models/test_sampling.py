@@ -126,7 +126,9 @@ def test_a_prefix_every_row_shares_is_computed_once_and_changes_nothing(nano: Em
 
     system = "Use the calculator. " * 4
     texts = [
-        template.render([{"role": "system", "content": system}, {"role": "user", "content": f"What is {i}+{i * 7}?"}])
+        template.render(
+            [{"role": "system", "content": system}, {"role": "user", "content": f"What is {i}+{i * 7}?"}]
+        )
         for i in range(5)
     ]
     prompts = [nano.tokenizer.encode(t, add_special_tokens=False) for t in texts]

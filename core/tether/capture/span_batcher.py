@@ -2,11 +2,17 @@
 
 The proxy submits one span per model call and the runner one per adapter event; both want the request that
 produced the span to return without waiting for the store. A batch is written when ``max_batch`` spans are
-pending or ``max_delay_s`` after the first pending one, by one writer at a time so spans of an attempt reach
-the store in submission order. ``close`` writes everything still pending: no span is lost on a clean
-shutdown. A batch the store rejects (a malformed span, a span of an attempt that timed out, a body over an
-HTTP store's size cap) is retried in halves, in order, down to single spans, so one bad span costs only
-itself; it is logged and counted in ``dropped``.
+pending or ``max_delay_s`` after the first pending one (or, with ``quiet_s``, as soon as no span was submitted
+for that long: the submitters are idle, and writing then delays none of their work), by one writer at a time
+so spans of an attempt reach the store in submission order. ``close`` writes everything still pending: no span
+is lost on a clean shutdown. A batch the store rejects (a malformed span, a span of an attempt that timed out, a
+body over an HTTP store's size cap) is retried in halves, in order, down to single spans, so one bad span costs
+only itself; it is logged and counted in ``dropped``.
+
+A span may also be submitted unbuilt, as a function that builds it (``submit_deferred``): it is built when its
+batch is written, not on the caller's path. The proxy submits its calls' spans this way, so that answering a
+burst of calls is not slowed by building their records; a builder that raises is logged and counted in
+``dropped``, like a span the store rejected.
 
 A store that fails (a server restarting, a database failing over) is retried with back-off for up to
 ``outage_s`` (60 s): spans are dropped only after that. A retry is idempotent: the first try may have been
@@ -20,12 +26,17 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store
 from tether.store.retry import DEFAULT_OUTAGE_S, is_outage
 from tether.types import Span
 
 log = logging.getLogger(__name__)
+
+#: the ``quiet_s`` of a batcher behind a proxy: the agents' calls come in bursts (one answer each, then the
+#: next call), so 5 ms without an answered call means the burst is over and a write delays no call
+PROXY_QUIET_S = 0.005
 
 
 class SpanBatcher:
@@ -41,25 +52,30 @@ class SpanBatcher:
         retries: int = 3,
         retry_delay_s: float = 0.2,
         outage_s: float = DEFAULT_OUTAGE_S,
+        quiet_s: float | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if max_delay_s < 0:
             raise ValueError(f"max_delay_s must be >= 0, got {max_delay_s}")
+        if quiet_s is not None and quiet_s <= 0:
+            raise ValueError(f"quiet_s must be > 0 (or None: wait max_delay_s), got {quiet_s}")
         self.store = store
         self.max_batch = max_batch
         self.max_delay_s = max_delay_s
         self.retries = retries
         self.retry_delay_s = retry_delay_s
         self.outage_s = outage_s
+        self.quiet_s = quiet_s
+        self._last_submit = 0.0  # loop time of the last submit (for ``quiet_s``)
         self.written = 0  # spans the store accepted
         self.dropped = 0  # spans the store rejected (logged)
-        self._pending: list[Span] = []
+        self._pending: list[Span | Callable[[], Span]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._has_items: asyncio.Event | None = None
-        self._full: asyncio.Event | None = None
+        self._waiter: asyncio.Future[None] | None = None  # the writer waiting for a batch (``_wait_for_batch``)
         self._write_lock: asyncio.Lock | None = None
         self._closed = False
 
@@ -73,6 +89,15 @@ class SpanBatcher:
 
     def submit(self, span: Span) -> None:
         """Queue ``span`` for writing; never blocks. Thread-safe once the batcher is bound to its loop."""
+        self._submit(span)
+
+    def submit_deferred(self, build: Callable[[], Span]) -> None:
+        """Queue the span ``build()`` returns, called when its batch is written (in submission order with the
+        other spans); never blocks. ``build`` runs on the batcher's loop and must not depend on state that
+        changes after this call."""
+        self._submit(build)
+
+    def _submit(self, span: Span | Callable[[], Span]) -> None:
         if self._closed:
             raise RuntimeError("SpanBatcher is closed: spans submitted after close() would be lost")
         if self._loop is None:
@@ -130,40 +155,72 @@ class SpanBatcher:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._has_items = asyncio.Event()
-        self._full = asyncio.Event()
         self._write_lock = asyncio.Lock()
         self._task = loop.create_task(self._run(), name="tether-span-batcher")
 
-    def _submit_here(self, span: Span) -> None:
+    def _submit_here(self, span: Span | Callable[[], Span]) -> None:
         if self._task is None:  # closed while this call was on its way from another thread
-            self._drop(span, "submitted after close()")
+            built = _build(span)
+            if built is not None:
+                self._drop(built, "submitted after close()")
+            else:
+                self.dropped += 1
             return
         self._pending.append(span)
-        assert self._has_items is not None and self._full is not None
+        if self.quiet_s is not None:
+            assert self._loop is not None
+            self._last_submit = self._loop.time()
+        assert self._has_items is not None
         self._has_items.set()
         if len(self._pending) >= self.max_batch:
-            self._full.set()
+            _wake(self._waiter)
 
     async def _run(self) -> None:
-        assert self._has_items is not None and self._full is not None and self._write_lock is not None
+        assert self._has_items is not None and self._write_lock is not None
         while True:
             await self._has_items.wait()
             if len(self._pending) < self.max_batch and self.max_delay_s > 0:
-                try:
-                    await asyncio.wait_for(self._full.wait(), self.max_delay_s)
-                except TimeoutError:
-                    pass
+                await self._wait_for_batch()
             async with self._write_lock:
                 while self._pending:
                     await self._write_next()
                 self._has_items.clear()
-                self._full.clear()
+
+    async def _wait_for_batch(self) -> None:
+        """Until ``max_batch`` spans are pending, ``max_delay_s`` has passed, or no span came for ``quiet_s``.
+
+        One timer and one future per wake-up (``asyncio.wait_for`` would add a task and a cancellation each
+        time): with ``quiet_s``, a steady stream of spans wakes the writer every ``quiet_s``."""
+        assert self._loop is not None
+        loop = self._loop
+        deadline = loop.time() + self.max_delay_s
+        while len(self._pending) < self.max_batch:
+            wake = deadline if self.quiet_s is None else min(deadline, self._last_submit + self.quiet_s)
+            delay = wake - loop.time()
+            if delay <= 0:
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiter = waiter
+            timer = loop.call_later(delay, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
 
     async def _write_next(self) -> None:
         """Write the oldest ``max_batch`` pending spans (the caller holds the write lock)."""
-        batch = self._pending[: self.max_batch]
+        pending = self._pending[: self.max_batch]
         del self._pending[: self.max_batch]
-        await self._write(batch)
+        batch = []
+        for item in pending:
+            span = item if type(item) is Span else _build(item)
+            if span is None:
+                self.dropped += 1
+            else:
+                batch.append(span)
+        if batch:
+            await self._write(batch)
 
     async def _write(self, batch: list[Span]) -> None:
         deadline = time.monotonic() + self.outage_s
@@ -226,3 +283,19 @@ class SpanBatcher:
             span.attempt_id,
             why,
         )
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+def _build(item: Span | Callable[[], Span]) -> Span | None:
+    """The span of a pending item: itself, or what its builder returns (None, logged, if the builder raised)."""
+    if isinstance(item, Span):
+        return item
+    try:
+        return item()
+    except Exception:
+        log.exception("dropped a span: building it raised")
+        return None

@@ -117,7 +117,9 @@ def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, str]]:
                 "?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>&threads=<N>"
             )
         if key == "threads" and not (value.isdigit() and int(value) > 0):
-            raise ValueError(f"bad option {item!r} in {given!r}: threads is the number of torch CPU threads, e.g. 2")
+            raise ValueError(
+                f"bad option {item!r} in {given!r}: threads is the number of torch CPU threads, e.g. 2"
+            )
         options[key] = value
     return path, options
 
@@ -125,7 +127,11 @@ def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, str]]:
 def _backend_options(options: dict[str, str]) -> dict[str, Any]:
     """``HFBackend``'s keyword arguments from ``?device=...&dtype=...&threads=...``."""
     threads = options.get("threads")
-    return {"device": options.get("device"), "dtype": options.get("dtype"), "threads": int(threads) if threads else None}
+    return {
+        "device": options.get("device"),
+        "dtype": options.get("dtype"),
+        "threads": int(threads) if threads else None,
+    }
 
 
 def _require_embedded(spec: str) -> None:

@@ -62,7 +62,12 @@ def _resolve(future: asyncio.Future[Any], result: Any = None, error: BaseExcepti
 class LocalBackend(LocalWeights, ModelBackend):
     """A torch causal LM served in-process. Subclasses set ``model``/``tokenizer`` and say how to render
     a request into prompt ids and parse generated text into an assistant message; the weights are managed by
-    ``LocalWeights`` (``tether.models._local_weights``)."""
+    ``LocalWeights`` (``tether.models._local_weights``).
+
+    ``exact_logprobs = True`` recomputes a seeded sample's logprobs alone once it finishes, so they are the same
+    bit for bit whatever shared its batch (one more forward pass a sample; GRPO does not need it)."""
+
+    exact_logprobs: bool = False
 
     def __init__(
         self, *, threads: int | None = None, max_batch_rows: int = 64, default_max_tokens: int = 256
@@ -265,6 +270,7 @@ class LocalBackend(LocalWeights, ModelBackend):
                     [job.params[j] for job, j in owners],
                     stop_token_ids=self.stop_token_ids,
                     on_finish=finished,
+                    rescore=self.exact_logprobs,
                 )
         except Exception as exc:  # a failed batch fails its requests, never the worker
             error = BackendError(f"{self.name} generation failed: {type(exc).__name__}: {exc}")

@@ -5,10 +5,12 @@ seed. Rows that finish are dropped from the batch (and their KV cache), so short
 ones. Each sampled token's logprob is taken under the distribution it was drawn from (temperature-scaled and
 top-p-truncated); greedy rows (temperature 0) report the logprob under the unscaled distribution.
 
-A seeded row is reproducible whatever else shares its batch: its uniforms come from its own seed, and once it
-finishes its logprobs are recomputed by one forward pass of its prompt and tokens alone (``_rescore``), since
-the batched pass's numbers move in the last bits with the batch's padding (the attention kernels' reductions
-see a different layout). Unseeded rows keep the batched pass's logprobs.
+A seeded row draws its uniforms from its own seed, so what it samples does not depend on what else shares its
+batch (but see ``docs/reproducibility.md``: the batched pass's numbers move in their last bits with the batch's
+padding). Its recorded logprobs come from the batched pass too, and move the same way; with
+``rescore=True`` each finished seeded row's logprobs are recomputed by one forward pass of its prompt and tokens
+alone (``_rescore``), numbers that depend on the row only, at the cost of that pass. GRPO does not need it: it
+takes the logprobs of the data it trains from its own first pass.
 
 Invariant: ``tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text``. A row that ends
 on a stop token keeps that token (with its logprob: the model learns to stop); a row that ends on a stop
@@ -174,10 +176,12 @@ def generate(
     *,
     stop_token_ids: Iterable[int],
     on_finish: Callable[[int, Sample], None] | None = None,
+    rescore: bool = False,
 ) -> list[Sample]:
     """Sample one continuation per prompt (``params[i]`` for ``prompts[i]``). Call under ``torch.inference_mode``.
 
     ``on_finish(i, sample)`` is called as soon as row ``i`` finishes (before slower rows are done).
+    ``rescore``: recompute each seeded row's logprobs alone once it finishes (see the module docstring).
     """
     if len(prompts) != len(params) or not prompts:
         raise ValueError("generate needs one SampleParams per prompt and at least one prompt")
@@ -236,7 +240,7 @@ def generate(
             sample = Sample(
                 out_ids[i], out_lp[i], str(tokenizer.decode(out_ids[i], skip_special_tokens=True)), finish
             )
-            if params[i].seed is not None:
+            if rescore and params[i].seed is not None:
                 _rescore(model, prompts[i], sample, params[i])
             results[i] = sample
             if on_finish is not None:

@@ -52,7 +52,9 @@ class LoRA:
                 raise ValueError(f"target_modules must be 'all-linear' or module names, got {modules!r}")
             object.__setattr__(self, "target_modules", modules)
         if isinstance(self.layers, bool) or (isinstance(self.layers, int) and self.layers < 1):
-            raise ValueError(f"LoRA layers must be a positive count (the last n layers) or indices, got {self.layers!r}")
+            raise ValueError(
+                f"LoRA layers must be a positive count (the last n layers) or indices, got {self.layers!r}"
+            )
         if self.layers is not None and not isinstance(self.layers, int):
             indices = tuple(self.layers)
             if not indices or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices):
@@ -65,7 +67,9 @@ class LoRA:
             return None
         if isinstance(self.layers, int):
             if num_layers is None:
-                raise ValueError(f"LoRA(layers={self.layers}) needs the model's layer count (config.num_hidden_layers)")
+                raise ValueError(
+                    f"LoRA(layers={self.layers}) needs the model's layer count (config.num_hidden_layers)"
+                )
             return list(range(max(0, num_layers - self.layers), num_layers))
         if num_layers is not None and max(self.layers) >= num_layers:
             raise ValueError(f"LoRA layers {list(self.layers)}: this model has layers 0-{num_layers - 1}")
@@ -108,7 +112,9 @@ def _linear_names(model: Any) -> list[str]:
     import torch
 
     if model is None:
-        raise ValueError("LoRA(layers=...) with target_modules='all-linear' needs the model to find its linear layers")
+        raise ValueError(
+            "LoRA(layers=...) with target_modules='all-linear' needs the model to find its linear layers"
+        )
     get_head = getattr(model, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
     linear = (name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head)

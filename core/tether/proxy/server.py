@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -35,26 +36,23 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tether import spans
 from tether._net import local_address, refusal
 from tether._seeds import derive_seed
 from tether._slots import Slots
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
-from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
+from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
 from tether.policies import PolicyMap
-from tether.proxy.capture import completion_json, failed_call_span, llm_span
+from tether.proxy._responses import JSON, error_response, json_response, make_request
+from tether.proxy.capture import call_span, completion_json, failed_call_span, request_params, span_size
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
 from tether.proxy.system_messages import Replacement, Rule
-from tether.proxy.system_messages import mark as mark_replaced
 from tether.proxy.system_messages import replace as replace_system_message
 from tether.types import new_id
 
 log = logging.getLogger(__name__)
 
-_JSON = "application/json"
-_MAX_BODY = 256 * 1024 * 1024
 #: the largest span the proxy records (an estimate: request and answer bytes, token ids): under the HTTP
 #: store's default 32 MiB request cap, with room for JSON's overhead
 DEFAULT_MAX_SPAN_BYTES = 24 * 1024 * 1024
@@ -128,7 +126,7 @@ class ProxyServer:
         # aiohttp's low-level server: one handler that routes by hand. The Application's router, middleware
         # chain and Request subclass cost ~10% of the proxy's CPU per call for five fixed routes.
         # handler_cancellation: a client that hangs up cancels its call, and so the backend request it waits on
-        server = web.Server(self._route, request_factory=_make_request, handler_cancellation=True)
+        server = web.Server(self._route, request_factory=make_request, handler_cancellation=True)
         runner = web.ServerRunner(server, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -248,7 +246,7 @@ class ProxyServer:
         if not isinstance(name, str) or not name:
             name = self.backend.name or "tether"
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "tether"}]
-        return _json({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
     async def _chat(
         self, request: web.BaseRequest, key: tuple[str, str] | None, sampling: dict[str, Any] | None
@@ -317,7 +315,7 @@ class ProxyServer:
                 )
             return self._error(status, message, kind=kind)
         latency_ms = (time.perf_counter() - started) * 1000.0
-        size = _span_size(raw, payload, result) if key is not None else 0
+        size = span_size(raw, payload, result) if key is not None else 0
         if key is not None and size > self.max_span_bytes:
             # its span would be refused by the store (an HTTP store takes 32 MiB a request): the agent would
             # get an answer whose transition silently vanishes. Refuse the call instead, on record.
@@ -334,31 +332,30 @@ class ProxyServer:
                 )
             )  # fmt: skip
             return self._error(413, message, code="record_too_large")
-        if key is not None:
-            span = llm_span(
-                rollout_id=key[0],
-                attempt_id=key[1],
-                agent_name=agent_name,
-                call_id=call_id,
-                raw_request=raw,
-                request=chat,
-                stream=stream,
-                result=result,
-                response_payload=payload,
-                start_time=start_time,
-                latency_ms=latency_ms,
+        if key is not None:  # built when its batch is written: off the path of this answer and the next ones
+            self.batcher.submit_deferred(
+                functools.partial(
+                    call_span,
+                    policy,
+                    replaced,
+                    rollout_id=key[0],
+                    attempt_id=key[1],
+                    agent_name=agent_name,
+                    call_id=call_id,
+                    raw_request=raw,
+                    params=request_params(chat, stream),  # not ``chat``: its messages need not stay alive
+                    result=result,
+                    response_payload=payload,
+                    start_time=start_time,
+                    latency_ms=latency_ms,
+                )
             )
-            if policy is not None:
-                span.attributes[spans.POLICY] = policy
-            if replaced is not None:
-                mark_replaced(span, *replaced)
-            self.batcher.submit(span)
             self.calls += 1
         if stream:
             return web.Response(
                 body=sse_body(completion), content_type="text/event-stream", headers={"Cache-Control": "no-cache"}
             )
-        return web.Response(body=payload, content_type=_JSON)
+        return web.Response(body=payload, content_type=JSON)
 
     def _overloaded(self) -> web.Response:
         return self._error(
@@ -397,8 +394,7 @@ class ProxyServer:
         headers: dict[str, str] | None = None,
     ) -> web.Response:
         self.failures += 1
-        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-        return web.Response(body=orjson.dumps(body), status=status, content_type=_JSON, headers=headers)
+        return error_response(status, message, param=param, kind=kind, code=code, headers=headers)
 
     def _unknown(self, request: web.BaseRequest, why: str) -> web.Response:
         return self._error(404, f"{request.method} {request.path}: {why}; {_ENDPOINTS}", code="unknown_url")
@@ -408,26 +404,3 @@ class ProxyServer:
             f"{request.method} {request.path}: this endpoint takes {allow.replace(',', ' or ')}; {_ENDPOINTS}"
         )
         return self._error(405, message, code="method_not_allowed", headers={"Allow": allow})
-
-
-def _span_size(raw: bytes, payload: bytes, result: ChatResult) -> int:
-    """About how many bytes of JSON a call's span takes: its request and answer, and its token ids."""
-    ids = len(result.prompt_token_ids or ())
-    for choice in result.choices:
-        ids += len(choice.response_token_ids or ()) * 2  # ids and logprobs
-    return len(raw) + len(payload) + 8 * ids
-
-
-def _make_request(
-    message: Any,
-    payload: Any,
-    protocol: Any,
-    writer: Any,
-    task: Any,
-    _cls: type[web.BaseRequest] = web.BaseRequest,
-) -> web.BaseRequest:
-    return _cls(message, payload, protocol, writer, task, task.get_loop(), client_max_size=_MAX_BODY)
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type=_JSON)

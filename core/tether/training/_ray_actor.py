@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tether.capture.span_batcher import SpanBatcher
+from tether.capture.span_batcher import PROXY_QUIET_S, SpanBatcher
 from tether.models.http_backend import HttpBackend
 from tether.plugin.wrap import WrappedAgent
 from tether.proxy import ProxyServer
@@ -51,7 +51,7 @@ class RunnerActor:
         """Run rollouts until ``stop``; returns how many succeeded and failed here."""
         store = open_store(self.store_url)
         backend = HttpBackend(self.backend_url)
-        batcher = SpanBatcher(store)
+        batcher = SpanBatcher(store, quiet_s=PROXY_QUIET_S)
         try:
             async with ProxyServer(backend, batcher=batcher, policies=self.agent.policies) as proxy:
                 runner = Runner(

@@ -43,7 +43,7 @@ async def open_parts(
     n_runners: int,
 ) -> Parts:
     """Open every part, pushing each one's close on ``stack`` (the caller closes the stack on failure)."""
-    from tether.capture.span_batcher import SpanBatcher
+    from tether.capture.span_batcher import PROXY_QUIET_S, SpanBatcher
     from tether.models import open_backend
     from tether.proxy import ProxyServer
     from tether.training.runner import Runner
@@ -59,7 +59,7 @@ async def open_parts(
     if before_start is not None:
         before_start(backend)
     await backend.start()
-    batcher = SpanBatcher(store)
+    batcher = SpanBatcher(store, quiet_s=PROXY_QUIET_S)
     stack.push_async_callback(batcher.close)  # after the proxy stops: the session owns the batcher
     proxy = await stack.enter_async_context(ProxyServer(backend, batcher=batcher, policies=agent.policies))
     runner: Runner | RayPool

@@ -1,8 +1,9 @@
 """GRPO for models tether holds in torch (the embedded model and local Hugging Face checkpoints).
 
 The loss is token-level over response tokens only: for each trainable transition, the recorded prompt and
-response token ids are scored by the current policy; the importance ratio against the recorded logprobs (the
-sampling policy's) is clipped as in PPO and multiplied by the transition's advantage (its rollout's
+response token ids are scored by the current policy; the importance ratio against the sampling policy's
+logprobs (the trainer's own first pass for data the weights being updated sampled, the sampler's recorded ones
+for older data) is clipped as in PPO and multiplied by the transition's advantage (its rollout's
 group-relative advantage, see ``tether.algorithms.advantages``). Every response token in the update batch
 weighs the same. Optionally a KL penalty to the starting policy (k3 estimator) and, always, gradient
 clipping. The model is updated in place, so the backend serves the new weights on its next batch.
@@ -49,9 +50,12 @@ class GRPO(grpo_loop.PolicyUpdate):
     **Stale data.** Each transition records the weights version that sampled it. The update drops (and counts
     in the ``stale_dropped`` metric) transitions sampled by a version older than ``current - max_staleness``;
     with the default 0 only data from the weights being updated trains. Within the allowed staleness the
-    importance correction is the PPO-clipped ratio ``exp(logp_now - logp_recorded)`` (clipped to ``1 ± clip_eps``)
+    importance correction is the PPO-clipped ratio ``exp(logp_now - logp_old)`` (clipped to ``1 ± clip_eps``)
     against the logprobs the sampler recorded, so tokens the policy has since moved away from weigh less and
-    the step stays bounded. Transitions whose version is unknown (a backend that does not report one) are kept.
+    the step stays bounded. For data the weights being updated sampled, ``logp_old`` is the trainer's own first
+    pass (as verl recomputes it): the same distribution to float rounding, so the first epoch's ratio is exactly
+    1, and the update does not depend on how the sampler batched the rows (``docs/reproducibility.md``).
+    Transitions whose version is unknown (a backend that does not report one) are kept.
 
     **Drift.** ``drift_mean`` / ``drift_max`` are the mean / largest absolute difference between the trainer's
     and the sampler's logprob of each sampled token, ``drift_frac`` the share of tokens where it exceeds
@@ -228,10 +232,11 @@ class GRPO(grpo_loop.PolicyUpdate):
         refused: dict[int, int] = {}  # batch index -> response tokens, of rows refused for their drift
         was_training = model.training
         model.train()
+        first_pass: dict[int, torch.Tensor] = {}  # micro-batch -> the trainer's logprobs before any step
         for epoch in range(self.epochs):
             optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
-            for indices in parts:
+            for k, indices in enumerate(parts):
                 part = [batch[i] for i in indices]
                 on_policy = [weights_version is None or t.weights_version in (None, weights_version) for t in part]
                 loss, clipped, kl = self._micro_loss(
@@ -243,6 +248,7 @@ class GRPO(grpo_loop.PolicyUpdate):
                     drift if epoch == 0 else None,
                     on_policy,
                     Refusals(refused, indices),
+                    (first_pass, k),
                 )
                 loss.backward()
                 sums["loss"] += float(loss.detach())
@@ -289,20 +295,31 @@ class GRPO(grpo_loop.PolicyUpdate):
         drift: Drift | None = None,
         on_policy: Sequence[bool] = (),
         refusals: Refusals | None = None,
+        first_pass: tuple[dict[int, torch.Tensor], int] | None = None,
     ) -> tuple[torch.Tensor, float, float]:
+        """The loss of one micro-batch. ``first_pass`` (the update's record, this micro-batch's key) keeps the
+        trainer's logprobs of its first pass: the ratio's denominator for rows the weights being updated
+        sampled."""
         ids, mask, old, adv = batching.assemble(part, context_length, pad_token_id)
         device = next(model.parameters()).device
         ids, mask, old, adv = ids.to(device), mask.to(device), old.to(device), adv.to(device)
         new = batching.token_logprobs(model, ids, self.temperature, mask)
         recorded = ~torch.isnan(old)
+        rows = torch.tensor([bool(x) for x in on_policy] or [True] * len(part), dtype=torch.bool, device=device)[
+            :, None
+        ]
         if drift is not None:
-            rows = torch.tensor(list(on_policy), dtype=torch.bool, device=device)[:, None]
             drift.add((new.detach() - old)[recorded & (mask > 0) & rows])
             if refusals is not None and self.max_row_drift is not None:
                 refusals.judge(new.detach() - old, recorded & (mask > 0) & rows, mask, self.max_row_drift)
         if refusals is not None:
             mask = mask * refusals.keep(mask.shape[0], device)[:, None]
-        old = torch.where(recorded, old, new.detach())  # no recorded logprob: on-policy ratio of 1
+        own = new.detach() if first_pass is None else first_pass[0].setdefault(first_pass[1], new.detach())
+        # the ratio's denominator: for rows the current weights sampled, the trainer's own first-pass logprobs
+        # (the same distribution as the sampler's, to float rounding, and independent of how the sampler batched
+        # them, so a seeded run's weights do not depend on the sampler's last bits); for older rows, and only
+        # where the sampler recorded one, the sampler's logprob
+        old = torch.where(recorded & ~rows, old, own)
         ratio = torch.exp(new - old)
         clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
         per_token = -torch.minimum(ratio * adv[:, None], clipped_ratio * adv[:, None])
