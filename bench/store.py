@@ -8,14 +8,16 @@ spans one per call and in batches of 100, get_spans of a 20-span attempt, the fu
 (enqueue -> dequeue -> add 3 LLM spans in one batch -> finish) at 1 and 16 concurrent workers (asyncio
 tasks), and reading rollouts back as training does: write N rollouts of 16 LLM spans (one batch each), then
 get_spans of every one (three passes), with the read/write ratio; for memory and sqlite also through the
-previous read path (``bench/_previous_read.py``) on the same store, and for sqlite from a second store opened
-on the same file (nothing cached: every span decoded from the file). For ``http+X`` the store server runs in
-a separate process over an ``X`` store, as remote runners would see it. When ``agentlightning`` is importable
-(an optional comparison, never a dependency) the same workload also runs against its in-memory store and the
-ratios are printed (``_AglStore`` below).
+previous read path (``bench/_previous_read.py``) on the same store, and for sqlite (postgresql) from a second
+store opened on the same file (database): nothing cached, every span decoded, as another process reads them.
+For ``http+X`` the store server runs in a separate process over an ``X`` store, as remote runners would see
+it. When ``agentlightning`` is importable (an optional comparison, never a dependency) the same workload also
+runs against its in-memory store and the ratios are printed (``_AglStore`` below).
 ``postgresql`` (and ``http+postgresql``) run against a throwaway local server (``tether.testing.pg_server``:
 initdb into a temp dir, ``fsync=off``; needs Debian's ``postgresql`` and ``tether[postgres]``), a fresh
-schema per workload; its ratios to SQLite are printed under the table.
+schema per workload; its ratios to SQLite are printed under the table. Each fresh store is opened (one call:
+a new PostgreSQL schema is created then) before its workload is timed. With PostgreSQL, the last row is the
+floor of any call: the round trip of asyncpg's ``SELECT 1`` on a connection of its own.
 Prints one table: ops/s, p50 and p99 latency of one call (of one whole rollout for the lifecycle), then the
 store server's peak RSS in each workload group (``http+`` backends), against the server without span cache.
 """
@@ -39,6 +41,7 @@ from _previous_read import previous_reader
 
 from tether import open_store
 from tether.store.base import Store
+from tether.store.postgres import PostgresStore
 from tether.store.sqlite import SqliteStore
 from tether.types import AttemptStatus, RolloutSpec, Span, SpanKind
 
@@ -203,18 +206,34 @@ async def read_rollouts(
             results.append(
                 Result(name, "read (previous)", len(ids), secs, lat, "rollouts", cpu_seconds=cpu_since(cpu))
             )
+        cold: Store | None = None  # another process's view: nothing in its cache, every span decoded
         if isinstance(store, SqliteStore) and store.path != ":memory:":
-            cold = SqliteStore(store.path)  # another process's view: nothing in its cache
+            cold, label = SqliteStore(store.path), "read (from file)"
+        elif isinstance(store, PostgresStore):
+            cold, label = PostgresStore(store.url), "read (other store)"
+        if cold is not None:
             try:
                 cpu = time.process_time()
                 secs, lat = await _timed(len(ids), lambda i: cold.get_spans(ids[i]))
                 secs_cpu = cpu_since(cpu)
-                results.append(
-                    Result(name, "read (from file)", len(ids), secs, lat, "rollouts", cpu_seconds=secs_cpu)
-                )
+                results.append(Result(name, label, len(ids), secs, lat, "rollouts", cpu_seconds=secs_cpu))
             finally:
                 await cold.close()
     return results
+
+
+async def round_trip_floor(url: str, n: int) -> Result:
+    """asyncpg's simplest query (``SELECT 1``) on a connection of its own: the least any PostgreSQL store call
+    costs, and so the floor of a read the span cache serves (one round trip plus the copy SQLite also makes)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.fetchval("SELECT 1")
+        secs, lat = await _timed(n, lambda i: conn.fetchval("SELECT 1"))
+    finally:
+        await conn.close()
+    return Result("postgresql", "SELECT 1 (floor)", n, secs, lat, "queries")
 
 
 async def lifecycle(store: Store, workers: int, total: int) -> tuple[float, list[float]]:
@@ -272,6 +291,12 @@ asyncio.run(main())
 """
 
 
+# Each fresh store makes one call before its workload is timed, as a runner opens its store once and then
+# makes its calls: a fresh PostgreSQL database creates its schema on its first call (20-50 ms on the
+# development machine), which, timed, was the whole p99 of the 16-worker lifecycle (its first 16 rollouts
+# waited for it: 4% of 400). The connections the pool opens later are in the timings.
+
+
 def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAsyncContextManager[Store]]:
     counter = iter(range(1_000_000))
 
@@ -284,6 +309,7 @@ def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAs
     async def local() -> AsyncIterator[Store]:
         store = open_store(url_for(backend))
         try:
+            await store.count_rollouts()  # opened before the clock starts (see above _factory)
             yield store
         finally:
             await store.close()
@@ -305,6 +331,7 @@ def _factory(backend: str, tmp: Path, pg: Any = None) -> Callable[[], AbstractAs
             raise RuntimeError("the store server did not start")
         store = open_store(url)
         try:
+            await store.count_rollouts()  # opened before the clock starts (see above _factory)
             yield store
         finally:
             await store.close()
@@ -472,7 +499,7 @@ def print_read_ratios(results: list[Result]) -> None:
             if own is None:
                 continue
             parts = [f"x{own / rate(by[(r.backend, 'write 16-span')]):,.1f} of writes"]
-            for other in ("read (previous)", "read (from file)"):
+            for other in ("read (previous)", "read (from file)", "read (other store)"):
                 if (r.backend, other) in by and rate(by[(r.backend, other)]):
                     parts.append(f"x{own / rate(by[(r.backend, other)]):,.1f} of {other[6:-1]} reads")
             lines.append(f"  {r.backend:<14} {label:<5} {own:>9,.0f} rollouts/s: " + ", ".join(parts))
@@ -514,6 +541,8 @@ async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
             for backend in backends:
                 results += await bench_backend(backend, _factory(backend, Path(tmp), pg), sizes)
+            if pg is not None:
+                results.append(await round_trip_floor(pg.url(), sizes["queries"] * 5))
     finally:
         if pg is not None:
             pg.cleanup()

@@ -186,3 +186,38 @@ async def test_a_small_span_cache_evicts_and_reads_stay_right(pg_url: str) -> No
         got = await store.get_spans(attempt.attempt_id)
         assert [(s.name, s.attributes["ids"][0]) for s in got] == [(f"{k}-{j}", k) for j in range(3)]
     await store.close()
+
+
+async def test_cached_reads_see_every_later_write_from_any_store(pg_url: str) -> None:
+    """The span cache is asked nothing without the database: each read checks the attempt's ``next_seq``, so
+    spans added after a read (by this store or another), late spans of a finished attempt from another
+    process, and a harvest are all seen by the next read. (A finished attempt is not immutable: late spans of
+    one that did not time out are kept, so a finished attempt's cached spans are not enough on their own.)"""
+    mine, other = PostgresStore(pg_url), PostgresStore(pg_url)
+    try:
+        (rollout,) = await mine.enqueue([spec(1)])
+        ((_, attempt),) = await mine.dequeue("w")
+        rid, aid = rollout.rollout_id, attempt.attempt_id
+
+        async def names(store: PostgresStore, since: int = 0) -> list[str]:
+            return [s.name for s in await store.get_spans(aid, since=since)]
+
+        await mine.add_spans([span(rid, aid, "a")])
+        assert await names(mine) == ["a"]  # read (and cached)
+        await mine.add_spans([span(rid, aid, "b")])
+        assert await names(mine) == ["a", "b"]  # this store's next write
+        await other.add_spans([span(rid, aid, "c")])
+        assert await names(mine) == ["a", "b", "c"]  # another store's write
+        await mine.finish_attempt(aid, AttemptStatus.SUCCEEDED)
+        assert await names(mine) == ["a", "b", "c"]
+        await other.add_spans([span(rid, aid, "late")])  # a late span of the finished attempt, from elsewhere
+        assert await names(mine) == ["a", "b", "c", "late"] and await names(mine, since=3) == ["late"]
+        (harvested,) = await mine.harvest([rid])
+        assert [s.name for s in harvested.spans] == ["a", "b", "c", "late"]
+        assert mine._cache.bytes == 0  # harvested here: dropped from the cache
+        for store in (mine, other):
+            with pytest.raises(NotFound):
+                await store.get_spans(aid)
+    finally:
+        await mine.close()
+        await other.close()

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from tether.store._pg_pool import Pool
 from tether.store._pg_schema import FINISHED_CHANNEL, migrate
 from tether.store.base import InvalidInput, StoreError
 
@@ -44,33 +45,27 @@ def describe(url: str) -> str:
     return f"{host}:{parts.port or 5432}{parts.path or '/'}"
 
 
-async def _no_session_state(conn: Any) -> None:
-    """The pool's reset of a connection it takes back: nothing to send. asyncpg's default sends
-    ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` on every release, one more round trip per
-    call (a third of a lone read's time, more under load); the store leaves no session state behind (advisory
-    locks are transaction-scoped, no ``SET``, no cursor, and ``LISTEN`` is on the listener's own connection),
-    and asyncpg still rolls back a connection released inside a transaction before this runs."""
-
-
 class Connections:
     """Pools (one per event loop), the schema check on first use, and transactions with error mapping."""
 
-    def __init__(self, url: str, *, max_size: int) -> None:
+    def __init__(self, url: str, *, max_size: int, warm: Callable[[Any], Awaitable[None]] | None = None) -> None:
+        """``warm(conn)`` readies each new connection (after the schema is up to date) before it is used."""
         self.asyncpg = import_asyncpg()
+        self._warm = warm
         self.url = url
         self.where = describe(url)
         self.max_size = max_size
-        self._pools: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._pools: dict[asyncio.AbstractEventLoop, Pool] = {}
         self._listeners: dict[asyncio.AbstractEventLoop, Listener] = {}
         self._making: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = {}
         self._lock = threading.Lock()
         self._migrated = False
         self.closed = False
 
-    async def pool(self) -> Any:
+    async def pool(self) -> Pool:
         """This loop's pool, made on first use; concurrent first calls share one making (and one migration)."""
         if self.closed:
-            raise StoreError("this PostgresStore is closed; open a new one")
+            raise self._closed()
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is not None:
@@ -81,19 +76,30 @@ class Connections:
                 making = self._making[loop] = loop.create_task(self._make_pool(loop))
         return await asyncio.shield(making)
 
-    async def _make_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
+    def _closed(self) -> StoreError:
+        return StoreError("this PostgresStore is closed; open a new one")
+
+    async def _connect(self) -> Any:
+        """A new connection to a database whose schema is up to date (migrated by the first), readied."""
+        conn = await self.asyncpg.connect(self.url, timeout=_CONNECT_TIMEOUT_S)
         try:
-            pool = await self.asyncpg.create_pool(
-                self.url, min_size=1, max_size=self.max_size, timeout=_CONNECT_TIMEOUT_S, reset=_no_session_state
-            )
-            try:
-                if not self._migrated:
-                    async with pool.acquire() as conn:
-                        await migrate(conn, self.where)
-                    self._migrated = True
-            except BaseException:
-                pool.terminate()
-                raise
+            if not self._migrated:
+                await migrate(conn, self.where)
+                self._migrated = True
+            if self._warm is not None:
+                await self._warm(conn)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    async def _make_pool(self, loop: asyncio.AbstractEventLoop) -> Pool:
+        # (``tether.store._pg_pool``: no reset between callers, since the store leaves no session state behind:
+        # advisory locks are transaction-scoped, no ``SET``, no cursor, and ``LISTEN`` is on the listener's own
+        # connection; a connection released inside a transaction is terminated, not reused)
+        try:
+            pool = Pool(self._connect, self.max_size, self._closed)
+            pool.release(await pool.acquire())  # the first connection now: an unreachable server fails here
         except StoreError:
             raise
         except Exception as exc:
@@ -112,11 +118,21 @@ class Connections:
         exceptions = self.asyncpg.exceptions
         for attempt in range(_RETRIES):
             try:
-                async with pool.acquire() as conn:
+                conn = await pool.acquire()
+                reuse = False
+                try:
                     if single_statement:
-                        return await work(conn)
-                    async with conn.transaction():
-                        return await work(conn)
+                        result = await work(conn)
+                    else:
+                        async with conn.transaction():
+                            result = await work(conn)
+                    reuse = True
+                    return result
+                except (exceptions.PostgresError, StoreError):
+                    reuse = True  # the server refused a statement (or the work raised the contract's error,
+                    raise  # having rolled back): the connection is fine; anything else drops it
+                finally:
+                    pool.release(conn, reuse=reuse)
             except (exceptions.DeadlockDetectedError, exceptions.SerializationError) as exc:
                 if attempt == _RETRIES - 1:
                     raise self.error(exc) from None
@@ -131,9 +147,21 @@ class Connections:
         """One read statement on its own (no explicit transaction: a single statement sees one snapshot)."""
         pool = await self.pool()
         try:
-            return list(await pool.fetch(sql, *args))
+            conn = await pool.acquire()
         except Exception as exc:
             raise self.error(exc) from None
+        reuse = False
+        try:
+            rows = await conn.fetch(sql, *args)
+            reuse = True
+            return list(rows)
+        except self.asyncpg.exceptions.PostgresError as exc:
+            reuse = True
+            raise self.error(exc) from None
+        except Exception as exc:
+            raise self.error(exc) from None
+        finally:
+            pool.release(conn, reuse=reuse)
 
     def error(self, exc: BaseException) -> StoreError:
         """What the driver raised, as the contract's error."""
@@ -180,10 +208,7 @@ class Connections:
         for owner, listener in listeners.items():
             await listener.close(owner is loop)
         for owner, pool in pools.items():
-            if owner is loop:
-                await pool.close()
-            else:
-                pool.terminate()
+            await pool.close(graceful=owner is loop)
 
 
 class Listener:

@@ -16,6 +16,24 @@ from tether.store._stale import stale_reason
 from tether.store.base import InvalidTransition, NotFound
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
+#: claim up to $1 queued rollouts in queue order (skipping those other workers hold), mark them running and
+#: insert their attempts (ids $2, in queue order, of worker $3 at $4): one statement, atomic on its own
+CLAIM_QUEUED = (
+    "WITH picked AS (SELECT rollout_id, queue_pos FROM tether_rollouts WHERE queue_pos IS NOT NULL "
+    "ORDER BY queue_pos LIMIT $1 FOR UPDATE SKIP LOCKED), "
+    "claimed AS (UPDATE tether_rollouts r SET status = 'running', queue_pos = NULL, "
+    "attempt_count = r.attempt_count + 1 FROM picked WHERE r.rollout_id = picked.rollout_id "
+    f"RETURNING {qualified('r', ROLLOUT_COLS)}, picked.queue_pos), "
+    "inserted AS (INSERT INTO tether_attempts (attempt_id, rollout_id, idx, worker_id, status, "
+    "started_at, last_heartbeat_at) SELECT ($2::text[])[row_number() OVER (ORDER BY queue_pos)], "
+    "rollout_id, attempt_count, $3, 'running', $4, $4 FROM claimed) "
+    "SELECT * FROM claimed ORDER BY queue_pos"
+)
+#: ``tether_finish_attempt`` and ``tether_add_spans`` (``tether.store._pg_schema``): one statement each
+FINISH_ATTEMPT = f"SELECT {ROLLOUT_COLS} FROM tether_finish_attempt($1, $2, $3, $4, $5, $6)"
+ADD_SPANS = "SELECT tether_add_spans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+ROLLOUT_BY_ID = f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1"
+
 
 async def status_of(conn: Any, rollout_id: str, *, lock: bool = False) -> RolloutStatus:
     sql = "SELECT status FROM tether_rollouts WHERE rollout_id = $1" + (" FOR UPDATE" if lock else "")
@@ -26,7 +44,7 @@ async def status_of(conn: Any, rollout_id: str, *, lock: bool = False) -> Rollou
 
 
 async def rollout_of(conn: Any, rollout_id: str) -> Rollout:
-    row = await conn.fetchrow(f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1", rollout_id)
+    row = await conn.fetchrow(ROLLOUT_BY_ID, rollout_id)
     if row is None:
         raise NotFound(f"unknown rollout {rollout_id!r}")
     return rollout_from_row(row)
@@ -41,24 +59,9 @@ async def attempts_of(conn: Any, rollout_ids: list[str]) -> list[Attempt]:
 
 
 async def claim_queued(conn: Any, worker_id: str, limit: int, now: float) -> list[tuple[Rollout, Attempt]]:
-    """Claim up to ``limit`` queued rollouts in queue order (skipping those other workers hold), mark them
-    running and insert their attempts: one statement, atomic on its own."""
+    """Claim up to ``limit`` queued rollouts (``CLAIM_QUEUED``) as ``worker_id``'s attempts."""
     ids = [new_id("at") for _ in range(limit)]  # the k-th rollout claimed, in queue order, gets ids[k]
-    rows = await conn.fetch(
-        "WITH picked AS (SELECT rollout_id, queue_pos FROM tether_rollouts WHERE queue_pos IS NOT NULL "
-        "ORDER BY queue_pos LIMIT $1 FOR UPDATE SKIP LOCKED), "
-        "claimed AS (UPDATE tether_rollouts r SET status = 'running', queue_pos = NULL, "
-        "attempt_count = r.attempt_count + 1 FROM picked WHERE r.rollout_id = picked.rollout_id "
-        f"RETURNING {qualified('r', ROLLOUT_COLS)}, picked.queue_pos), "
-        "inserted AS (INSERT INTO tether_attempts (attempt_id, rollout_id, idx, worker_id, status, "
-        "started_at, last_heartbeat_at) SELECT ($2::text[])[row_number() OVER (ORDER BY queue_pos)], "
-        "rollout_id, attempt_count, $3, 'running', $4, $4 FROM claimed) "
-        "SELECT * FROM claimed ORDER BY queue_pos",
-        limit,
-        ids,
-        worker_id,
-        now,
-    )
+    rows = await conn.fetch(CLAIM_QUEUED, limit, ids, worker_id, now)
     out = []
     for row, attempt_id in zip(rows, ids, strict=False):
         rollout = rollout_from_row(row)

@@ -187,8 +187,28 @@ END
 $$;
 """
 
+#: JSON values above ~2 KB (an LLM span's attributes: ~5 KB) are compressed when written. PostgreSQL's
+#: default, pglz, made that most of a span write's cost (16 LLM spans: 3.1 ms of pglz against 0.65 ms with
+#: lz4, the same size on disk); lz4 applies to values written from now on. A server built without lz4 (or
+#: older than PostgreSQL 14, which has no per-column compression) keeps pglz: the store works the same.
+_V3 = """
+DO $$
+DECLARE
+    col text;
+BEGIN
+    FOREACH col IN ARRAY ARRAY['tether_spans.attributes', 'tether_rollouts.input', 'tether_rollouts.output',
+                                'tether_rollouts.metadata', 'tether_resources.data'] LOOP
+        EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET COMPRESSION lz4', split_part(col, '.', 1),
+                       split_part(col, '.', 2));
+    END LOOP;
+EXCEPTION WHEN feature_not_supported OR syntax_error THEN
+    NULL;
+END
+$$;
+"""
+
 #: schema version -> the SQL that brings the previous version to it; applied in order, each once
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 SCHEMA_VERSION = max(MIGRATIONS)
 _MIGRATION_LOCK = 0x7E7E_E12  # pg_advisory_xact_lock key: one process migrates at a time
 

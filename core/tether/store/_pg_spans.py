@@ -16,27 +16,29 @@ from tether.store._pg_schema import SPAN_COLS, qualified, span_from_row
 from tether.store._span_cache import SpanCache
 from tether.types import Span
 
-__all__ = ["read_spans"]
+__all__ = ["NEXT_SEQ", "SPANS_FROM", "read_spans"]
+
+NEXT_SEQ = "SELECT next_seq FROM tether_attempts WHERE attempt_id = $1"
+#: the attempt joined to its spans from sequence $2 on (a row of NULL span columns when it has none; no row when
+#: the attempt is unknown)
+SPANS_FROM = (
+    f"SELECT {qualified('s', SPAN_COLS)} FROM tether_attempts a LEFT JOIN tether_spans s "
+    "ON s.attempt_id = a.attempt_id AND s.sequence >= $2 WHERE a.attempt_id = $1 ORDER BY s.sequence"
+)
 
 
 async def read_spans(db: Connections, cache: SpanCache, attempt_id: str, since: int) -> list[Span] | None:
     """The attempt's spans from ``since`` on, in order; None when the attempt is unknown."""
     cached = cache.spans_of(attempt_id)
     if cached is not None:
-        found = await db.fetch("SELECT next_seq FROM tether_attempts WHERE attempt_id = $1", attempt_id)
+        found = await db.fetch(NEXT_SEQ, attempt_id)
         if not found:
             return None
         wanted = range(max(since, 0), found[0][0])
         if all(seq in cached for seq in wanted):
             return [thawed_span(cached[seq]) for seq in wanted]
-    # none cached, or some written by another process, or evicted: one statement, the attempt joined to its
-    # spans (a row of NULL span columns when it has none; no row when the attempt is unknown)
-    joined = await db.fetch(
-        f"SELECT {qualified('s', SPAN_COLS)} FROM tether_attempts a LEFT JOIN tether_spans s "
-        "ON s.attempt_id = a.attempt_id AND s.sequence >= $2 WHERE a.attempt_id = $1 ORDER BY s.sequence",
-        attempt_id,
-        since,
-    )
+    # none cached, or some written by another process, or evicted: one statement
+    joined = await db.fetch(SPANS_FROM, attempt_id, since)
     if not joined:
         return None
     rows = [row for row in joined if row[0] is not None]

@@ -39,6 +39,10 @@ from tether.store._pg_conn import Connections
 from tether.store._pg_encode import INSERT_ROLLOUTS, rollout_rows, span_columns, span_refusal
 from tether.store._pg_import import import_work
 from tether.store._pg_ops import (
+    ADD_SPANS,
+    CLAIM_QUEUED,
+    FINISH_ATTEMPT,
+    ROLLOUT_BY_ID,
     cancel,
     claim_queued,
     lock_running_attempt,
@@ -55,7 +59,7 @@ from tether.store._pg_schema import (
     qualified,
     rollout_from_row,
 )
-from tether.store._pg_spans import read_spans
+from tether.store._pg_spans import NEXT_SEQ, SPANS_FROM, read_spans
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
 from tether.store.base import (
     Harvested,
@@ -87,6 +91,24 @@ from tether.types import (
 _CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
 
 
+async def _ready_connection(conn: Any) -> None:
+    """Ready a new connection for the calls a training run makes most (``tether.store._pg_pool`` opens it in the
+    background while callers use the busy ones): asyncpg prepares each statement once per connection (and
+    introspects the array types of ``tether_add_spans``' arguments, 15-40 ms on a cold connection), and
+    PostgreSQL compiles each PL/pgSQL function once per connection. Each statement is run so that it changes
+    nothing: no rows to insert, a claim of none, an unknown attempt."""
+    await conn.executemany(INSERT_ROLLOUTS, [])
+    await conn.fetch(CLAIM_QUEUED, 0, [], "", 0.0)
+    await conn.fetchval(ADD_SPANS, [], [], 0.0, *([[]] * 10))
+    try:
+        await conn.fetchrow(FINISH_ATTEMPT, "", "succeeded", None, None, None, 0.0)
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != UNKNOWN_ATTEMPT:
+            raise
+    for sql, args in ((ROLLOUT_BY_ID, ("",)), (NEXT_SEQ, ("",)), (SPANS_FROM, ("", 0))):
+        await conn.fetch(sql, *args)
+
+
 class PostgresStore(Store):
     """A store in a PostgreSQL database. Creates (or migrates) its ``tether_*`` tables on first use."""
 
@@ -94,7 +116,7 @@ class PostgresStore(Store):
         """``span_cache_bytes`` bounds the memory of the spans this store wrote and keeps for reads
         (``tether.store._pg_spans``); 0 turns the cache off."""
         self.url = url
-        self._db = Connections(url, max_size=pool_size)
+        self._db = Connections(url, max_size=pool_size, warm=_ready_connection)
         self._cache = SpanCache(span_cache_bytes)
 
     async def close(self) -> None:
@@ -156,9 +178,8 @@ class PostgresStore(Store):
         async def finish(conn: Any) -> Rollout:
             try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
                 row = await conn.fetchrow(
-                    f"SELECT {ROLLOUT_COLS} FROM tether_finish_attempt($1, $2, $3, $4, $5, $6)",
-                    attempt_id, final.value, output_blob, reward, error, time.time(),
-                )  # fmt: skip
+                    FINISH_ATTEMPT, attempt_id, final.value, output_blob, reward, error, time.time()
+                )
             except self._db.asyncpg.exceptions.PostgresError as exc:
                 if exc.sqlstate == UNKNOWN_ATTEMPT:
                     raise NotFound(f"unknown attempt {attempt_id!r}") from None
@@ -191,9 +212,7 @@ class PostgresStore(Store):
         return await self._db.transaction(lambda conn: cancel(conn, rollout_id))
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        rows = await self._db.fetch(
-            f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1", rollout_id
-        )
+        rows = await self._db.fetch(ROLLOUT_BY_ID, rollout_id)
         if not rows:
             raise NotFound(f"unknown rollout {rollout_id!r}")
         return rollout_from_row(rows[0])
@@ -287,14 +306,13 @@ class PostgresStore(Store):
         async def insert(conn: Any) -> list[int]:
             try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
                 found = await conn.fetchval(
-                    "SELECT tether_add_spans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                    wanted, [counts[aid] for aid in wanted], time.time(), *columns,
-                )  # fmt: skip
+                    ADD_SPANS, wanted, [counts[aid] for aid in wanted], time.time(), *columns
+                )
             except self._db.asyncpg.exceptions.PostgresError as exc:
                 raise span_refusal(exc, columns) from None
             return list(found)
 
-        sequences = await self._db.transaction(insert)
+        sequences = await self._db.transaction(insert, single_statement=True)
         if cached:  # committed: from now on a read of these spans thaws them instead of decoding them
             for (span, _), sequence in zip(cached, sequences, strict=True):
                 span.sequence = sequence
