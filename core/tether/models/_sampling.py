@@ -113,8 +113,7 @@ def pick(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``choose``, and for each row whether its choice is on an edge: the draw lands within ``edge`` of the
     boundary between two tokens (a greedy row: its two best logits are within ``edge * LOGIT_EDGE_SCALE``; a
-    top-p row: a token
-    sits within ``edge`` of the cut), where the last bits of the logits could decide it.
+    top-p row: a token sits within ``edge`` of the cut), where the last bits of the logits could decide it.
 
     Each row's tokens are laid out in token-id order for the draw; a top-p row keeps the most likely tokens
     whose mass before them is under ``top_p`` (the most likely always stays). Neither depends on the other rows
