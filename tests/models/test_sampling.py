@@ -25,6 +25,16 @@ def _run(nano: EmbeddedModel, prompts: list[list[int]], params: list[SampleParam
         return generate(nano.model, nano.tokenizer, prompts, params, stop_token_ids=nano.stop_token_ids)
 
 
+def _assert_full_forward_logprobs(nano: EmbeddedModel, prompts: list[list[int]], samples: list[Sample]) -> None:
+    """Each sample's logprobs are what one forward pass of its prompt and tokens alone gives."""
+    for prompt, s in zip(prompts, samples, strict=True):
+        with torch.no_grad():
+            logits = nano.model(torch.tensor([prompt + s.token_ids])).logits[0]
+        logp = torch.log_softmax(logits[len(prompt) - 1 : -1].float(), -1)
+        expected = logp.gather(1, torch.tensor(s.token_ids).unsqueeze(1)).squeeze(1)
+        assert torch.allclose(expected, torch.tensor(s.logprobs), atol=1e-4)
+
+
 def test_ids_decode_to_text_and_logprobs_are_sane(nano: EmbeddedModel) -> None:
     prompts = _prompts(nano, 8)
     samples = _run(nano, prompts, [SampleParams(max_tokens=40, temperature=1.0, seed=i) for i in range(8)])
@@ -45,12 +55,7 @@ def test_logprobs_match_a_full_forward_pass(nano: EmbeddedModel) -> None:
     """Left padding, positions and the KV cache are right: recomputing without them gives the same logprobs."""
     prompts = _prompts(nano, 4)
     samples = _run(nano, prompts, [SampleParams(max_tokens=12, temperature=1.0, seed=7 + i) for i in range(4)])
-    for prompt, s in zip(prompts, samples, strict=True):
-        with torch.no_grad():
-            logits = nano.model(torch.tensor([prompt + s.token_ids])).logits[0]
-        logp = torch.log_softmax(logits[len(prompt) - 1 : -1].float(), -1)
-        expected = logp.gather(1, torch.tensor(s.token_ids).unsqueeze(1)).squeeze(1)
-        assert torch.allclose(expected, torch.tensor(s.logprobs), atol=1e-4)
+    _assert_full_forward_logprobs(nano, prompts, samples)
 
 
 def test_greedy_is_deterministic_and_independent_of_the_batch(nano: EmbeddedModel) -> None:
@@ -151,9 +156,4 @@ def test_a_prefix_every_row_shares_is_computed_once_and_changes_nothing(nano: Em
     finally:
         del nano.model.forward
     assert runs[0] == shared and runs[1] == max(len(p) for p in prompts) - shared  # the prefix once, then the rest
-    for prompt, s in zip(prompts, samples, strict=True):
-        with torch.no_grad():
-            logits = nano.model(torch.tensor([prompt + s.token_ids])).logits[0]
-        logp = torch.log_softmax(logits[len(prompt) - 1 : -1].float(), -1)
-        expected = logp.gather(1, torch.tensor(s.token_ids).unsqueeze(1)).squeeze(1)
-        assert torch.allclose(expected, torch.tensor(s.logprobs), atol=1e-4)
+    _assert_full_forward_logprobs(nano, prompts, samples)
