@@ -137,7 +137,7 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads",
         type=int,
         default=1,
-        help="torch CPU threads of the student (--model smollm2; 1 on a busy machine)",
+        help="torch CPU threads of the student (1 on a busy machine)",
     )
     parser.add_argument("--max-tokens", type=int, default=48, help="most tokens one model call may generate")
     parser.add_argument("--preset", default="tiny", help="size preset of the embedded model")
@@ -162,6 +162,12 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
     unset = object()
     given = parser.parse_args(argv, namespace=argparse.Namespace(**{name: unset for name in vars(args)}))
     explicit = {name for name, value in vars(given).items() if value is not unset}
+    lora_only = sorted(explicit & {"rank", "lora_layers"})
+    if args.model != "smollm2" and lora_only:  # the embedded student trains all its weights: no adapters
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in lora_only)
+        parser.error(
+            f"{flags}: LoRA settings apply to --model smollm2 (the embedded model trains all its weights)"
+        )
     presets = [SMOLLM2] * (args.model == "smollm2") + [QUICK] * args.quick  # the later wins
     for preset in presets:
         for name, value in preset.items():
@@ -242,7 +248,7 @@ def _student(args: argparse.Namespace) -> tuple[Any, tether.LoRA | None]:
         )
     from tether.models.embedded import EmbeddedBackend
 
-    return EmbeddedBackend(preset=args.preset, seed=args.seed), None
+    return EmbeddedBackend(preset=args.preset, seed=args.seed, threads=args.threads), None
 
 
 def summary(result: Any) -> None:

@@ -84,6 +84,15 @@ def test_quick_changes_only_what_was_not_given() -> None:
     assert smol.micro_batch == 32 and smol.sft_lr == train.SMOLLM2["sft_lr"] and smol.steps == train.QUICK["steps"]
 
 
+def test_lora_flags_without_smollm2_are_refused_not_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+    train = _calc_train()
+    with pytest.raises(SystemExit) as exited:
+        train.parse_settings(["--lora-layers", "4", "--rank", "8"])
+    assert exited.value.code == 2
+    assert "--lora-layers, --rank: LoRA settings apply to --model smollm2" in capsys.readouterr().err
+    assert train.parse_settings(["--model", "smollm2", "--lora-layers", "4"]).lora_layers == 4
+
+
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.parent.name)
 def test_every_example_flag_has_help_and_an_exact_name(script: Path) -> None:
     tree = ast.parse(script.read_text())
