@@ -16,11 +16,13 @@ connection is lost every waiter is woken to look again, and the next waiter open
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from tether.store._pg_overlap import Started
 from tether.store._pg_pool import Pool
 from tether.store._pg_schema import FINISHED_CHANNEL, migrate
 from tether.store.base import InvalidInput, StoreError
@@ -159,6 +161,39 @@ class Connections:
             reuse = True
             raise self.error(exc) from None
         except Exception as exc:
+            raise self.error(exc) from None
+        finally:
+            pool.release(conn, reuse=reuse)
+
+    async def fetch_during(self, sql: str, args: tuple[Any, ...], work: Callable[[], _T]) -> tuple[list[Any], _T]:
+        """``fetch(sql, *args)`` with ``work()`` run while the server answers: the statement is sent first
+        (``tether.store._pg_overlap``), then ``work`` runs, then the answer is read. Returns both results.
+        An exception from ``work`` is raised as it is (the statement's answer is not read: its connection is
+        dropped)."""
+        pool = await self.pool()
+        try:
+            conn = await pool.acquire()
+        except Exception as exc:
+            raise self.error(exc) from None
+        reuse = False
+        failed: BaseException | None = None
+        try:
+            started = Started(conn.fetch(sql, *args))
+            try:
+                done = work()
+            except BaseException as exc:
+                failed = exc
+                conn.terminate()  # its answer is never read: the connection goes, and the call ends at once
+                with contextlib.suppress(Exception):
+                    await started
+                raise
+            rows = await started
+            reuse = True
+            return list(rows), done
+        except Exception as exc:
+            if exc is failed:
+                raise
+            reuse = isinstance(exc, self.asyncpg.exceptions.PostgresError)  # the server refused it: still usable
             raise self.error(exc) from None
         finally:
             pool.release(conn, reuse=reuse)

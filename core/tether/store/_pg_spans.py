@@ -30,18 +30,24 @@ SPANS_FROM = (
 async def read_spans(db: Connections, cache: SpanCache, attempt_id: str, since: int) -> list[Span] | None:
     """The attempt's spans from ``since`` on, in order; None when the attempt is unknown."""
     cached = cache.spans_of(attempt_id)
+    copies: dict[int, Span] = {}
     if cached is not None:
-        found = await db.fetch(NEXT_SEQ, attempt_id)
+        first = max(since, 0)
+
+        def copy() -> dict[int, Span]:  # while the server looks up next_seq (``tether.store._pg_overlap``)
+            return {seq: thawed_span(span) for seq, span in cached.items() if seq >= first}
+
+        found, copies = await db.fetch_during(NEXT_SEQ, (attempt_id,), copy)
         if not found:
             return None
-        wanted = range(max(since, 0), found[0][0])
-        if all(seq in cached for seq in wanted):
-            return [thawed_span(cached[seq]) for seq in wanted]
+        wanted = range(first, found[0][0])
+        if all(seq in copies for seq in wanted):
+            return [copies[seq] for seq in wanted]
     # none cached, or some written by another process, or evicted: one statement
     joined = await db.fetch(SPANS_FROM, attempt_id, since)
     if not joined:
         return None
     rows = [row for row in joined if row[0] is not None]
-    if not cached:
+    if not copies:
         return [span_from_row(row) for row in rows]
-    return [thawed_span(cached[row[10]]) if row[10] in cached else span_from_row(row) for row in rows]
+    return [copies[row[10]] if row[10] in copies else span_from_row(row) for row in rows]

@@ -1,0 +1,60 @@
+"""Work done here while the PostgreSQL server answers a statement: its round trip and local work overlap.
+
+A read the span cache serves is one round trip (the attempt's ``next_seq``: which spans exist) plus the copy
+of the cached spans that SQLite's read makes too (``tether.store._pg_spans``). Done one after the other, the
+read costs the sum; but once the statement is on the wire the server works on it in its own process (on
+another core when one is free) while this one would only wait. ``Started`` runs an asyncpg call up to its
+first wait, by which time asyncpg has written the statement to the socket; the caller copies the spans, then
+awaits the rest of the call, which only reads the answer. The copy is speculative: the caller keeps it only
+if the answer says the cache held every span.
+
+``Started`` drives the call as ``await`` would (``yield from`` by hand): every value the call yields goes to
+the task running it, and whatever the task sends or throws in (a result, a cancellation) goes back, so
+cancelling the caller cancels the call as it would have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Generator
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Started"]
+
+_T = TypeVar("_T")
+
+
+class Started(Generic[_T]):
+    """``coro`` run now up to its first suspension; ``await`` this (once) for the rest and its result."""
+
+    __slots__ = ("_coro", "_pending", "_done", "_result")
+
+    def __init__(self, coro: Coroutine[Any, Any, _T]) -> None:
+        self._coro = coro
+        self._done = False
+        self._pending: Any = None
+        try:
+            self._pending = coro.send(None)
+        except StopIteration as stop:  # finished without waiting (an exception propagates to the caller)
+            self._done, self._result = True, stop.value
+
+    def __await__(self) -> Generator[Any, Any, _T]:
+        if self._done:
+            return self._result  # type: ignore[no-any-return]
+        coro, pending = self._coro, self._pending
+        self._pending = None
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation (or any exception) thrown into the awaiting task
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
