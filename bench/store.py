@@ -510,10 +510,11 @@ def print_read_ratios(results: list[Result]) -> None:
 
 def print_ratios(results: list[Result], baseline: str) -> None:
     base = {r.workload: r for r in results if r.backend == baseline}
-    print(f"\nthroughput ratio against {baseline} (higher is better for tether):")
+    print(f"\nthroughput ratio against {baseline} (higher is better for tether), and p50 latency against its:")
     for r in results:
         if not r.backend.startswith("agl") and r.workload in base:
-            print(f"  {r.backend:<14} {r.workload:<16} x{r.rate / base[r.workload].rate:,.1f}")
+            rate, p50 = r.rate / base[r.workload].rate, r.pct(0.5) / base[r.workload].pct(0.5)
+            print(f"  {r.backend:<14} {r.workload:<16} x{rate:,.1f}   p50 x{p50:,.2f}")
 
 
 async def main() -> None:

@@ -92,7 +92,8 @@ async def test_a_cancelled_call_leaves_no_busy_connection_behind(pg_url: str) ->
 
 async def test_a_closed_store_refuses_calls_and_frees_its_waiters(pg_url: str) -> None:
     store = PostgresStore(pg_url, pool_size=1)
-    busy = asyncio.create_task(store._db.fetch("SELECT pg_sleep(0.3)"))
+    await store.count_rollouts()  # the pool made first (on a busy machine its making outlasted the sleep below)
+    busy = asyncio.create_task(store._db.fetch("SELECT pg_sleep(1)"))
     await asyncio.sleep(0.1)
     waiting = asyncio.create_task(store.count_rollouts())
     await asyncio.sleep(0.05)

@@ -6,6 +6,12 @@ Reading a rollout's spans back is most of what training asks of a store, and dec
 does, and a read is one statement: the attempt's ``next_seq`` (a batch's rows and its ``next_seq`` commit
 together, so every sequence below it exists) when the cache holds the attempt, the rows otherwise. The
 database stays the truth: spans another process wrote, or the cache evicted, are read and decoded.
+
+The check's round trip is the one cost such a read has beyond SQLite's (which asks its file the same
+question in microseconds), so the copy of the cached spans is made while the server answers
+(``Connections.fetch_during``): the read costs about the longer of the two rather than their sum. The copy
+is kept only when the answer says the cache held every span (made of a snapshot of the cache taken before the
+check was sent, so every span in it is below the ``next_seq`` the check sees).
 """
 
 from __future__ import annotations
