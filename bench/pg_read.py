@@ -42,7 +42,8 @@ async def _fill(store: Any) -> list[str]:
     await store.enqueue([RolloutSpec(input={"i": i}) for i in range(ROLLOUTS)])
     claimed = await store.dequeue("bench", limit=ROLLOUTS)
     for k, (rollout, attempt) in enumerate(claimed):
-        await store.add_spans([llm_span(rollout.rollout_id, attempt.attempt_id, k * SPANS + j) for j in range(SPANS)])
+        rid, aid = rollout.rollout_id, attempt.attempt_id
+        await store.add_spans([llm_span(rid, aid, k * SPANS + j) for j in range(SPANS)])
     return [attempt.attempt_id for _, attempt in claimed]
 
 
@@ -99,7 +100,10 @@ async def main() -> None:
         pg.cleanup()
     print(f"python {sys.version.split()[0]}, {args.reads} calls x {args.rounds} rounds per part\n")
     print(f"{'part':<24} {'CPU ms/call':>12} {'wall p50 ms':>12}")
-    med = {name: (statistics.median(c for c, _ in f), statistics.median(w for _, w in f)) for name, f in figures.items()}
+    med = {
+        name: (statistics.median(c for c, _ in f), statistics.median(w for _, w in f))
+        for name, f in figures.items()
+    }
     for name, (cpu, wall) in med.items():
         print(f"{name:<24} {cpu:>12.4f} {wall:>12.4f}")
     s = med["sqlite get_spans"]

@@ -71,4 +71,3 @@ async def test_cancelling_the_awaiting_task_cancels_the_call() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert seen == ["cancelled inside"]
-

@@ -26,7 +26,7 @@ _T = TypeVar("_T")
 class Started(Generic[_T]):
     """``coro`` run now up to its first suspension; ``await`` this (once) for the rest and its result."""
 
-    __slots__ = ("_coro", "_pending", "_done", "_result")
+    __slots__ = ("_coro", "_done", "_pending", "_result")
 
     def __init__(self, coro: Coroutine[Any, Any, _T]) -> None:
         self._coro = coro
