@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tether.store._pg_overlap import Started
+from tether.store._pg_overlap import PROBE, PROBE_EVERY, ReadOrder, Started
 
 
 async def test_runs_up_to_the_first_wait_now_and_the_rest_when_awaited() -> None:
@@ -71,3 +71,31 @@ async def test_cancelling_the_awaiting_task_cancels_the_call() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert seen == ["cancelled inside"]
+
+
+def _run(order: ReadOrder, seconds: dict[bool, float], reads: int) -> list[bool]:
+    """``reads`` reads through ``order``, each taking ``seconds[overlapped]``; the order each took."""
+    taken = []
+    for _ in range(reads):
+        overlap = order.overlap_next()
+        taken.append(overlap)
+        order.record(overlap, seconds[overlap])
+    return taken
+
+
+def test_read_order_keeps_overlapping_while_it_is_quicker_and_probes_the_other() -> None:
+    order = ReadOrder()
+    taken = _run(order, {True: 0.15, False: 0.25}, 4 * PROBE_EVERY)
+    assert order.overlap
+    assert taken.count(False) == 4 * PROBE  # only the probes went the other way
+    assert taken[PROBE_EVERY - PROBE : PROBE_EVERY] == [False] * PROBE
+
+
+def test_read_order_switches_to_the_quicker_order_and_back() -> None:
+    order = ReadOrder()
+    _run(order, {True: 0.4, False: 0.25}, PROBE_EVERY)  # overlapping was slower: after one probe, check-then-copy
+    assert not order.overlap
+    taken = _run(order, {True: 0.4, False: 0.25}, PROBE_EVERY)
+    assert taken.count(True) == PROBE and not order.overlap  # probed, still slower
+    _run(order, {True: 0.15, False: 0.25}, PROBE_EVERY)  # a core came free: overlapping is quicker again
+    assert order.overlap

@@ -1,6 +1,6 @@
 """A statement and local work at once (``Connections.fetch_during``, ``tether.store._pg_overlap``): the statement
-is on the server before the work runs, and a call cut short (cancelled, or its work failing) drops its
-connection rather than handing it on mid-query."""
+is on the server before the work runs, a call cut short (cancelled, or its work failing) drops its
+connection rather than handing it on mid-query, and cached reads in either order read what the database holds."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import time
 import pytest
 
 from tether.store import StoreError
+from tether.store.base import NotFound
 from tether.store.postgres import PostgresStore
 from tether.testing.pg_server import TempPostgres
+from tether.testing.store_conformance import span, spec
+from tether.types import AttemptStatus
 
 _PID = "SELECT pg_backend_pid()"
 _SLEEP = "SELECT pg_sleep($1), 'tether overlap test'"
@@ -83,3 +86,34 @@ async def test_a_cancelled_call_leaves_no_busy_connection_behind(pg_url: str) ->
         assert time.monotonic() - start < 30  # and nothing waited for the minute's sleep
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+async def test_cached_reads_in_either_order_see_writes_and_harvests_elsewhere(pg_url: str, overlap: bool) -> None:
+    """The copy made while the server answers is kept only when the answer says the cache held every span; the
+    other order (which ``ReadOrder`` takes when it is quicker) reads the same."""
+    mine, other = PostgresStore(pg_url), PostgresStore(pg_url)
+    mine._read_order.overlap = overlap
+    try:
+        (rollout,) = await mine.enqueue([spec(1)])
+        ((_, attempt),) = await mine.dequeue("w")
+        rid, aid = rollout.rollout_id, attempt.attempt_id
+
+        async def names(since: int = 0) -> list[str]:
+            return [s.name for s in await mine.get_spans(aid, since=since)]
+
+        await mine.add_spans([span(rid, aid, "a"), span(rid, aid, "b")])
+        assert await names() == ["a", "b"] and await names(since=1) == ["b"]
+        await other.add_spans([span(rid, aid, "c")])  # not in this store's cache
+        await mine.add_spans([span(rid, aid, "d")])
+        assert await names() == ["a", "b", "c", "d"] and await names(since=2) == ["c", "d"]
+        got = await mine.get_spans(aid)
+        got[0].attributes["mutated"] = True  # a caller's copy
+        assert "mutated" not in (await mine.get_spans(aid))[0].attributes
+        await mine.finish_attempt(aid, AttemptStatus.SUCCEEDED)
+        await other.harvest([rid])
+        with pytest.raises(NotFound):  # harvested elsewhere: the cached spans are not served
+            await mine.get_spans(aid)
+    finally:
+        await mine.close()
+        await other.close()

@@ -9,15 +9,19 @@ database stays the truth: spans another process wrote, or the cache evicted, are
 
 The check's round trip is the one cost such a read has beyond SQLite's (which asks its file the same
 question in microseconds), so the copy of the cached spans is made while the server answers
-(``Connections.fetch_during``): the read costs about the longer of the two rather than their sum. The copy
-is kept only when the answer says the cache held every span (made of a snapshot of the cache taken before the
-check was sent, so every span in it is below the ``next_seq`` the check sees).
+(``Connections.fetch_during``): with a core free for the server the read costs about the longer of the two
+rather than their sum (``tether.store._pg_overlap``: when that is slower, ``ReadOrder`` goes back to check,
+then copy). The copy is kept only when the answer says the cache held every span (it is made of a snapshot
+of the cache taken before the check was sent, so every span in it is below the ``next_seq`` the check sees).
 """
 
 from __future__ import annotations
 
+import time
+
 from tether.store._frozen import thawed_span
 from tether.store._pg_conn import Connections
+from tether.store._pg_overlap import ReadOrder
 from tether.store._pg_schema import SPAN_COLS, qualified, span_from_row
 from tether.store._span_cache import SpanCache
 from tether.types import Span
@@ -33,22 +37,32 @@ SPANS_FROM = (
 )
 
 
-async def read_spans(db: Connections, cache: SpanCache, attempt_id: str, since: int) -> list[Span] | None:
+async def read_spans(
+    db: Connections, cache: SpanCache, attempt_id: str, since: int, order: ReadOrder
+) -> list[Span] | None:
     """The attempt's spans from ``since`` on, in order; None when the attempt is unknown."""
     cached = cache.spans_of(attempt_id)
     copies: dict[int, Span] = {}
     if cached is not None:
         first = max(since, 0)
 
-        def copy() -> dict[int, Span]:  # while the server looks up next_seq (``tether.store._pg_overlap``)
+        def copy() -> dict[int, Span]:
             return {seq: thawed_span(span) for seq, span in cached.items() if seq >= first}
 
-        found, copies = await db.fetch_during(NEXT_SEQ, (attempt_id,), copy)
+        start = time.perf_counter()
+        overlap = order.overlap_next()
+        if overlap:  # copied while the server looks up next_seq
+            found, copies = await db.fetch_during(NEXT_SEQ, (attempt_id,), copy)
+        else:
+            found = await db.fetch(NEXT_SEQ, attempt_id)
+            copies = copy() if found else {}
         if not found:
             return None
         wanted = range(first, found[0][0])
         if all(seq in copies for seq in wanted):
-            return [copies[seq] for seq in wanted]
+            spans = [copies[seq] for seq in wanted]
+            order.record(overlap, time.perf_counter() - start)
+            return spans
     # none cached, or some written by another process, or evicted: one statement
     joined = await db.fetch(SPANS_FROM, attempt_id, since)
     if not joined:

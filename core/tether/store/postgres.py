@@ -48,6 +48,7 @@ from tether.store._pg_ops import (
     lock_running_attempt,
     sweep_stale,
 )
+from tether.store._pg_overlap import ReadOrder
 from tether.store._pg_queries import list_sql, publish_resources, take_finished
 from tether.store._pg_schema import (
     ATTEMPT_COLS,
@@ -118,6 +119,7 @@ class PostgresStore(Store):
         self.url = url
         self._db = Connections(url, max_size=pool_size, warm=_ready_connection)
         self._cache = SpanCache(span_cache_bytes)
+        self._read_order = ReadOrder()  # cached reads: copy while the server answers, or after (_pg_overlap)
 
     async def close(self) -> None:
         self._cache.clear()
@@ -324,7 +326,7 @@ class PostgresStore(Store):
 
     async def get_spans(self, attempt_id: str, *, since: int = 0) -> list[Span]:
         validate_int(since, "since")
-        found = await read_spans(self._db, self._cache, attempt_id, since)
+        found = await read_spans(self._db, self._cache, attempt_id, since, self._read_order)
         if found is None:
             raise NotFound(f"unknown attempt {attempt_id!r}")
         return found
