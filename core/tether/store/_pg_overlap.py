@@ -12,8 +12,9 @@ It pays only when the server's process gets a core of its own at once. On a mach
 kernel wakes it on the reader's core (the send is a synchronous wakeup), where it waits until the reader has
 copied and blocks, and may then wait behind other runnable processes: measured on two oversubscribed cores,
 the overlapped read was as fast or up to 2× slower than check-then-copy. So ``ReadOrder`` keeps whichever
-order has been quicker lately: most reads take it, and a few in every ``PROBE_EVERY`` take the other, whose
-median wall time is then compared with the median of the kept order's latest reads.
+order has been quicker lately: most reads take it, and ``PROBE`` in every ``PROBE_EVERY`` take the other,
+which is kept instead when the median wall time of those is clearly below that of the kept order's latest
+``PROBE`` reads (wall times on a loaded machine scatter widely: a margin, so that it does not flap on noise).
 
 ``Started`` drives the call as ``await`` would (``yield from`` by hand): every value the call yields goes to
 the task running it, and whatever the task sends or throws in (a result, a cancellation) goes back, so
@@ -27,10 +28,11 @@ from collections import deque
 from collections.abc import Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["PROBE", "PROBE_EVERY", "ReadOrder", "Started"]
+__all__ = ["PROBE", "PROBE_EVERY", "SWITCH_BELOW", "ReadOrder", "Started"]
 
-PROBE_EVERY = 64  # reads; the last PROBE of each such run of reads take the other order
-PROBE = 8
+PROBE_EVERY = 128  # reads; the last PROBE of each such run of reads take the other order
+PROBE = 16
+SWITCH_BELOW = 0.9  # the other order is taken when its median is below this fraction of the kept order's
 
 _T = TypeVar("_T")
 
@@ -91,5 +93,6 @@ class ReadOrder:
         self._times[overlapped].append(seconds)
         if self._reads % PROBE_EVERY == 0:  # a probe just ended: keep the quicker order
             kept, other = self._times[self.overlap], self._times[not self.overlap]
-            if len(kept) == PROBE and len(other) == PROBE and statistics.median(other) < statistics.median(kept):
-                self.overlap = not self.overlap
+            if len(kept) == PROBE and len(other) == PROBE:
+                if statistics.median(other) < SWITCH_BELOW * statistics.median(kept):
+                    self.overlap = not self.overlap
