@@ -8,10 +8,10 @@ first wait, by which time asyncpg has written the statement to the socket; the c
 awaits the rest of the call, which only reads the answer. The copy is speculative: the caller keeps it only
 if the answer says the cache held every span.
 
-It pays only when the server's process gets a core of its own at once. On a machine with none free, the
-kernel wakes it on the reader's core (the send is a synchronous wakeup), where it waits until the reader has
-copied and blocks, and may then wait behind other runnable processes: measured on two oversubscribed cores,
-the overlapped read was as fast or up to 2× slower than check-then-copy. So ``ReadOrder`` keeps whichever
+It pays only when the server's process gets a core of its own at once. On a machine with none free it waits
+for one (most likely on the reader's core, where the send's wakeup put it, until the reader has copied and
+blocks, and then behind other runnable processes): measured on two oversubscribed cores, the overlapped read
+went from as fast as check-then-copy to several times slower. So ``ReadOrder`` keeps whichever
 order has been quicker lately: most reads take it, and ``PROBE`` in every ``PROBE_EVERY`` take the other,
 which is kept instead when the median wall time of those is clearly below that of the kept order's latest
 ``PROBE`` reads (wall times on a loaded machine scatter widely: a margin, so that it does not flap on noise).
