@@ -327,7 +327,7 @@ def _keep_alive(version: str, connection: str | None) -> bool:
 def _path(target: str) -> str:
     """The decoded path of a request target (origin form, or absolute form)."""
     if not target.startswith("/"):
-        scheme, sep, rest = target.partition("://")
+        _, sep, rest = target.partition("://")
         target = "/" + rest.partition("/")[2] if sep else target
     path = target.partition("?")[0].partition("#")[0]
     return unquote(path) if "%" in path else path

@@ -13,9 +13,10 @@ and the error; never a transition), so a rollout without transitions says why.
 
 The HTTP side is tether's own small HTTP/1.1 server (``tether.proxy._http_server``: keep-alive, pipelining,
 ``Content-Length`` and chunked bodies, ``Expect: 100-continue``). A call whose client goes away before its
-answer is cancelled, upstream request included (the backend's connection is closed), and leaves no span: it was never answered. At most
-``max_concurrent_calls`` calls are in flight to the backend; a call that finds none free within
-``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that hangs.
+answer is cancelled, upstream request included (the backend's connection is closed), and leaves no span: it
+was never answered. At most ``max_concurrent_calls`` calls are in flight to the backend; a call that finds none
+free within ``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that
+hangs.
 
 A call whose span would be over ``max_span_bytes`` (24 MiB: an HTTP store takes 32 MiB a request) is not
 answered (413), since its transition could not be stored; a failed-call span records why.
