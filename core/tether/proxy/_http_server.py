@@ -251,7 +251,7 @@ class _Connection(asyncio.Protocol):
             length = -1
         elif lengths:
             value = lengths.pop() if len(lengths) == 1 else ""
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):
                 raise _BadRequest(400, "a bad Content-Length, or several that disagree")
             length = int(value)
             if length > self.server.max_body:
