@@ -301,18 +301,17 @@ class _Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         body = response.body
-        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nDate: %s\r\n" % (
+        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nDate: %s\r\n%s" % (
             response.status,
             _REASONS.get(response.status, b"Unknown"),
             response.content_type.encode(),
             len(body),
             self.server.date(),
+            b"" if keep else b"Connection: close\r\n",
         )
         if response.headers:
             head += "".join(f"{k}: {v}\r\n" for k, v in response.headers.items()).encode()
-        if not keep:
-            head += b"Connection: close\r\n"
-        transport.write(head + b"\r\n" if head_only else head + b"\r\n" + body)
+        transport.write(head + b"\r\n" if head_only else b"".join((head, b"\r\n", body)))
 
 
 def _keep_alive(version: str, connection: str | None) -> bool:

@@ -62,6 +62,8 @@ _TRUNCATED = orjson.dumps({"messages": [{"role": "user", "content": "[not record
 #: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
 #: training temperature); others in the mapping are ignored
 _SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
+#: ``refusal`` depends on its arguments only, and a proxy's clients send the same few hosts and types
+_refusal = functools.lru_cache(maxsize=256)(refusal)
 _CALL_ID = CALL_ID_HEADER.lower()
 _AGENT = AGENT_HEADER.lower()
 _SSE_HEADERS = {"Cache-Control": "no-cache"}
@@ -203,7 +205,7 @@ class ProxyServer:
     async def _route(self, request: Request) -> Response:
         """``POST [/r/{rid}/{aid}]/v1/chat/completions``, ``GET [/r/{rid}/{aid}]/v1/models``, ``GET /health``."""
         headers = request.headers
-        refused = refusal(
+        refused = _refusal(
             request.method, headers.get("host"), headers.get("origin"), request.content_type, request.local_address
         )
         if refused is not None:  # a web page driving the proxy (and the trainer's key behind it)
