@@ -46,7 +46,7 @@ class _Color(enum.Enum):
     RED = "red"
 
 
-class _Text(str, enum.Enum):  # a str to isinstance, not to JSON's round trip (nor to the freeze's type tests)
+class _Text(enum.StrEnum):  # a str to isinstance, not to the freeze's type tests
     A = "a"
 
 
