@@ -138,6 +138,21 @@ async def test_unknown_optimize_names_and_a_dead_model_stop_fit(tmp_path: Path) 
     assert "first failing rollout" in str(caught.value) and "Traceback" not in str(caught.value).splitlines()[0]
 
 
+async def test_an_optimized_sub_agent_the_preflight_did_not_meet_is_a_warning_not_unknown(tmp_path: Path) -> None:
+    # a sub-agent on a path the preflight's few rollouts did not take (a rewrite node run only on FIX, say)
+    agent = tether.wrap(answer, reward=right, optimize=["answer", "rewrite"])
+    probe = Probe()
+    with pytest.warns(UserWarning) as caught:
+        await _fit(tmp_path, agent, probe)
+    notes = [str(w.message) for w in caught]
+    assert probe.reached, "the run goes on"
+    assert any(n.startswith("preflight: sub-agent 'rewrite' in optimize= made no LLM call in ") for n in notes), (
+        notes
+    )
+    assert not any("unknown sub-agent" in n for n in notes), notes
+    assert all(w.filename == "tether.fit" for w in caught if "optimize=" in str(w.message))
+
+
 async def test_dev_on_a_remote_model_runs_a_policy_map_and_shows_each_calls_policy() -> None:
     agent = tether.wrap(answer, reward=right, optimize={"writer": ["answer"]})
     async with FakeLLM(handler=_model) as llm:

@@ -139,3 +139,10 @@ def test_unknown_optimize_names_message_lists_captured_agents() -> None:
     assert message == "unknown sub-agent 'writer' in optimize=; captured agents are: check_query, write_query"
     assert unknown_optimize_names(frozenset({"a"}), {"a", "b"}) is None
     assert unknown_optimize_names(None, set()) is None
+    # in a sample where another optimized sub-agent did call, a missing one may be on a path not taken
+    partly = unknown_optimize_names(frozenset({"write_query", "rewrite_query"}), {"write_query"}, rollouts=16)
+    assert partly is not None and not partly.startswith("unknown")
+    assert "'rewrite_query' in optimize= made no LLM call in 16 rollouts" in partly
+    assert unknown_optimize_names(frozenset({"writer"}), {"check_query"}, rollouts=16) == (
+        "unknown sub-agent 'writer' in optimize=; captured agents are: check_query"
+    )

@@ -202,7 +202,7 @@ def test_merge_writes_a_plain_checkpoint_that_computes_base_plus_adapter(warm_st
     assert not torch.allclose(logits, _logits(EmbeddedBackend(str(warm_start))), atol=1e-3)  # the adapter counts
 
     merged = merge(adapter, tmp_path / "merged")
-    served = open_backend(f"hf:{merged}")
+    served = open_backend(f"hf:{merged}?device=cpu")  # float32, as the adapter above (a GPU would pick bf16)
     assert isinstance(served, HFBackend) and served.lora is None and served.embedded_format
     torch.testing.assert_close(_logits(served), logits, atol=1e-5, rtol=1e-5)
     assert _greedy_ids(served) == ids
@@ -212,7 +212,9 @@ def test_merge_writes_a_plain_checkpoint_that_computes_base_plus_adapter(warm_st
     out = CliRunner().invoke(cli, ["merge", str(adapter), str(tmp_path / "cli"), "--base", str(warm_start)])
     assert out.exit_code == 0, out.output
     assert 'model="hf:' in out.output
-    torch.testing.assert_close(_logits(HFBackend(str(tmp_path / "cli"))), logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        _logits(HFBackend(str(tmp_path / "cli"), device="cpu")), logits, atol=1e-5, rtol=1e-5
+    )
     moved = tmp_path / "moved"
     shutil.copytree(adapter, moved)
     config = json.loads((moved / ADAPTER_CONFIG).read_text())
@@ -231,11 +233,12 @@ def test_a_model_built_in_memory_saves_its_base_beside_the_adapter(tmp_path: Pat
     assert json.loads((tmp_path / "ckpt" / ADAPTER_CONFIG).read_text())["base_model_name_or_path"] == "base"
     # the base beside is the untouched base, and the checkpoint stays whole when moved
     torch.testing.assert_close(
-        _logits(HFBackend(str(tmp_path / "ckpt" / "base"))), _logits(EmbeddedBackend(str(warm_start)))
+        _logits(HFBackend(str(tmp_path / "ckpt" / "base"), device="cpu")),
+        _logits(EmbeddedBackend(str(warm_start))),
     )
     (tmp_path / "ckpt").rename(tmp_path / "elsewhere")
     merged = merge(tmp_path / "elsewhere", tmp_path / "merged")
-    torch.testing.assert_close(_logits(HFBackend(str(merged))), logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_logits(HFBackend(str(merged), device="cpu")), logits, atol=1e-5, rtol=1e-5)
 
 
 def test_hf_backend_trains_lora_on_the_embedded_checkpoint_and_serves_the_adapter(

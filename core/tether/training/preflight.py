@@ -74,8 +74,11 @@ async def run_preflight(session: Session, algorithm: Preflighted, train: Sequenc
     problem = _problem(session, group is not None, batch, found)
     if problem is not None:
         raise FitError(f"preflight ({len(batch.results)} rollouts of {len(tasks)} training tasks): {problem}")
+    unknown = unknown_optimize_names(session.agent.optimize, found.agent_names)
+    partly = unknown_optimize_names(session.agent.optimize, found.agent_names, rollouts=len(batch.results))
     for note in found.problems:  # a partial problem: the run goes on, and says it
-        warnings.warn(f"preflight: {note}", stacklevel=3)
+        # (attributed to tether, not to the asyncio frame that happens to run the preflight)
+        warnings.warn_explicit(f"preflight: {partly if note == unknown else note}", UserWarning, "tether.fit", 0)
     return found
 
 

@@ -186,8 +186,15 @@ def _request_key(messages: Any) -> bytes:
         return repr(messages).encode()
 
 
-def unknown_optimize_names(optimize: frozenset[str] | None, seen: set[str]) -> str | None:
-    """A clear message when ``optimize=`` names sub-agents that never appeared, else None."""
+def unknown_optimize_names(
+    optimize: frozenset[str] | None, seen: set[str], *, rollouts: int | None = None
+) -> str | None:
+    """A clear message when ``optimize=`` names sub-agents that never appeared, else None.
+
+    ``rollouts``: the message is about a sample of that many rollouts (the preflight's, a run's first batch) in
+    which some ``optimize=`` names did appear, so a missing one may be on a path they did not take (a conditional
+    node) rather than misspelt: it says both, not "unknown".
+    """
     if optimize is None:
         return None
     seen_keys = {agent_key(name) for name in seen}
@@ -199,4 +206,9 @@ def unknown_optimize_names(optimize: frozenset[str] | None, seen: set[str]) -> s
     captured = ", ".join(n if n == agent_key(n) else repr(n) for n in sorted(seen))
     captured = captured or "none (no call carried an agent name)"
     noun = "sub-agent" if len(missing) == 1 else "sub-agents"
+    if rollouts is not None and seen_keys & {agent_key(name) for name in optimize}:
+        return (
+            f"{noun} {quoted} in optimize= made no LLM call in {rollouts} rollouts (fine for a sub-agent on a "
+            f"path they did not take; else a misspelt name); captured agents are: {captured}"
+        )
     return f"unknown {noun} {quoted} in optimize=; captured agents are: {captured}"

@@ -277,7 +277,8 @@ class Loop:
         if unknown and optimize is not None and not (optimize & names):
             raise ValueError(f"{unknown}; nothing would be trained")
         if unknown:  # a sub-agent on a path the first rollouts did not take (a conditional node): say so
-            warnings.warn(f"after the first {len(batch.results)} rollouts: {unknown}", stacklevel=2)
+            partly = unknown_optimize_names(optimize, names, rollouts=len(batch.results))
+            warnings.warn_explicit(f"the first training batch: {partly}", UserWarning, "tether.fit", 0)
         if batch.results and not batch.transitions:
             problems = "; ".join(dict.fromkeys(batch.problems)) or "no LLM call was captured"
             raise RuntimeError(f"the first training rollouts produced no transitions: {problems}")
