@@ -46,6 +46,14 @@ class _Color(enum.Enum):
     RED = "red"
 
 
+class _Text(enum.StrEnum):  # a str to isinstance, not to the freeze's type tests
+    A = "a"
+
+
+class _Number(enum.IntEnum):
+    ONE = 1
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -57,6 +65,12 @@ class _Color(enum.Enum):
         {"c": _Color.RED},
         (1, ("a", {2: 3})),
         {"s": {"a"}},
+        ["a", math.nan],
+        [{"x": [1, "a", math.inf]}],
+        {"t": _Text.A},
+        ["ok", _Text.A],
+        {"b": True, "n": _Number.ONE},
+        [{"deep": {"n": -math.inf}}],
     ],
 )
 def test_values_json_would_change_are_not_copied(value: Any) -> None:

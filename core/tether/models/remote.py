@@ -139,7 +139,8 @@ class RemoteBackend(ModelBackend):
             return None
 
     async def chat(self, request: ChatRequest) -> ChatResult:
-        body = self.payload(request, await self._model_for(request))
+        model = self.model or request.model  # else the server's first model, asked once
+        body = self.payload(request, model or await self._model_for(request))
         try:
             if self._lean is not None:  # plain http (a local server): the proxy's hot path, kept lean
                 async with asyncio.timeout(self.timeout_s):  # unlike wait_for, no extra task per call
@@ -169,7 +170,8 @@ class RemoteBackend(ModelBackend):
 def parse_completion(data: dict[str, Any], model: str | None = None) -> ChatResult:
     """A ``ChatResult`` from an OpenAI chat-completion body (with vLLM's token-id fields when present)."""
     choices = []
-    for raw_choice in sorted(data["choices"], key=lambda c: c.get("index", 0)):
+    listed = data["choices"]
+    for raw_choice in listed if len(listed) == 1 else sorted(listed, key=_index):
         message = {k: v for k, v in raw_choice["message"].items() if v is not None or k == "content"}
         message["role"] = "assistant"
         message.setdefault("content", None)
@@ -193,6 +195,10 @@ def parse_completion(data: dict[str, Any], model: str | None = None) -> ChatResu
         prompt_token_ids=list(map(int, prompt_ids)) if prompt_ids is not None else None,
         usage=usage,
     )
+
+
+def _index(choice: dict[str, Any]) -> Any:
+    return choice.get("index", 0)
 
 
 def _logprobs(logprobs: Any) -> list[float] | None:

@@ -1,7 +1,7 @@
 """The model proxy: an OpenAI-compatible server whose URL names the rollout attempt, recording each call.
 
 ``ProxyServer`` (in ``tether.proxy.server``) is imported on first use so that importing the request parser
-or the SSE helpers does not load the aiohttp server.
+or the SSE helpers does not load the HTTP server and the backends.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The proxy's HTTP plumbing on aiohttp's low-level server: its request factory and its JSON and error answers.
+"""The proxy's answers: JSON bodies and OpenAI-shaped errors, as ``_http_server.Response``.
 
 Errors use OpenAI's body shape (``{"error": {"message", "type", "param", "code"}}``), which OpenAI's SDKs show
 as they are.
@@ -9,27 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from aiohttp import web
+
+from tether.proxy._http_server import Response
 
 JSON = "application/json"
 #: the largest request body the proxy reads (its spans are capped lower: ``max_span_bytes``)
 MAX_BODY = 256 * 1024 * 1024
 
 
-def make_request(
-    message: Any,
-    payload: Any,
-    protocol: Any,
-    writer: Any,
-    task: Any,
-    _cls: type[web.BaseRequest] = web.BaseRequest,
-) -> web.BaseRequest:
-    """aiohttp's ``BaseRequest`` (no ``Application``), reading bodies of up to ``MAX_BODY`` bytes."""
-    return _cls(message, payload, protocol, writer, task, task.get_loop(), client_max_size=MAX_BODY)
-
-
-def json_response(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type=JSON)
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status)
 
 
 def error_response(
@@ -40,7 +29,7 @@ def error_response(
     kind: str = "invalid_request_error",
     code: str | None = None,
     headers: dict[str, str] | None = None,
-) -> web.Response:
+) -> Response:
     """An OpenAI-shaped error answer."""
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return web.Response(body=orjson.dumps(body), status=status, content_type=JSON, headers=headers)
+    return Response(orjson.dumps(body), status, JSON, headers)

@@ -11,10 +11,12 @@ the proxy does not serve, 405 for a wrong method, 502 when the backend fails. A 
 the backend rejected or failed is recorded as an ``llm`` span named ``spans.LLM_CALL_FAILED`` (the request
 and the error; never a transition), so a rollout without transitions says why.
 
-A call whose client goes away before its answer is cancelled, upstream request included (aiohttp's handler
-cancellation: the backend's connection is closed), and leaves no span: it was never answered. At most
-``max_concurrent_calls`` calls are in flight to the backend; a call that finds none free within
-``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that hangs.
+The HTTP side is tether's own small HTTP/1.1 server (``tether.proxy._http_server``: keep-alive, pipelining,
+``Content-Length`` and chunked bodies, ``Expect: 100-continue``). A call whose client goes away before its
+answer is cancelled, upstream request included (the backend's connection is closed), and leaves no span: it
+was never answered. At most ``max_concurrent_calls`` calls are in flight to the backend; a call that finds none
+free within ``queue_timeout_s`` gets 503 (OpenAI clients retry it) instead of waiting behind a backend that
+hangs.
 
 A call whose span would be over ``max_span_bytes`` (24 MiB: an HTTP store takes 32 MiB a request) is not
 answered (413), since its transition could not be stored; a failed-call span records why.
@@ -34,16 +36,16 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
-from aiohttp import web
 
-from tether._net import local_address, refusal
+from tether._net import refusal
 from tether._seeds import derive_seed
 from tether._slots import Slots
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
 from tether.policies import PolicyMap
-from tether.proxy._responses import JSON, error_response, json_response, make_request
+from tether.proxy._http_server import HttpServer, Request, Response
+from tether.proxy._responses import JSON, MAX_BODY, error_response, json_response
 from tether.proxy.capture import call_span, completion_json, failed_call_span, request_params, span_size
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
@@ -60,6 +62,11 @@ _TRUNCATED = orjson.dumps({"messages": [{"role": "user", "content": "[not record
 #: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
 #: training temperature); others in the mapping are ignored
 _SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
+#: ``refusal`` depends on its arguments only, and a proxy's clients send the same few hosts and types
+_refusal = functools.lru_cache(maxsize=256)(refusal)
+_CALL_ID = CALL_ID_HEADER.lower()
+_AGENT = AGENT_HEADER.lower()
+_SSE_HEADERS = {"Cache-Control": "no-cache"}
 _ENDPOINTS = (
     "the proxy serves POST /r/{rollout_id}/{attempt_id}/v1/chat/completions (and /v1/chat/completions outside "
     "a rollout), GET .../v1/models and GET /health"
@@ -104,7 +111,7 @@ class ProxyServer:
         self.close_backend = close_backend
         self.calls = 0  # successful recorded calls
         self.failures = 0  # calls answered with an error
-        self._runner: web.BaseRunner | None = None
+        self._server: HttpServer | None = None
         #: the open attempts, (rollout id, attempt id) -> the sampling overrides of their calls
         self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
         #: the open attempts' calls so far (a seeded attempt's n-th call samples with a seed derived from n)
@@ -119,25 +126,21 @@ class ProxyServer:
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     async def start(self) -> ProxyServer:
-        if self._runner is not None:
+        if self._server is not None:
             return self
         await self.backend.start()
         await self.batcher.start()
-        # aiohttp's low-level server: one handler that routes by hand. The Application's router, middleware
-        # chain and Request subclass cost ~10% of the proxy's CPU per call for five fixed routes.
-        # handler_cancellation: a client that hangs up cancels its call, and so the backend request it waits on
-        server = web.Server(self._route, request_factory=make_request, handler_cancellation=True)
-        runner = web.ServerRunner(server, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
-        await site.start()
-        self._runner = runner
-        self.port = int(runner.addresses[0][1])
+        # one handler that routes five fixed paths by hand; a client that hangs up cancels its call, and so the
+        # backend request it waits on
+        server = HttpServer(self._route, self._unreadable, self.host, self.port, max_body=MAX_BODY)
+        await server.start()
+        self._server = server
+        self.port = server.port
         return self
 
     @property
     def url(self) -> str:
-        if self._runner is None:
+        if self._server is None:
             raise RuntimeError("the proxy is not started: `await proxy.start()` or `async with proxy:`")
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
@@ -184,9 +187,9 @@ class ProxyServer:
     async def stop(self) -> None:
         """Stop serving, write the pending spans (the batcher stays open: its owner closes it), and close the
         backend if asked to. Idempotent."""
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop()
         await self.batcher.flush()
         if self.close_backend:
             await self.backend.close()
@@ -199,15 +202,11 @@ class ProxyServer:
 
     # -- handlers -----------------------------------------------------------------------------------------
 
-    async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _route(self, request: Request) -> Response:
         """``POST [/r/{rid}/{aid}]/v1/chat/completions``, ``GET [/r/{rid}/{aid}]/v1/models``, ``GET /health``."""
         headers = request.headers
-        refused = refusal(
-            request.method,
-            headers.get("Host"),
-            headers.get("Origin"),
-            request.content_type,
-            local_address(request.transport),
+        refused = _refusal(
+            request.method, headers.get("host"), headers.get("origin"), request.content_type, request.local_address
         )
         if refused is not None:  # a web page driving the proxy (and the trainer's key behind it)
             return self._error(refused[0], refused[1], code="refused")
@@ -238,10 +237,10 @@ class ProxyServer:
             return await (self._models(request) if path == "/v1/models" else self._health(request))
         return self._unknown(request, "no such endpoint")
 
-    async def _health(self, request: web.BaseRequest) -> web.Response:
-        return web.Response(text="ok")
+    async def _health(self, request: Request) -> Response:
+        return Response(b"ok", content_type="text/plain; charset=utf-8")
 
-    async def _models(self, request: web.BaseRequest) -> web.Response:
+    async def _models(self, request: Request) -> Response:
         name = getattr(self.backend, "model", None)  # a model id on remote backends; maybe a module elsewhere
         if not isinstance(name, str) or not name:
             name = self.backend.name or "tether"
@@ -249,12 +248,12 @@ class ProxyServer:
         return json_response({"object": "list", "data": data})
 
     async def _chat(
-        self, request: web.BaseRequest, key: tuple[str, str] | None, sampling: dict[str, Any] | None
-    ) -> web.Response:
+        self, request: Request, key: tuple[str, str] | None, sampling: dict[str, Any] | None
+    ) -> Response:
         """Answer one call; ``key`` (rollout id, attempt id) and its ``sampling`` when the call is recorded."""
         start_time = time.time()
         started = time.perf_counter()
-        raw = await request.read()
+        raw = request.body
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -270,8 +269,8 @@ class ProxyServer:
                 index = self._calls.get(key, 0)
                 self._calls[key] = index + 1
                 chat.seed = derive_seed(sampling["seed"], index)
-        call_id = request.headers.get(CALL_ID_HEADER) or new_id("call")
-        agent_name = decode_agent_header(request.headers.get(AGENT_HEADER))
+        call_id = request.headers.get(_CALL_ID) or new_id("call")
+        agent_name = decode_agent_header(request.headers.get(_AGENT))
         policy: str | None = None
         if self.policies is not None:
             policy = self.policies.policy_of(agent_name)
@@ -352,12 +351,10 @@ class ProxyServer:
             )
             self.calls += 1
         if stream:
-            return web.Response(
-                body=sse_body(completion), content_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-            )
-        return web.Response(body=payload, content_type=JSON)
+            return Response(sse_body(completion), content_type="text/event-stream", headers=_SSE_HEADERS)
+        return Response(payload, content_type=JSON)
 
-    def _overloaded(self) -> web.Response:
+    def _overloaded(self) -> Response:
         return self._error(
             503,
             f"the proxy has {self.max_concurrent_calls} calls in flight to the model backend "
@@ -392,14 +389,19 @@ class ProxyServer:
         kind: str = "invalid_request_error",
         code: str | None = None,
         headers: dict[str, str] | None = None,
-    ) -> web.Response:
+    ) -> Response:
         self.failures += 1
         return error_response(status, message, param=param, kind=kind, code=code, headers=headers)
 
-    def _unknown(self, request: web.BaseRequest, why: str) -> web.Response:
+    def _unreadable(self, status: int, why: str) -> Response:
+        """The answer to a request the HTTP server could not read (malformed, too large)."""
+        code = "request_too_large" if status == 413 else None
+        return self._error(status, f"the request cannot be read: {why}", code=code)
+
+    def _unknown(self, request: Request, why: str) -> Response:
         return self._error(404, f"{request.method} {request.path}: {why}; {_ENDPOINTS}", code="unknown_url")
 
-    def _not_allowed(self, request: web.BaseRequest, allow: str) -> web.Response:
+    def _not_allowed(self, request: Request, allow: str) -> Response:
         message = (
             f"{request.method} {request.path}: this endpoint takes {allow.replace(',', ' or ')}; {_ENDPOINTS}"
         )

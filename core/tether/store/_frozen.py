@@ -40,7 +40,6 @@ class FrozenObject:
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-_CONTAINERS = frozenset({FrozenObject, dict, tuple, list})
 _NUMBERS = frozenset({int, float, bool})
 
 
@@ -87,33 +86,64 @@ def freeze_copy(value: Any) -> Any:
     """A frozen copy of ``value`` that shares nothing mutable with it; ``NotNative`` if JSON would change it."""
     kind = type(value)
     if kind is dict:
-        items: dict[str, Any] = {}
-        nested = []
-        for key, item in value.items():
-            if type(key) is not str:
-                raise NotNative(key)
-            if type(item) in _SCALARS:
-                if type(item) is float and not math.isfinite(item):
-                    raise NotNative(item)
-                items[key] = item
-            else:
-                frozen = freeze_copy(item)
-                items[key] = frozen
-                if type(frozen) in _CONTAINERS:
-                    nested.append(key)
-        return FrozenObject(items, tuple(nested)) if nested else items
+        return _freeze_object(value)
     if kind is list or kind is tuple:
-        if _all_numbers(value):
-            return tuple(value)
-        frozen_items = [freeze_copy(item) for item in value]
-        if any(type(item) in _CONTAINERS for item in frozen_items):
-            return frozen_items
-        return tuple(frozen_items)
+        return _freeze_list(value)
     if kind in _SCALARS:
         if kind is float and not math.isfinite(value):
             raise NotNative(value)
         return value
     raise NotNative(kind.__name__)
+
+
+def _freeze_object(value: dict[Any, Any]) -> Any:
+    # (the proxy records a span per model call: this walk is most of a memory or SQLite store's write, so its
+    # common cases are tested inline, without a call per value)
+    items: dict[str, Any] = {}
+    nested: list[str] = []
+    for key, item in value.items():
+        if type(key) is not str:
+            raise NotNative(key)
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            items[key] = item
+        elif kind is dict:
+            items[key] = _freeze_object(item)
+            nested.append(key)  # a frozen object is a FrozenObject or a dict: a container either way
+        elif kind is list or kind is tuple:
+            items[key] = _freeze_list(item)
+            nested.append(key)  # a frozen list is a tuple or a list
+        elif kind is float:
+            if not math.isfinite(item):
+                raise NotNative(item)
+            items[key] = item
+        else:
+            raise NotNative(kind.__name__)
+    return FrozenObject(items, tuple(nested)) if nested else items
+
+
+def _freeze_list(value: list[Any] | tuple[Any, ...]) -> Any:
+    if _all_numbers(value):
+        return tuple(value)
+    items: list[Any] = []
+    nested = False
+    for item in value:
+        kind = type(item)
+        if kind is dict:
+            items.append(_freeze_object(item))
+            nested = True
+        elif kind is list or kind is tuple:
+            items.append(_freeze_list(item))
+            nested = True
+        elif kind is str or kind is int or kind is bool or item is None:
+            items.append(item)
+        elif kind is float:
+            if not math.isfinite(item):
+                raise NotNative(item)
+            items.append(item)
+        else:
+            raise NotNative(kind.__name__)
+    return items if nested else tuple(items)
 
 
 def _all_numbers(items: list[Any] | tuple[Any, ...]) -> bool:
