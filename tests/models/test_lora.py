@@ -322,6 +322,38 @@ def test_every_policys_fresh_adapter_is_the_same_whatever_drew_random_numbers_be
     assert any(not torch.equal(saved[0]["writer"][k], saved[0]["checker"][k]) for k in a_keys)  # two adapters
 
 
+def _adapted(model: torch.nn.Module, adapter: str) -> set[tuple[str, str]]:
+    """(layer, linear layer) pairs that carry ``adapter``'s LoRA matrices."""
+    found = set()
+    for name, _ in model.named_parameters():
+        if f".lora_A.{adapter}." in name:
+            layer, module = name.split(".layers.")[1].split(".")[0], name.split(".lora_A.")[0].rsplit(".", 1)[-1]
+            found.add((layer, module))
+    return found
+
+
+def test_a_second_policys_adapter_on_some_layers_adapts_the_same_linear_layers(nano_dir: Path) -> None:
+    """``LoRA(layers=...)`` spells ``"all-linear"`` out from the model; for a policy's adapter added beside another
+    one, that model already holds PEFT's layers. Their parts (``base_layer``, ``lora_A.default``) used to be read
+    as linear layers: the vLLM trainer's copy refused a second policy with ``layers=`` beside one on every layer
+    (PEFT found no module named ``default`` or ``base_layer`` there), and a local backend's second policy
+    recorded those names among its target modules."""
+    from tether.models._adapters import AdapterPolicies
+
+    linear = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    policies = AdapterPolicies(str(nano_dir), {"writer": SMALL, "lower": LoRA(r=4, alpha=8, layers=(0,))})
+    assert _adapted(policies.model, "tether_1") == {("0", m) for m in linear}
+    assert _adapted(policies.model, "default") == {(str(i), m) for i in range(2) for m in linear}
+    assert set(policies.model.peft_config["tether_1"].target_modules) == linear
+    backend = EmbeddedBackend(str(nano_dir))
+    backend.declare_policies(["w", "c"])
+    backend.attach_lora(LoRA(r=4, alpha=8, layers=1))
+    with backend.policy("c") as model:
+        assert _adapted(model, "default") == _adapted(model, "tether_1") == {("1", m) for m in linear}
+        assert set(model.peft_config["tether_1"].target_modules) == linear
+    asyncio.run(backend.close())
+
+
 def test_adapters_on_the_upper_layers_only_stop_the_backward_pass_there(nano_dir: Path, tmp_path: Path) -> None:
     """``LoRA(layers=1)``: adapters on the last decoder layer alone; a backward pass never runs the lower layers'
     backward, the saved adapter says which layers it adapts, and a bad setting is a clear error."""

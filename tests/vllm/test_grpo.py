@@ -5,6 +5,10 @@ After each update the adapter is swapped into the running server; the next step'
 record its version (nothing is stale) and the trainer's logprobs of their tokens match the server's (drift
 near zero), which could not hold if the server still sampled an older adapter. The run's checkpoint is the
 adapter in PEFT format; merged into its base it computes what the trainer's copy does, not what the base does.
+
+The adapter sits on the last decoder layer only (``LoRA(layers=1)``: PEFT writes ``layers_to_transform`` and
+that layer's weights, which vLLM loads as they are); adapters on every layer are served and swapped in
+``test_serving.py``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def _first_token_logprobs(model_dir: Path, prompt_ids: list[int], letters: list[
 
 
 def test_grpo_trains_a_lora_policy_that_vllm_samples(checkpoint: Path, tmp_path: Path) -> None:
-    algorithm = tether.GRPO(group_size=8, tasks_per_step=4, lr=5e-3, lora=tether.LoRA(r=8, alpha=16))
+    algorithm = tether.GRPO(group_size=8, tasks_per_step=4, lr=5e-3, lora=tether.LoRA(r=8, alpha=16, layers=1))
     trainer = tether.Trainer(
         model=f"vllm:{checkpoint}",
         algorithm=algorithm,
@@ -64,7 +68,7 @@ def test_grpo_trains_a_lora_policy_that_vllm_samples(checkpoint: Path, tmp_path:
     adapter = tmp_path / "vllm" / "checkpoint"
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert (adapter / "adapter_model.safetensors").is_file()
-    assert config["base_model_name_or_path"] == str(checkpoint)
+    assert config["base_model_name_or_path"] == str(checkpoint) and config["layers_to_transform"] == [1]
     merged = merge(adapter, tmp_path / "merged")
     from transformers import AutoTokenizer
 

