@@ -49,7 +49,8 @@ class Trainer:
     in Ray actors (``pip install "tether[ray]"``). ``heartbeat_timeout_s``: how long a rollout attempt may go
     without a heartbeat before it counts as its runner's death (ended and retried within ``max_attempts``).
     ``stop_after_idle_steps``: ``fit`` stops with a ``tether.FitError`` naming the cause and the fix after this
-    many consecutive training steps trained nothing (None: never).
+    many consecutive training steps trained nothing (None: never); a run that trained before them stops early
+    instead, evaluated and saved (``FitResult.stopped`` says why).
     ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
     (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     ``report_to``: where ``fit`` sends its metrics besides ``metrics.jsonl``: ``"tensorboard"``, ``"wandb"``,

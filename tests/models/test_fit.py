@@ -183,6 +183,34 @@ def test_a_constant_reward_stops_fit_before_training(warm_start: Path, tmp_path:
     assert not (tmp_path / "toy" / "checkpoint").exists(), "nothing trained, nothing saved"
 
 
+def test_a_run_that_trained_then_stopped_differing_stops_early_evaluated_and_saved(
+    warm_start: Path, tmp_path: Path
+) -> None:
+    # the first step's rollouts are graded; then every reward is the same (a policy that has settled)
+    graded = 4 * 8  # tasks_per_step x group_size
+
+    train, val = _tasks(8), _tasks(4, offset=99)
+
+    def settles(task: str, output: str, calls: list[int] = [0]) -> float:  # noqa: B006 (a counter)
+        if task in val:
+            return reward(task, output)
+        calls[0] += 1
+        return reward(task, output) if calls[0] <= graded else 1.0
+
+    trainer = _trainer(warm_start, tmp_path, steps=10, eval_every=10, stop_after_idle_steps=2)
+    agent = tether.wrap(pick_letter, reward=settles)
+    with pytest.warns(UserWarning, match="stopped early after step 3: 2 steps in a row trained nothing"):
+        result = trainer.fit(agent, train=train, val=val, preflight=False)
+    train = [h for h in result.history if h["kind"] == "train"]
+    assert [bool(h["trained"]) for h in train] == [True, False, False], "step 1 trained, 2 and 3 did not"
+    assert [h["step"] for h in result.evals] == [0, 3], "evaluated where it stopped"
+    assert result.checkpoint is not None and result.checkpoint.is_dir(), "and saved there"
+    assert result.stopped is not None and "after 1 steps that did train" in result.stopped
+    assert result.summary().splitlines()[0] == result.stopped
+    logged = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert logged[-1]["kind"] == "stop" and logged[-1]["step"] == 3
+
+
 def test_steps_that_train_nothing_stop_the_run_with_the_cause_and_the_fix(
     warm_start: Path, tmp_path: Path
 ) -> None:

@@ -26,6 +26,9 @@ class FitResult:
     checkpoint: Path | None = None
     plot: Path | None = None
     interrupted: bool = False
+    #: why the run ended before its last step, evaluated and saved (GRPO: its groups stopped differing after
+    #: it had trained); None when it ran every step
+    stopped: str | None = None
 
     @property
     def evals(self) -> list[dict[str, Any]]:
@@ -57,6 +60,8 @@ class FitResult:
         to show to their row labels (default: greedy and sampled accuracy); ``heading`` names the table's
         first column."""
         head = [self.message] if self.message else []
+        if self.stopped:
+            head.append(self.stopped)
         before, after = self.before, self.after
         if before is None or after is None:
             return "\n".join([*head, "no evaluation was recorded"])

@@ -165,13 +165,18 @@ async def fit(
             while loop.step < settings.steps:
                 step = await loop.train_step(train, rng)
                 loop.record(step, bar)
-                loop.check_idle(step, settings.stop_after_idle_steps)
+                settled = loop.check_idle(step, settings.stop_after_idle_steps)
                 await hooks.after_step(loop)
-                if loop.step % settings.eval_every == 0 or loop.step == settings.steps:
+                if settled or loop.step % settings.eval_every == 0 or loop.step == settings.steps:
                     if val:
                         loop.record(await evaluate(session, val, step=loop.step, prompts=loop.prompts), bar)
                     result.checkpoint = await loop.in_update_thread(loop.save)
                     await hooks.after_checkpoint(loop)
+                if settled:  # it trained before and nothing more comes: stop here, evaluated and saved
+                    loop.record({"kind": "stop", "step": loop.step, "reason": settled}, bar)
+                    result.stopped = settled
+                    warnings.warn_explicit(settled, UserWarning, "tether.fit", 0)
+                    break
         result.history = loop.history
         result.plot = run.plot(loop.history)
         return await hooks.finish(loop, result)
@@ -257,18 +262,27 @@ class Loop:
             **({"rss_mb": rss} if (rss := memory.rss_mb()) is not None else {}),
         }
 
-    def check_idle(self, record: dict[str, Any], limit: int | None) -> None:
-        """Count a step that trained nothing; ``FitError`` with its reason after ``limit`` of them in a row."""
+    def check_idle(self, record: dict[str, Any], limit: int | None) -> str | None:
+        """Count a step that trained nothing. After ``limit`` of them in a row: ``FitError`` with their reason
+        when no step of the run trained anything (a broken reward or wiring: nothing to keep), else why the run
+        stops early (it learned until its groups stopped differing: the caller evaluates and saves it)."""
         if record.get("trained", 0):
             self.idle_steps = 0
-            return
+            return None
         self.idle_steps += 1
-        if limit is not None and self.idle_steps >= limit:
-            raise FitError(
-                f"{self.idle_steps} steps in a row trained nothing (the last, step {record['step']}): "
-                f"{record.get('idle')}. Metrics: {self.run.metrics_path}; Trainer(stop_after_idle_steps=None) "
-                "trains on regardless"
-            )
+        if limit is None or self.idle_steps < limit:
+            return None
+        last = f"the last, step {record['step']}"
+        what = f"{self.idle_steps} steps in a row trained nothing ({last}): {record.get('idle')}"
+        regardless = "Trainer(stop_after_idle_steps=None) trains on regardless"
+        trained = sum(1 for h in self.history if h.get("kind") == "train" and h.get("trained"))
+        if not trained:
+            raise FitError(f"{what}. Metrics: {self.run.metrics_path}; {regardless}")
+        return (
+            f"stopped early after step {record['step']}: {what}, after {trained} steps that did train. The "
+            f"policy has settled where these rewards no longer tell its samples apart (a higher temperature or "
+            f"group_size, or a reward that grades finer, gives it more to learn); {regardless}"
+        )
 
     def _check_wiring(self, batch: Batch) -> None:
         optimize = self.session.agent.optimize
