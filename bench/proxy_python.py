@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _floor_proxy  # noqa: E402
-from proxy import _body  # noqa: E402
+import _floor_proxy
+from proxy import _body
 
 CLIENTS = 32
 #: what the bench's fake LLM answers (``text("Paris is the capital of France.")`` with token ids): 177 prompt
@@ -133,7 +133,8 @@ async def _tether(bursts: int) -> tuple[list[float], list[float]]:
         backend._lean = _Upstream()  # type: ignore[assignment]
         async with ProxyServer(backend, batcher=batcher, close_backend=True) as proxy:
             opened = [proxy.attempt(r.rollout_id, a.attempt_id) for r, a in claimed]
-            paths = [(await attempt.__aenter__()).split(str(proxy.port), 1)[1] + "/chat/completions" for attempt in opened]
+            urls = [await attempt.__aenter__() for attempt in opened]
+            paths = [url.split(str(proxy.port), 1)[1] + "/chat/completions" for url in urls]
             assert proxy._server is not None
             transports = [_Transport() for _ in paths]
             connections = []
@@ -185,7 +186,8 @@ def main() -> None:
     median = statistics.median
     load = os.getloadavg()
     print(f"the proxy's Python per call, no sockets: {args.bursts} bursts of {CLIENTS} per path")
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.2f} {load[1]:.2f} on {os.cpu_count()} cores")
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"{when}, load average {load[0]:.2f} {load[1]:.2f} on {os.cpu_count()} cores")
     print(f"  tether, on the answer's path   {median(tether):7.1f} us/call (best burst {min(tether):.1f})")
     print(f"  tether, the span (between)     {median(record):7.1f} us/call")
     print(f"  floor (bench/_floor_proxy.py)  {median(floor):7.1f} us/call (best burst {min(floor):.1f})")
