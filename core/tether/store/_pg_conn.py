@@ -147,23 +147,8 @@ class Connections:
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
         """One read statement on its own (no explicit transaction: a single statement sees one snapshot)."""
-        pool = await self.pool()
-        try:
-            conn = await pool.acquire()
-        except Exception as exc:
-            raise self.error(exc) from None
-        reuse = False
-        try:
-            rows = await conn.fetch(sql, *args)
-            reuse = True
-            return list(rows)
-        except self.asyncpg.exceptions.PostgresError as exc:
-            reuse = True
-            raise self.error(exc) from None
-        except Exception as exc:
-            raise self.error(exc) from None
-        finally:
-            pool.release(conn, reuse=reuse)
+        rows, _ = await self.fetch_during(sql, args, _nothing)
+        return rows
 
     async def fetch_during(self, sql: str, args: tuple[Any, ...], work: Callable[[], _T]) -> tuple[list[Any], _T]:
         """``fetch(sql, *args)`` with ``work()`` run while the server answers: the statement is sent first
@@ -282,3 +267,7 @@ class Listener:
                 await self._conn.close()
             else:
                 self._conn.terminate()
+
+
+def _nothing() -> None:
+    """No work to overlap: ``fetch`` is ``fetch_during`` with this."""
