@@ -163,6 +163,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, server: HttpServer) -> None:
         self.server = server
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.transport: asyncio.Transport | None = None
         self.local_address: str | None = None
         self.buffer = bytearray()
@@ -176,6 +177,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a TCP server's transport; not ``isinstance``-checked: uvloop's is not a subclass of asyncio's
         self.transport = cast(asyncio.Transport, transport)
+        # (asked once: on Python 3.11 each ``get_running_loop`` is a ``getpid`` system call)
+        self.loop = asyncio.get_running_loop()
         sockname = transport.get_extra_info("sockname")
         if isinstance(sockname, tuple) and sockname:
             self.local_address = str(sockname[0])
@@ -213,7 +216,8 @@ class _Connection(asyncio.Protocol):
         if parsed is None:
             return
         request, keep = parsed
-        self.task = asyncio.get_running_loop().create_task(self._respond(request, keep))
+        loop = self.loop or asyncio.get_running_loop()
+        self.task = loop.create_task(self._respond(request, keep))
 
     def _parse(self) -> tuple[Request, bool] | None:
         buffer = self.buffer
