@@ -232,9 +232,7 @@ async def _measure(
         connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=60)
         async with aiohttp.ClientSession(connector=connector) as session:
             for clients, delay in CASES:
-                # (slow answers get as many calls as fast ones: a 32-client row at 4,000 calls is 120 bursts per
-                # path, enough that its p50 repeats; a quarter of that swung by +-1 ms from run to run)
-                per_round = max(1, calls // clients // rounds)
+                per_round = max(1, calls // clients // rounds)  # slow answers too: see the docstring
                 await _round(session, [direct_url], clients, 10, delay)  # warm up connections
                 await _round(session, proxy_urls, clients, 10, delay)
                 for other in others:

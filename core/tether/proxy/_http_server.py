@@ -163,7 +163,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, server: HttpServer) -> None:
         self.server = server
-        self.loop: asyncio.AbstractEventLoop | None = None
+        # made by the server's loop, for it; asked once (on Python 3.11 each ``get_running_loop`` is a ``getpid``)
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.local_address: str | None = None
         self.buffer = bytearray()
@@ -177,8 +178,6 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a TCP server's transport; not ``isinstance``-checked: uvloop's is not a subclass of asyncio's
         self.transport = cast(asyncio.Transport, transport)
-        # (asked once: on Python 3.11 each ``get_running_loop`` is a ``getpid`` system call)
-        self.loop = asyncio.get_running_loop()
         sockname = transport.get_extra_info("sockname")
         if isinstance(sockname, tuple) and sockname:
             self.local_address = str(sockname[0])
@@ -216,8 +215,7 @@ class _Connection(asyncio.Protocol):
         if parsed is None:
             return
         request, keep = parsed
-        loop = self.loop or asyncio.get_running_loop()
-        self.task = loop.create_task(self._respond(request, keep))
+        self.task = self.loop.create_task(self._respond(request, keep))
 
     def _parse(self) -> tuple[Request, bool] | None:
         buffer = self.buffer
