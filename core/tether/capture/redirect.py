@@ -2,11 +2,12 @@
 
 While ``tether.capture.context.current_scope`` is set (the runner sets it around each rollout), each request that
 an ``openai`` client builds is rewritten to the scope's ``base_url`` — the rollout's proxy URL — keeping the path
-after the client's own base URL (``/chat/completions``), and gets two headers: ``X-Tether-Agent`` (the sub-agent
-making the call, from ``tether.capture.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh id per
-HTTP request, also left in ``last_call_id`` for the caller). Outside any scope requests are untouched, and so are
-those ``tether.passthrough`` exempts (a judge's client or code region): they are only recorded, their answers read
-from the SDK's ``_process_response``, wrapped while the redirect is installed.
+after the client's own base URL (``/chat/completions``, ``/responses``), and gets two headers:
+``X-Tether-Agent`` (the sub-agent making the call, from ``tether.capture.context.current_agent_name()``) and
+``X-Tether-Call-Id`` (a fresh id per HTTP request, also left in ``last_call_id`` for the caller). Outside any
+scope requests are untouched, and so are those ``tether.passthrough`` exempts (a judge's client or code
+region): they are only recorded, their answers read from the SDK's ``_process_response``, wrapped while the
+redirect is installed.
 
 The seam is the SDK's shared base client request builder, ``openai._base_client.BaseClient._build_request``:
 every sync and async client (and Azure's, which calls it via ``super()``) goes through it on every request and
@@ -64,16 +65,6 @@ SEAM_METHOD = "_build_request"
 RESPONSE_SEAM_CLASSES = ("SyncAPIClient", "AsyncAPIClient")
 RESPONSE_SEAM_METHOD = "_process_response"
 
-#: Paths (relative to the client's base URL) the tether proxy does not serve; a redirected request to one of
-#: them fails at once with a message naming the fix instead of a bare 404 from the proxy.
-UNSERVED_PATHS: dict[str, str] = {
-    "responses": (
-        "the tether proxy serves the Chat Completions API, not the Responses API; make the agent use chat "
-        "completions (openai-agents: agents.set_default_openai_api('chat_completions'); langchain-openai: "
-        "ChatOpenAI(use_responses_api=False); plain openai: client.chat.completions.create)"
-    ),
-}
-
 #: The call id of the last request redirected in this context (set by the sync or async caller's own context,
 #: so a wrapper around ``create`` can read it after the call to join its capture with the proxy's span).
 last_call_id: ContextVar[str | None] = ContextVar("tether_last_call_id", default=None)
@@ -83,10 +74,6 @@ last_call_id: ContextVar[str | None] = ContextVar("tether_last_call_id", default
 RequestListener = Callable[[Any, RolloutScope, str], None]
 
 log = logging.getLogger(__name__)
-
-
-class UnservedEndpoint(RuntimeError):
-    """A request inside a rollout targets an API the tether proxy does not implement."""
 
 
 _original: Callable[..., Any] | None = None
@@ -282,7 +269,6 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
         return None
     suffix = url.raw_path[len(base_path) :].decode("ascii")
     suffix = _strip_azure_deployment(suffix)
-    _check_served(suffix, scope)
 
     old_netloc = url.netloc
     new_url = _parse_url(url.__class__, scope.base_url.rstrip("/") + "/" + suffix)
@@ -321,12 +307,3 @@ def _strip_azure_deployment(suffix: str) -> str:
         if len(parts) == 3:
             return parts[2]
     return suffix
-
-
-def _check_served(suffix: str, scope: RolloutScope) -> None:
-    first = suffix.split("?", 1)[0].split("/", 1)[0]
-    reason = UNSERVED_PATHS.get(first)
-    if reason is not None:
-        raise UnservedEndpoint(
-            f"rollout {scope.rollout_id}: the agent called /{suffix.split('?', 1)[0]} but {reason}"
-        )

@@ -5,11 +5,12 @@ registers it (with the sampling that overrides the agent's own) and yields its O
 ``{proxy.url}/r/{rollout_id}/{attempt_id}/v1``. ``POST {url}/chat/completions`` validates the request, asks
 the backend, answers (as JSON or as an SSE stream synthesised from the whole completion) and submits one
 ``llm`` span for that attempt to the ``SpanBatcher`` it was given; no store round trip is made per call.
-``/v1/chat/completions`` without the prefix serves the same backend unrecorded (for calls made outside any
-rollout). Errors use OpenAI's body shape: 400 for bad requests, 404 for an attempt that is not open or a URL
-the proxy does not serve, 405 for a wrong method, 502 when the backend fails. A call of an open attempt that
-the backend rejected or failed is recorded as an ``llm`` span named ``spans.LLM_CALL_FAILED`` (the request
-and the error; never a transition), so a rollout without transitions says why.
+``POST {url}/responses`` (the Responses API) is the chat call it translates to (``tether.proxy.responses_api``).
+Without the prefix both serve the same backend unrecorded (calls made outside any rollout). Errors use OpenAI's
+body shape: 400 for bad requests, 404 for an attempt that is not open or a URL the proxy does not serve, 405
+for a wrong method, 502 when the backend fails. A call of an open attempt that the backend rejected or failed
+is recorded as an ``llm`` span named ``spans.LLM_CALL_FAILED`` (the request and the error; never a
+transition), so a rollout without transitions says why.
 
 The HTTP side is tether's own small HTTP/1.1 server (``tether.proxy._http_server``: keep-alive, pipelining,
 ``Content-Length`` and chunked bodies, ``Expect: 100-continue``). A call whose client goes away before its
@@ -42,15 +43,15 @@ from tether._seeds import derive_seed
 from tether._slots import Slots
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
-from tether.models.base import BackendError, BadRequest, ChatRequest, ModelBackend
+from tether.models.base import BackendError, BadRequest, ModelBackend
 from tether.policies import PolicyMap
+from tether.proxy import responses_api
 from tether.proxy._http_server import HttpServer, Request, Response
-from tether.proxy._responses import JSON, MAX_BODY, error_response, json_response
+from tether.proxy._responses import JSON, MAX_BODY, error_response, models_list
 from tether.proxy.capture import call_span, completion_json, failed_call_span, request_params, span_size
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
-from tether.proxy.system_messages import Replacement, Rule
-from tether.proxy.system_messages import replace as replace_system_message
+from tether.proxy.system_messages import Rule, swap_in
 from tether.types import new_id
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,10 @@ _refusal = functools.lru_cache(maxsize=256)(refusal)
 _CALL_ID = CALL_ID_HEADER.lower()
 _AGENT = AGENT_HEADER.lower()
 _SSE_HEADERS = {"Cache-Control": "no-cache"}
+_CALLS = ("/v1/chat/completions", "/v1/responses")
 _ENDPOINTS = (
-    "the proxy serves POST /r/{rollout_id}/{attempt_id}/v1/chat/completions (and /v1/chat/completions outside "
-    "a rollout), GET .../v1/models and GET /health"
+    "the proxy serves POST /r/{rollout_id}/{attempt_id}/v1/chat/completions and .../v1/responses (and both "
+    "without the /r/... prefix outside a rollout), GET .../v1/models and GET /health"
 )
 
 
@@ -227,30 +229,23 @@ class ProxyServer:
                     code="unknown_attempt",
                 )
         method = request.method
-        if path == "/v1/chat/completions":
+        if path in _CALLS:
             if method != "POST":
                 return self._not_allowed(request, "POST")
-            return await self._chat(request, key, sampling)
+            return await self._chat(request, key, sampling, responses=path == "/v1/responses")
         if path == "/v1/models" or (path == "/health" and key is None):
             if method not in ("GET", "HEAD"):
                 return self._not_allowed(request, "GET,HEAD")
-            return await (self._models(request) if path == "/v1/models" else self._health(request))
+            if path == "/health":
+                return Response(b"ok", content_type="text/plain; charset=utf-8")
+            return models_list(self.backend)
         return self._unknown(request, "no such endpoint")
 
-    async def _health(self, request: Request) -> Response:
-        return Response(b"ok", content_type="text/plain; charset=utf-8")
-
-    async def _models(self, request: Request) -> Response:
-        name = getattr(self.backend, "model", None)  # a model id on remote backends; maybe a module elsewhere
-        if not isinstance(name, str) or not name:
-            name = self.backend.name or "tether"
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "tether"}]
-        return json_response({"object": "list", "data": data})
-
     async def _chat(
-        self, request: Request, key: tuple[str, str] | None, sampling: dict[str, Any] | None
+        self, request: Request, key: tuple[str, str] | None, sampling: dict[str, Any] | None, responses: bool
     ) -> Response:
-        """Answer one call; ``key`` (rollout id, attempt id) and its ``sampling`` when the call is recorded."""
+        """Answer one call; ``key`` (rollout id, attempt id) and its ``sampling`` when the call is recorded.
+        A Responses API call (``responses``) is answered and recorded as the chat call it translates to."""
         start_time = time.time()
         started = time.perf_counter()
         raw = request.body
@@ -258,7 +253,11 @@ class ProxyServer:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return self._error(400, f"the request body is not valid JSON ({exc})")
+        asked = body
         try:
+            if responses:
+                body = responses_api.chat_body(asked)
+                raw = orjson.dumps(body)
             chat, stream = parse_chat_request(body)
         except InvalidRequest as exc:
             return self._error(400, str(exc), param=exc.param)
@@ -276,7 +275,7 @@ class ProxyServer:
             policy = self.policies.policy_of(agent_name)
             if not self.policies.shared:
                 chat.policy = policy
-        replaced = self._replace_system_message(chat, key, agent_name)
+        replaced = swap_in(self._system_messages.get(key) if key is not None else None, agent_name, chat)
         if not self._upstream.try_take():  # all taken: wait for one, for at most queue_timeout_s
             try:
                 async with asyncio.timeout(self.queue_timeout_s):
@@ -350,6 +349,8 @@ class ProxyServer:
                 )
             )
             self.calls += 1
+        if responses:
+            return responses_api.answer(asked, completion, call_id, stream)
         if stream:
             return Response(sse_body(completion), content_type="text/event-stream", headers=_SSE_HEADERS)
         return Response(payload, content_type=JSON)
@@ -364,21 +365,6 @@ class ProxyServer:
             code="overloaded",
             headers={"Retry-After": "1"},
         )
-
-    def _replace_system_message(
-        self, chat: ChatRequest, key: tuple[str, str] | None, agent: str | None
-    ) -> tuple[Replacement, list[int]] | None:
-        """Swap the attempt's candidate system message into ``chat`` when the call is its sub-agent's and its
-        system message is the captured one; the replacement and the indices replaced, else None."""
-        rule = self._system_messages.get(key) if key is not None and agent else None
-        replacement = rule.get(agent) if rule and agent else None
-        if replacement is None:
-            return None
-        swapped = replace_system_message(chat.messages, replacement)
-        if swapped is None:
-            return None
-        chat.messages = swapped[0]
-        return replacement, swapped[1]
 
     def _error(
         self,

@@ -23,9 +23,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.types import PromptTemplate, Span
+
+if TYPE_CHECKING:
+    from tether.models.base import ChatRequest
 
 _PREFIX = "system_message["
 _CAPTURED = "].captured"
@@ -98,6 +101,19 @@ def replace(messages: Sequence[Any], replacement: Replacement) -> tuple[list[Any
                 out[i] = {**message, "content": replacement.text}
                 replaced.append(i)
     return None if out is None else (out, replaced)
+
+
+def swap_in(rule: Rule | None, agent: str | None, chat: ChatRequest) -> tuple[Replacement, list[int]] | None:
+    """Swap ``agent``'s candidate system message of ``rule`` (an attempt's) into ``chat`` when its system
+    message is the captured one; the replacement and the indices replaced, else None (``chat`` unchanged)."""
+    replacement = rule.get(agent) if rule and agent else None
+    if replacement is None:
+        return None
+    swapped = replace(chat.messages, replacement)
+    if swapped is None:
+        return None
+    chat.messages = swapped[0]
+    return replacement, swapped[1]
 
 
 def mark(span: Span, replacement: Replacement, indices: Iterable[int]) -> None:

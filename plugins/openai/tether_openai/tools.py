@@ -2,11 +2,13 @@
 
 A plain function runs its tools itself, out of tether's sight; what tether does see is the next chat request,
 whose ``role="tool"`` messages carry each tool's result, answering an earlier assistant message's
-``tool_calls`` (name and arguments). ``ToolResultTracker`` listens to the redirected requests of runs started
-by ``OpenAIFunctionAdapter.run`` and emits one ``tool`` span per tool result the first time a request carries
-it: ``tool.name``, ``tool.arguments`` (parsed JSON when it parses), ``tool.call_id``, ``tool.result``, with the
-sub-agent of that request. Limits, inherent to this layer: a tool whose result is never sent back to the
-model is not seen, and a tool error is only whatever text the function put in the tool message.
+``tool_calls`` (name and arguments) — or, on the Responses API, the next request's ``function_call_output``
+items, answering its ``function_call`` items. ``ToolResultTracker`` listens to the redirected requests of
+runs started by ``OpenAIFunctionAdapter.run`` and emits one ``tool`` span per tool result the first time a
+request carries it: ``tool.name``, ``tool.arguments`` (parsed JSON when it parses), ``tool.call_id``,
+``tool.result``, with the sub-agent of that request. Limits, inherent to this layer: a tool whose result is
+never sent back to the model is not seen, and a tool error is only whatever text the function put in the tool
+message.
 """
 
 from __future__ import annotations
@@ -49,37 +51,61 @@ class ToolResultTracker:
         sink = self.sink
         if reported is None or sink is None or not isinstance(body, Mapping):
             return
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            return
+        items = body.get("messages")
+        if not isinstance(items, list):
+            items = body.get("input")  # the Responses API: function_call and function_call_output items
+            if not isinstance(items, list):
+                return
         calls: dict[str, tuple[str, Any]] = {}
         agent = current_agent_name()
-        for message in messages:
-            if not isinstance(message, Mapping):
+        for item in items:
+            if not isinstance(item, Mapping):
                 continue
-            if message.get("role") == "assistant":
-                for call in message.get("tool_calls") or ():
-                    function = call.get("function") if isinstance(call, Mapping) else None
-                    if isinstance(function, Mapping) and isinstance(call.get("id"), str):
-                        calls[call["id"]] = (str(function.get("name")), _arguments(function.get("arguments")))
-            elif message.get("role") == "tool":
-                call_key = message.get("tool_call_id")
-                if not isinstance(call_key, str) or call_key in reported:
-                    continue
-                reported.add(call_key)
-                name, arguments = calls.get(call_key, (str(message.get("name") or "unknown"), None))
-                sink.emit(
-                    SpanKind.TOOL,
-                    name,
-                    {
-                        spans.TOOL_NAME: name,
-                        spans.TOOL_ARGUMENTS: arguments,
-                        spans.TOOL_CALL_ID: call_key,
-                        spans.TOOL_RESULT: _content(message.get("content")),
-                        spans.LLM_CALL_ID: call_id,  # the request that carried the result back
-                    },
-                    agent_name=agent,
-                )
+            made = _calls(item)
+            if made:
+                calls.update(made)
+                continue
+            result = _result(item)
+            if result is None or result[0] in reported:
+                continue
+            call_key, content = result
+            reported.add(call_key)
+            name, arguments = calls.get(call_key, (str(item.get("name") or "unknown"), None))
+            sink.emit(
+                SpanKind.TOOL,
+                name,
+                {
+                    spans.TOOL_NAME: name,
+                    spans.TOOL_ARGUMENTS: arguments,
+                    spans.TOOL_CALL_ID: call_key,
+                    spans.TOOL_RESULT: _content(content),
+                    spans.LLM_CALL_ID: call_id,  # the request that carried the result back
+                },
+                agent_name=agent,
+            )
+
+
+def _calls(item: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Call id -> (tool name, arguments) of the tool calls an item makes: an assistant message's ``tool_calls``
+    or a Responses ``function_call`` item."""
+    if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
+        return {item["call_id"]: (str(item.get("name")), _arguments(item.get("arguments")))}
+    found = {}
+    if item.get("role") == "assistant":
+        for call in item.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping) and isinstance(call.get("id"), str):
+                found[call["id"]] = (str(function.get("name")), _arguments(function.get("arguments")))
+    return found
+
+
+def _result(item: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """(call id, result) of the tool result an item carries: a ``tool`` message or a ``function_call_output``."""
+    if item.get("role") == "tool" and isinstance(item.get("tool_call_id"), str):
+        return item["tool_call_id"], item.get("content")
+    if item.get("type") == "function_call_output" and isinstance(item.get("call_id"), str):
+        return item["call_id"], item.get("output")
+    return None
 
 
 def _arguments(raw: Any) -> Any:

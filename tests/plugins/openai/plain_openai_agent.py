@@ -29,5 +29,5 @@ def answer_streamed(question: str) -> str:
 
 
 def summarize(question: str) -> str:
-    # the Responses API, which tether's proxy does not serve
+    # the Responses API, which tether's proxy serves as the chat call it translates to
     return client.responses.create(model="gpt-test", input=question).output_text

@@ -25,6 +25,10 @@ from tether.capture.context import (
     remove_agent_resolver,
     rollout_scope,
 )
+from tether.capture.span_batcher import SpanBatcher
+from tether.models.remote import RemoteBackend
+from tether.proxy import ProxyServer
+from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, text
 
 
@@ -216,13 +220,16 @@ async def test_path_after_base_url_and_query_are_kept() -> None:
     assert seen == [("/r/ro-9/at-2/v1/models", "tenant=7", f"127.0.0.1:{port}")]
 
 
-def test_responses_api_is_refused_with_a_clear_error(agent_module: ModuleType, redirected: None) -> None:
-    with FakeLLM(handler=_echo) as llm, rollout_scope(_scope(llm.base_url, rollout="ro-r")):
-        with pytest.raises(redirect.UnservedEndpoint, match=r"ro-r.*/responses.*chat completions"):
-            agent_module.summarize("x")
-    assert llm.requests == []
-    with redirect.installed(), pytest.raises(openai.APIConnectionError):
-        agent_module.summarize("outside a rollout the SDK is left alone")
+async def test_responses_api_calls_are_redirected_and_served_by_the_proxy(
+    agent_module: ModuleType, redirected: None
+) -> None:
+    async with FakeLLM(handler=_echo) as llm, SpanBatcher(MemoryStore()) as batcher:
+        async with ProxyServer(RemoteBackend(llm.base_url), batcher=batcher, close_backend=True) as proxy:
+            with rollout_scope(_scope(proxy.url + "/v1", rollout="ro-r")), agent_scope("summarizer"):
+                out = await asyncio.to_thread(agent_module.summarize, "x")
+    assert out == "echo: x"  # the proxy translated the Responses call to the chat call the fake LLM answers
+    (req,) = llm.requests
+    assert req.path == "/v1/chat/completions" and req.json["messages"] == [{"role": "user", "content": "x"}]
 
 
 # -- install / uninstall -----------------------------------------------------------------------------------
