@@ -1,4 +1,5 @@
-"""The ``tether`` command line: ``plugins``, ``demo``, ``merge``, ``store serve``, ``dashboard``, ``import``."""
+"""The ``tether`` command line: ``plugins``, ``demo``, ``merge``, ``serve``, ``store serve``, ``dashboard``,
+``import``."""
 
 from __future__ import annotations
 
@@ -109,6 +110,45 @@ def merge(adapter_dir: str, out_dir: str, base: str | None) -> None:
     except (FileNotFoundError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f'merged {adapter_dir} into {out}: serve it with model="hf:{out}"')
+
+
+@main.command("serve")
+@click.argument("model")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind (an IPv6 one with or without brackets); anything but loopback requires --token.",
+)
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on; 0 picks a free one (the URL is printed).",
+)
+@click.option(
+    "--token",
+    envvar="TETHER_SERVE_TOKEN",
+    default=None,
+    help="Bearer token clients must send, as their OpenAI api_key (env TETHER_SERVE_TOKEN).",
+)
+@click.option(
+    "--policy",
+    default=None,
+    help="Which policy of a checkpoint trained with optimize={policy: [...]} to serve.",
+)
+def serve_model(model: str, host: str, port: int, token: str | None, policy: str | None) -> None:
+    """Serve MODEL as an OpenAI-compatible endpoint (Chat Completions and Responses, streaming or not, tool
+    calls in the model's own chat template): a run folder (runs/<name>, its checkpoint), a checkpoint folder
+    (full weights or a LoRA adapter on its base), or any model= string ("smollm2", "hf:<id or dir>"). Point
+    your agent's base URL at the printed URL. See docs/serve.md."""
+    from tether.proxy.model_server import serve
+
+    try:
+        serve(model, host=host, port=port, token=token, policy=policy)
+    except (ValueError, ImportError, FileNotFoundError, OSError) as exc:  # refused bind, bad model, port in use
+        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
 
 
 @main.group()
