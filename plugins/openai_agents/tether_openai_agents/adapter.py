@@ -9,10 +9,10 @@ context's type (``Agent[MyContext](...)``) gets a fresh ``MyContext()`` per roll
 run's ``RunConfig`` gives it:
 
 - a model provider that makes every agent whose ``model`` is a name (or unset) call the Chat Completions
-  API — the API tether's proxy serves — at the rollout's endpoint, through an ``AsyncOpenAI`` client made
-  for the running event loop (``tether.plugin.loop_pool``). The SDK's own default client shares one HTTP pool
-  bound to the first event loop that used it, which fails in the next one; the user's global settings are not
-  touched for this.
+  API (which every OpenAI-compatible server serves; the proxy serves the Responses API too) at the rollout's
+  endpoint, through an ``AsyncOpenAI`` client made for the running event loop (``tether.plugin.loop_pool``).
+  The SDK's own default client shares one HTTP pool bound to the first event loop that used it, which fails in
+  the next one; the user's global settings are not touched for this.
   Agents built with an explicit model object keep it (its requests are redirected by ``tether.capture.redirect``);
 - tracing on, with sensitive data, since nothing leaves the process (``tether_openai_agents.gate``);
 - a ``tool_error_formatter`` that only records a failing tool's exception for its span (the model still
