@@ -159,6 +159,15 @@ async def test_stream_helper_and_raw_events(rig: Rig) -> None:
         final = await stream.get_final_response()
     assert "".join(deltas) == words and len(deltas) > 1
     assert final.output_text == words and final.status == "completed"
+    rig.llm.add(tool_call("weather", {"city": "Oslo"}, id="call_s"))
+    async with rig.client.responses.stream(model="gpt-x", input="Oslo?", tools=[WEATHER]) as stream:  # type: ignore[list-item]
+        final = await stream.get_final_response()
+    (call,) = final.output
+    assert (
+        call.type == "function_call"
+        and call.call_id == "call_s"
+        and json.loads(call.arguments) == {"city": "Oslo"}
+    )
 
     rig.llm.add(tool_calls(("weather", {"city": "Paris"}), ("weather", {"city": "Rome"}), content="Checking."))
     events = await rig.client.responses.create(
@@ -175,7 +184,7 @@ async def test_stream_helper_and_raw_events(rig: Rig) -> None:
     assert done.output_text == "Checking."
     assert [json.loads(o.arguments)["city"] for o in done.output[1:]] == ["Paris", "Rome"]  # type: ignore[union-attr]
     recorded = await rig.spans()
-    assert [s.attributes["request"]["params"]["stream"] for s in recorded] == [True, True]
+    assert [s.attributes["request"]["params"]["stream"] for s in recorded] == [True, True, True]
 
 
 async def test_what_needs_stored_responses_is_refused_with_the_fix(rig: Rig) -> None:
