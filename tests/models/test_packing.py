@@ -1,0 +1,176 @@
+"""Exact trajectory packing on real multi-turn rollouts of the embedded model (issue 36): a plain-openai agent
+that keeps talking to the model, run through ``Trainer.dev``, so the prompts are what the embedded chat
+template really renders. The calls that extend each other exactly are merged (fewer sequences than calls),
+and a packed update's loss and gradient equal the per-call update's within 1e-5; a reply the agent edits
+before sending it back, and another sub-agent's call in between, start new sequences."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("tether_openai")
+torch = pytest.importorskip("torch")
+
+import tether  # noqa: E402
+from tether.algorithms.batching import assemble, context_length  # noqa: E402
+from tether.algorithms.grpo import GRPO  # noqa: E402
+from tether.capture.context import agent_scope  # noqa: E402
+from tether.models.embedded import EmbeddedModel  # noqa: E402
+from tether.training.packing import pack_calls  # noqa: E402
+from tether.types import Transition  # noqa: E402
+
+client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
+TURNS = 3
+
+
+def _ask(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    reply = client.chat.completions.create(model="toy", messages=messages, max_tokens=6)
+    message = reply.choices[0].message
+    return {"role": "assistant", "content": message.content or ""}
+
+
+def chat(task: str) -> str:
+    """Three turns of one conversation, each reply sent back as the model wrote it."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    for turn in range(TURNS):
+        messages.append(_ask(messages))
+        messages.append({"role": "user", "content": f"Another letter, turn {turn}."})
+    return str(messages[-2]["content"])
+
+
+def edited(task: str) -> str:
+    """The same conversation, but the agent rewrites each reply before sending it back (the history the model
+    sees next is not what it sampled)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    for turn in range(TURNS):
+        reply = _ask(messages)
+        messages.append({"role": "assistant", "content": f"[{reply['content']}]"})
+        messages.append({"role": "user", "content": f"Another letter, turn {turn}."})
+    return str(messages[-2]["content"])
+
+
+def with_a_checker(task: str) -> str:
+    """A writer's two turns with a checker's call (its own conversation, same model) in between."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    with agent_scope("writer"):
+        messages.append(_ask(messages))
+    with agent_scope("checker"):
+        _ask([{"role": "user", "content": f"Check: {messages[-1]['content']}"}])
+    messages.append({"role": "user", "content": "Another letter."})
+    with agent_scope("writer"):
+        messages.append(_ask(messages))
+    return str(messages[-1]["content"])
+
+
+def reward(task: str, output: str) -> float:
+    return float(output.strip()[:1] in ("a", "b"))
+
+
+def _transitions(agent: Any, warm_start: Path, tmp_path: Path, n: int = 4) -> list[Transition]:
+    """The calls of ``n`` real rollouts (sampled at temperature 1, logprobs recorded), with advantages ±1 by
+    rollout and +0.5 on every second call (each call keeps its own)."""
+    trainer = tether.Trainer(
+        model=f"embedded:{warm_start}",
+        store=f"sqlite:///{tmp_path / 'calls.db'}",
+        progress=False,
+        sampling={"temperature": 1.0},
+    )
+    report = trainer.dev(tether.wrap(agent, reward=reward), [f"Pick a letter, round {i}." for i in range(n)])
+    out = []
+    for r, rollout in enumerate(report):
+        for t in rollout.transitions:
+            sign = 1.0 if r % 2 else -1.0
+            out.append(dataclasses.replace(t, advantage=sign + 0.5 * (t.step % 2), trainable=True))
+    assert out and all(t.prompt_token_ids and t.response_token_ids for t in out)
+    return out
+
+
+def _loss_and_grads(model: Any, batch: Sequence[Transition], **kwargs: Any) -> tuple[dict[str, float], list[Any]]:
+    algo = GRPO(group_size=2, lr=0.0, max_grad_norm=1e9, **kwargs)
+    metrics = algo.update(model, batch, pad_token_id=0)
+    return metrics, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def _assert_equal_updates(model: Any, batch: Sequence[Transition], **kwargs: Any) -> dict[str, float]:
+    packed, packed_grads = _loss_and_grads(model, batch, pack=True, **kwargs)
+    rows, row_grads = _loss_and_grads(model, batch, pack=False, **kwargs)
+    assert abs(packed["loss"] - rows["loss"]) < 1e-5, (packed["loss"], rows["loss"])
+    assert len(packed_grads) == len(row_grads) > 0
+    for a, b in zip(packed_grads, row_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0), float((a - b).abs().max())
+    for key in ("drift_tokens", "drift_refused", "trained_transitions", "tokens_trained", "clip_frac"):
+        assert packed[key] == pytest.approx(rows[key], abs=1e-6), key
+    assert packed["drift_mean"] == pytest.approx(rows["drift_mean"], abs=1e-6)
+    assert rows["sequences"] == len(batch) and rows["tokens_saved"] == 0
+    return packed
+
+
+def test_a_multi_turn_rollout_packs_and_trains_as_its_calls_would(warm_start: Path, tmp_path: Path) -> None:
+    batch = _transitions(chat, warm_start, tmp_path)
+    model = EmbeddedModel.load(warm_start).model
+    sequences = pack_calls(batch, context_length(model))
+    assert len(batch) == 4 * TURNS and len(sequences) < len(batch), [len(s.calls) for s in sequences]
+    for sequence in sequences:  # every call's response sits where its own row has it, after its own prompt
+        for call in sequence.calls:
+            t = batch[call.index]
+            assert sequence.token_ids[: call.start] == tuple(t.prompt_token_ids)
+            assert sequence.token_ids[call.start : call.end] == tuple(t.response_token_ids)
+    packed = _assert_equal_updates(model, batch)
+    assert packed["sequences"] == len(sequences)
+    assert packed["tokens_saved"] > 0 and packed["tokens_trained"] == sum(len(t.response_token_ids) for t in batch)
+    # with a KL penalty, and with token-budget micro-batches and gradient checkpointing, still the same
+    _assert_equal_updates(model, batch, kl_coef=0.1, micro_batch_tokens=64, gradient_checkpointing=True)
+
+
+def test_a_call_whose_drift_is_refused_leaves_the_rest_of_its_sequence_training(
+    warm_start: Path, tmp_path: Path
+) -> None:
+    batch = _transitions(chat, warm_start, tmp_path, n=2)
+    model = EmbeddedModel.load(warm_start).model
+    middle = next(t for t in batch if t.step == 1)  # the second call of a packed rollout: sampled "elsewhere"
+    batch[batch.index(middle)] = dataclasses.replace(middle, logprobs=[lp - 2.0 for lp in middle.logprobs or []])
+    assert len(pack_calls(batch, context_length(model))) < len(batch)
+    packed = _assert_equal_updates(model, batch)
+    assert packed["drift_refused"] == 1 and packed["trained_transitions"] == len(batch) - 1
+    assert packed["tokens_trained"] == sum(len(t.response_token_ids) for t in batch) - len(
+        middle.response_token_ids
+    )
+
+
+def test_an_edited_history_is_not_merged(warm_start: Path, tmp_path: Path) -> None:
+    batch = _transitions(edited, warm_start, tmp_path, n=2)
+    model = EmbeddedModel.load(warm_start).model
+    assert len(pack_calls(batch, context_length(model))) == len(batch) == 2 * TURNS
+    assert _assert_equal_updates(model, batch)["tokens_saved"] == 0
+
+
+def test_another_sub_agent_in_between_starts_a_new_sequence(warm_start: Path, tmp_path: Path) -> None:
+    batch = _transitions(with_a_checker, warm_start, tmp_path, n=2)
+    assert [t.agent_name for t in batch[:3]] == ["writer", "checker", "writer"]
+    model = EmbeddedModel.load(warm_start).model
+    sequences = pack_calls(batch, context_length(model))
+    assert sorted(len(s.calls) for s in sequences) == [1] * len(batch)
+    # the writer's own two calls, alone, do extend each other exactly: packing merges them
+    writers = [t for t in batch if t.agent_name == "writer"]
+    assert len(pack_calls(writers, context_length(model))) == len(writers) // 2
+    _assert_equal_updates(model, writers)
+
+
+def test_assemble_gives_each_call_its_own_advantage_and_logprobs(warm_start: Path, tmp_path: Path) -> None:
+    batch = _transitions(chat, warm_start, tmp_path, n=1)
+    (sequence,) = pack_calls(batch, 1 << 30)
+    ids, mask, old, adv, owner = assemble([sequence], batch, 0)
+    assert ids.shape == (1, len(sequence.token_ids)) and mask.shape == old.shape == adv.shape == owner.shape
+    for call in sequence.calls:
+        t = batch[call.index]
+        span = slice(call.start - 1, call.end - 1)
+        assert bool((owner[0, span] == call.index).all()) and bool((mask[0, span] == 1).all())
+        assert bool((adv[0, span] == t.advantage).all())
+        assert torch.allclose(old[0, span], torch.tensor(t.logprobs))
+    assert int(mask.sum()) == sum(len(t.response_token_ids) for t in batch) == int((owner >= 0).sum())
