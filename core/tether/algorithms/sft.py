@@ -4,7 +4,8 @@ rollouts — traces imported from production (OTLP, ``tether import``) or rollou
 ``SFT.fit`` reads the rollouts of ``source`` (a store URL; None: the session's store), keeps those the filter
 passes (``tether.algorithms.sft_data``), tokenizes the calls that have no token ids with the model's chat
 template (recorded in the ``retokenized`` metric), then trains for ``epochs`` passes: batches of
-``batch_size`` calls, each one optimizer step, packed into micro-batches of at most ``micro_batch`` rows (and
+``batch_size`` calls, each one optimizer step (a rollout's calls that extend each other exactly trained as one
+sequence: ``pack``), packed into micro-batches of at most ``micro_batch`` rows (and
 ``micro_batch_tokens`` padded tokens) whose gradients add up to the batch's, every step on one dedicated
 thread with freed memory handed back after it (``memory.UpdateThread``, as GRPO's). The loss is the mean negative
 log-likelihood of the reply tokens only (the prompt is context). Every step is logged to the run's
@@ -59,6 +60,13 @@ class SFT(Algorithm):
     **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each call trains the weights of its
     sub-agent's policy (``backend.policy(name)``, its own optimizer); calls of sub-agents no policy names (the
     frozen model's) are left out. ``policies`` names the policies to train (None: all of the agent's).
+
+    **Packing.** With ``pack=True`` (the default) an epoch's order is shuffled rollout by rollout, each
+    rollout's calls kept together in call order, and the calls of a batch that extend each other exactly (the
+    next prompt's token ids begin with the previous prompt + reply ids, as a multi-turn demonstration rendered
+    by one chat template does) train as one sequence (``tether.training.packing``): the same loss and gradient
+    as one row per call, the shared history computed once. ``pack=False``: calls shuffled one by one, one row
+    each. Each step reports ``sequences``, ``tokens_trained``, ``tokens_computed`` and ``tokens_saved``.
     """
 
     uses_train_tasks = False  # (it reads stored rollouts)
