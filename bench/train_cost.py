@@ -298,9 +298,10 @@ def report(agent: str, args: argparse.Namespace, peak: dict[str, float], folder:
         results[pack] = (seconds, metrics)
         tokens = metrics["tokens_computed"]
         gflops = 6 * params * tokens / seconds / 1e9
+        padded = _padded(rows, pack, model, args.micro_batch)
         print(
             f"update {'packed  ' if pack else 'per-call'}: {metrics['sequences']:.0f} sequences, "
-            f"{tokens:.0f} tokens ({tokens / n:.0f} per rollout; {_padded(rows, pack, model, args.micro_batch):.0f} with padding; "
+            f"{tokens:.0f} tokens ({tokens / n:.0f} per rollout; {padded} with padding; "
             f"{metrics['tokens_trained']:.0f} trained), {seconds:.2f} CPU-s, {tokens / seconds:.0f} tokens/s, "
             f"{gflops:.1f} GFLOPS = {_of(gflops, peak)}"
         )
