@@ -2,7 +2,7 @@
 tokens per second, achieved GFLOPS and their fraction of a torch matmul's, packed against per-call updates,
 update tokens per rollout, and where the rest of an update's time goes (cProfile).
 
-Run: ``.venv/bin/python bench/train_cost.py`` (about 3 minutes of CPU on one thread; ``--help`` for knobs).
+Run: ``.venv/bin/python bench/train_cost.py`` (under a minute of CPU on one thread; ``--help`` for knobs).
 ``--agents calc,room,sql`` adds the SQL example (``pip install -e ".[langgraph]"``; its nodes as its warm start
 wraps them, ``write_query`` and ``rewrite_query`` optimized, ``check_query`` served).
 
@@ -15,8 +15,9 @@ job sends and samples. Then, at ``--threads`` torch threads:
 
 - **peak**: a square fp32 and a bf16 ``torch.matmul`` (``--matmul`` wide), 2·n³ FLOPs each.
 - **sampling**: the student answers the rollouts' first prompts (``--groups`` of them, ``n=--group-size`` each,
-  temperature 1, at most 48 new tokens) through ``backend.chat``; FLOPs ≈ 2·P·(prompt + generated tokens) per
-  sampled row (P: the model's parameters; attention's own FLOPs left out).
+  temperature 1, at most 48 new tokens) through ``backend.chat``; FLOPs ≈ 2·P·(prompt + generated tokens), a
+  request's prompt counted once (its ``n`` rows share it: the sampler prefills it once) and every generated
+  token (P: the model's parameters, the output head's included; attention's own FLOPs left out).
 - **update**: one ``GRPO.update`` on every call of the rollouts (advantages ±1 by rollout), packed
   (``pack=True``) and per call (``pack=False``), the same weights each time; FLOPs ≈ 6·P·tokens the forward
   passes compute (forward 2·P, backward 4·P per token); update tokens per rollout for both, and their ratio.
@@ -193,7 +194,7 @@ def sampling(backend: Any, firsts: Sequence[tuple[Any, Any]], n: int) -> dict[st
         for messages, tools in firsts:
             request = ChatRequest(messages=messages, tools=tools, n=n, max_tokens=48, temperature=1.0)
             result = await backend.chat(request)
-            prompt += len(result.prompt_token_ids or []) * n
+            prompt += len(result.prompt_token_ids or [])  # (the sampler prefills a prompt its rows share once)
             generated += sum(len(c.response_token_ids or []) for c in result.choices)
         return prompt, generated
 
@@ -202,12 +203,15 @@ def sampling(backend: Any, firsts: Sequence[tuple[Any, Any]], n: int) -> dict[st
 
 
 def update(
-    model: torch.nn.Module, rows: Sequence[Transition], pack: bool, pad: int
+    model: torch.nn.Module, rows: Sequence[Transition], pack: bool, pad: int, repeats: int, micro: int
 ) -> tuple[float, dict[str, float]]:
-    """One GRPO update on ``rows`` (a copy of ``model``: every variant starts from the same weights)."""
-    fresh = copy.deepcopy(model)
-    algo = GRPO(group_size=2, lr=1e-6, pack=pack, max_row_drift=None)
-    return _cpu(lambda: algo.update(fresh, rows, pad_token_id=pad))
+    """The best of ``repeats`` GRPO updates on ``rows``, each on a copy of ``model`` (the same weights)."""
+    runs = []
+    for _ in range(repeats):
+        fresh = copy.deepcopy(model)
+        algo = GRPO(group_size=2, lr=1e-6, pack=pack, max_row_drift=None, micro_batch=micro)
+        runs.append(_cpu(lambda algo=algo, fresh=fresh: algo.update(fresh, rows, pad_token_id=pad)))
+    return min(runs, key=lambda run: run[0])
 
 
 def profile(model: torch.nn.Module, rows: Sequence[Transition], pad: int, top: int, micro: int) -> str:
