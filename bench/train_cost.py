@@ -23,7 +23,8 @@ job sends and samples. Then, at ``--threads`` torch threads:
   passes compute (forward 2·P, backward 4·P per token); update tokens per rollout for both, and their ratio.
 - ``--model smollm2``: SmolLM2-135M-Instruct as the student instead (its own template; all weights, fp32 update),
   with e.g. ``--rollouts 8 --repeats 1``: minutes per update on one core.
-- **profile**: the packed update under cProfile, the top ``--top`` functions by own time.
+- **profile**: the packed update under cProfile, and sampling (a fresh student, every thread it starts), the top
+  ``--top`` functions by own time each.
 
 GFLOPS are per CPU-second of this process (``time.process_time``: a busy shared machine stretches wall time,
 not the work done), so with one thread they compare directly with the matmul's.
@@ -42,6 +43,7 @@ import json
 import pstats
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -215,15 +217,42 @@ def update(
 
 
 def profile(model: torch.nn.Module, rows: Sequence[Transition], pad: int, top: int, micro: int) -> str:
+    """The packed update under cProfile: the top functions by own time."""
     fresh = copy.deepcopy(model)
     algo = GRPO(group_size=2, lr=1e-6, max_row_drift=None, micro_batch=micro)
     profiler = cProfile.Profile()
     profiler.runcall(algo.update, fresh, rows, pad_token_id=pad)
+    return _top([profiler], top)
+
+
+def sampling_profile(backend: Any, firsts: Sequence[tuple[Any, Any]], n: int, top: int) -> str:
+    """Sampling under cProfile: the backend samples on its own thread, so every thread started from here on
+    (its sampler's first of all: ``backend`` must not have sampled yet) runs under a profiler of its own."""
+    profilers: list[cProfile.Profile] = []
+
+    def start(frame: Any, event: str, arg: Any) -> None:
+        sys.setprofile(None)
+        profilers.append(cProfile.Profile())
+        profilers[-1].enable()
+
+    threading.setprofile(start)
+    try:
+        sampling(backend, firsts, n)
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        asyncio.run(backend.close())  # its threads end: their profiles are complete
+    return _top(profilers, top)
+
+
+def _top(profilers: Sequence[cProfile.Profile], top: int) -> str:
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    stats = pstats.Stats(profilers[0], stream=out)
+    for more in profilers[1:]:
+        stats.add(more)
+    stats.sort_stats("tottime").print_stats(top)
     lines = out.getvalue().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
-    return "\n".join(lines[start : start + top + 1])
+    return "\n".join(line.replace(str(Path(sys.prefix)), "<venv>") for line in lines[start : start + top + 1])
 
 
 def _padded(rows: Sequence[Transition], pack: bool, model: torch.nn.Module, micro: int) -> int:
@@ -317,6 +346,9 @@ def report(agent: str, args: argparse.Namespace, peak: dict[str, float], folder:
     if args.top:
         print(f"profile of the packed update (top {args.top} by own time):")
         print(profile(model, rows, pad, args.top, args.micro_batch))
+    if args.top and not args.no_sampling:
+        print(f"profile of sampling, a fresh student, every thread (top {args.top} by own time):")
+        print(sampling_profile(student(items, args, folder), firsts[: args.groups], args.group_size, args.top))
     asyncio.run(backend.close())
 
 
