@@ -92,10 +92,10 @@ def multi_turn_transitions(agent: Any, model: str, tmp_path: Path, n: int = 4) -
 
 
 def _loss_and_grads(
-    model: Any, batch: Sequence[Transition], pad_token_id: int, **kwargs: Any
+    model: Any, batch: Sequence[Transition], pad_token_id: int, weights_version: int | None = None, **kwargs: Any
 ) -> tuple[dict[str, float], list[Any]]:
     algo = GRPO(group_size=2, lr=0.0, max_grad_norm=1e9, **kwargs)
-    metrics = algo.update(model, batch, pad_token_id=pad_token_id)
+    metrics = algo.update(model, batch, pad_token_id=pad_token_id, weights_version=weights_version)
     return metrics, [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
@@ -147,6 +147,34 @@ def test_a_call_whose_drift_is_refused_leaves_the_rest_of_its_sequence_training(
     assert packed["tokens_trained"] == sum(len(t.response_token_ids) for t in batch) - len(
         middle.response_token_ids
     )
+
+
+def test_each_call_keeps_its_own_version_on_policy_flag_and_staleness(warm_start: Path, tmp_path: Path) -> None:
+    """Versions by call inside packed rollouts: the current weights' calls train on the trainer's own logprobs,
+    an older allowed call on its recorded ones, a too-old call is dropped (the calls after it still merge over
+    it: their prompts extend the earlier call's exactly). The same update as per-call rows."""
+    batch = multi_turn_transitions(chat, f"embedded:{warm_start}", tmp_path, n=2)
+    model = EmbeddedModel.load(warm_start).model
+    versions = {0: 2, 1: 1, 2: 3}  # step -> the weights version that sampled it (the update's is 3)
+    batch = [
+        dataclasses.replace(t, weights_version=versions[t.step], logprobs=[lp + 0.3 for lp in t.logprobs or []])
+        for t in batch
+    ]
+    kept = [t for t in batch if t.step != 1]
+    assert len(pack_calls(kept, context_length(model))) == 2  # step 2 extends step 0 across the dropped step 1
+    settings = {"max_staleness": 1, "max_row_drift": None}
+    packed, packed_grads = _loss_and_grads(model, batch, 0, pack=True, weights_version=3, **settings)
+    rows, row_grads = _loss_and_grads(model, batch, 0, pack=False, weights_version=3, **settings)
+    assert packed["stale_dropped"] == rows["stale_dropped"] == 2 and packed["sequences"] == 2
+    assert abs(packed["loss"] - rows["loss"]) < 1e-5
+    for a, b in zip(packed_grads, row_grads, strict=True):
+        assert float((a - b).abs().max()) <= 1e-5 * max(1.0, float(b.abs().max()))
+    # the recorded (shifted) logprobs count for the older calls only: the current ones' shift changes nothing
+    shifted = [
+        dataclasses.replace(t, logprobs=[lp + 1.0 for lp in t.logprobs or []]) if t.step == 2 else t for t in batch
+    ]
+    again, _ = _loss_and_grads(model, shifted, 0, pack=True, weights_version=3, **settings)
+    assert abs(again["loss"] - packed["loss"]) < 1e-7
 
 
 def test_an_edited_history_is_not_merged(warm_start: Path, tmp_path: Path) -> None:
