@@ -247,3 +247,28 @@ def test_sft_packs_a_multi_turn_demonstration_rendered_by_the_template(
     assert abs(packed["loss"] - per_call["loss"]) < 1e-5
     for a, b in zip(packed_grads, per_call_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_a_fit_step_reports_its_packing_in_the_metrics(warm_start: Path, tmp_path: Path) -> None:
+    """``Trainer.fit`` with GRPO on the multi-turn agent: each train record (``metrics.jsonl``) says how many
+    sequences its calls packed into and the tokens that saved."""
+    import json
+
+    trainer = tether.Trainer(
+        model=f"embedded:{warm_start}",
+        algorithm=GRPO(group_size=4, tasks_per_step=4, lr=1e-4),
+        n_runners=4,
+        steps=1,
+        name="packed",
+        run_root=str(tmp_path),
+        progress=False,
+        sampling={"max_tokens": 6},
+    )
+    # the last reply's letter: half of the warm start's letters score, so a group scoring all alike is rare
+    agent = tether.wrap(chat, reward=lambda task, output: float(output.strip()[:1] in "abcd"))
+    result = trainer.fit(agent, train=[f"Pick a letter, round {i}." for i in range(4)], preflight=False)
+    (step,) = [h for h in result.history if h["kind"] == "train"]
+    assert step["trained"], step.get("idle")
+    assert step["sequences"] < step["trained"] and step["tokens_saved"] > 0 and step["tokens_trained"] > 0
+    logged = [json.loads(line) for line in (tmp_path / "packed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["sequences"] for r in logged if r.get("kind") == "train"] == [step["sequences"]]
