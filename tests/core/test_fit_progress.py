@@ -31,3 +31,6 @@ def test_the_progress_line_says_what_each_step_trained() -> None:
     assert "trained 24 · flat 1/4 · failed 2 (KeyError: 'answer')" in line
     idle = {**train, "trained": 0, "flat_groups": 4, "idle": "every group scored the same"}
     assert "trained nothing: every group scored the same · flat 4/4" in _line(idle)
+    packed = _line({**train, "trained": 24, "sequences": 9.0})
+    assert "trained 24 in 9 seqs · flat 1/4" in packed  # packing merged a rollout's calls
+    assert "trained 24 · flat" in _line({**train, "trained": 24, "sequences": 24.0})

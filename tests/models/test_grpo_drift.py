@@ -344,9 +344,10 @@ def test_logprobs_from_the_first_trained_position_match_the_full_pass(nano: Embe
     """``token_logprobs`` with the response mask projects only from the first trained position: at every trained
     position it gives what the full pass gives, and the gradient through it is the full pass's."""
     from tether.algorithms.batching import assemble, token_logprobs
+    from tether.training.packing import pack_calls
 
     batch = _varied(nano)[4:8]  # prompts of 19-31 tokens: the first trained position is well inside the row
-    ids, mask, _, _ = assemble(batch, 1 << 30, 0)
+    ids, mask, _, _, _ = assemble(pack_calls(batch, 1 << 30), batch, 0)
     first = int(torch.nonzero(mask.sum(0) > 0)[0, 0])
     assert first > 10
     model = nano.model

@@ -1,8 +1,9 @@
 """Update batches of transitions, shared by the policy updates that train on token ids (``GRPO``, ``SFT``).
 
-A transition becomes one row: its prompt and response token ids, right-padded, cut to the model's context from
-the prompt's left. ``pack`` groups rows into micro-batches by length under a row and token budget;
-``assemble`` builds a micro-batch's tensors (ids, the response mask, recorded logprobs, advantages);
+A row is a packed sequence (``tether.training.packing``: the calls of a rollout that extend each other
+exactly, or one call), right-padded. ``pack`` groups rows into micro-batches by length under a row and token
+budget; ``assemble`` builds a micro-batch's tensors (ids, and per position the response mask, recorded
+logprobs, advantages and the call that owns the position);
 ``token_logprobs`` scores each next token under a model; ``context_length`` is the model's window. torch is
 imported here, so this module loads only with an update that needs it.
 """
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
+from tether.training.packing import PackedSequence
 from tether.types import Transition
 
 
@@ -23,17 +25,10 @@ def context_length(model: torch.nn.Module) -> int:
     return int(getattr(config, "max_position_embeddings", None) or 1 << 30)
 
 
-def row_length(t: Transition, context_length: int) -> int:
-    """The length of ``t``'s row in an update batch (prompt + response, cut to the context as ``assemble``
-    cuts it)."""
-    response = min(len(t.response_token_ids), context_length - 1)
-    return min(len(t.prompt_token_ids), context_length - response) + response
-
-
 def pack(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
-    """Micro-batches (indices into ``lengths``): rows sorted by length, each micro-batch at most ``max_rows``
-    rows and, with a budget, at most ``max_tokens`` padded tokens (rows × its longest row). A row longer than
-    the budget goes alone."""
+    """Micro-batches (indices into ``lengths``): rows (packed sequences) sorted by length, each micro-batch at
+    most ``max_rows`` rows and, with a budget, at most ``max_tokens`` padded tokens (rows × its longest row). A
+    row longer than the budget goes alone."""
     parts: list[list[int]] = []
     current: list[int] = []
     for i in sorted(range(len(lengths)), key=lengths.__getitem__):
@@ -49,33 +44,35 @@ def pack(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[
 
 
 def assemble(
-    part: Sequence[Transition], context_length: int, pad_token_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``prompt + response`` ids, and per-position (shifted by one: the position that predicts
-    each token) response mask, recorded logprobs (NaN where missing) and advantages."""
-    rows = []
-    for t in part:
-        response = list(t.response_token_ids)[: context_length - 1]
-        prompt = list(t.prompt_token_ids)[-(context_length - len(response)) :] if t.prompt_token_ids else []
-        if not prompt:
-            raise ValueError(
-                f"transition {t.rollout_id}/{t.step} has no prompt token ids: the backend did not return them, "
-                "so it cannot be trained by GRPO (use the embedded, hf or vllm backend)"
-            )
-        logprobs = list(t.logprobs or [])[: len(response)]
-        logprobs += [math.nan] * (len(response) - len(logprobs))
-        rows.append((prompt, response, logprobs, float(t.advantage or 0.0)))
-    width = max(len(p) + len(r) for p, r, _, _ in rows)
-    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), width - 1)
-    old = torch.zeros(len(rows), width - 1)
-    for i, (prompt, response, logprobs, _) in enumerate(rows):
-        n_p, n_r = len(prompt), len(response)
-        ids[i, : n_p + n_r] = torch.tensor(prompt + response)
-        mask[i, n_p - 1 : n_p - 1 + n_r] = 1.0
-        old[i, n_p - 1 : n_p - 1 + n_r] = torch.tensor(logprobs)
-    adv = torch.tensor([a for _, _, _, a in rows])
-    return ids, mask, old, adv
+    sequences: Sequence[PackedSequence], batch: Sequence[Transition], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A micro-batch's tensors from its packed sequences (``tether.training.packing.pack_calls`` of ``batch``,
+    whose calls index ``batch``): ``ids [B, W]`` right-padded, and per position, shifted by one (position p
+    predicts token p+1): ``mask [B, W-1]`` 1 where a trained response token is predicted, ``old [B, W-1]`` the
+    recorded logprob of that token (NaN where none was recorded), ``adv [B, W-1]`` its call's advantage,
+    ``owner [B, W-1]`` its call's index in ``batch`` (-1 where no response token is predicted)."""
+    width = max(len(s.token_ids) for s in sequences)
+    rows = len(sequences)
+    ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros(rows, width - 1)
+    old = torch.zeros(rows, width - 1)
+    adv = torch.zeros(rows, width - 1)
+    owner = torch.full((rows, width - 1), -1, dtype=torch.long)
+    for r, sequence in enumerate(sequences):
+        ids[r, : len(sequence.token_ids)] = torch.tensor(sequence.token_ids)
+        for call in sequence.calls:
+            t = batch[call.index]
+            n = call.end - call.start
+            if not n:
+                continue
+            logprobs = list(t.logprobs or [])[:n]
+            logprobs += [math.nan] * (n - len(logprobs))
+            span = slice(call.start - 1, call.end - 1)
+            mask[r, span] = 1.0
+            old[r, span] = torch.tensor(logprobs)
+            adv[r, span] = float(t.advantage or 0.0)
+            owner[r, span] = call.index
+    return ids, mask, old, adv, owner
 
 
 def token_logprobs(

@@ -4,7 +4,8 @@ rollouts — traces imported from production (OTLP, ``tether import``) or rollou
 ``SFT.fit`` reads the rollouts of ``source`` (a store URL; None: the session's store), keeps those the filter
 passes (``tether.algorithms.sft_data``), tokenizes the calls that have no token ids with the model's chat
 template (recorded in the ``retokenized`` metric), then trains for ``epochs`` passes: batches of
-``batch_size`` calls, each one optimizer step, packed into micro-batches of at most ``micro_batch`` rows (and
+``batch_size`` calls, each one optimizer step (a rollout's calls that extend each other exactly trained as one
+sequence: ``pack``), packed into micro-batches of at most ``micro_batch`` rows (and
 ``micro_batch_tokens`` padded tokens) whose gradients add up to the batch's, every step on one dedicated
 thread with freed memory handed back after it (``memory.UpdateThread``, as GRPO's). The loss is the mean negative
 log-likelihood of the reply tokens only (the prompt is context). Every step is logged to the run's
@@ -34,7 +35,7 @@ from tether.algorithms.grpo.policies import trained_policies, update_policies
 from tether.algorithms.sft_data import Example, Filter, read_finished, select, tokenize
 from tether.models.base import RendersReplies, TrainableBackend
 from tether.store import open_store
-from tether.training import memory
+from tether.training import memory, packing
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
 from tether.types import Task, Transition
@@ -59,6 +60,13 @@ class SFT(Algorithm):
     **Policies.** With ``tether.wrap(optimize={policy: [sub-agents]})`` each call trains the weights of its
     sub-agent's policy (``backend.policy(name)``, its own optimizer); calls of sub-agents no policy names (the
     frozen model's) are left out. ``policies`` names the policies to train (None: all of the agent's).
+
+    **Packing.** With ``pack=True`` (the default) an epoch's order is shuffled rollout by rollout, each
+    rollout's calls kept together in call order, and the calls of a batch that extend each other exactly (the
+    next prompt's token ids begin with the previous prompt + reply ids, as a multi-turn demonstration rendered
+    by one chat template does) train as one sequence (``tether.training.packing``): the same loss and gradient
+    as one row per call, the shared history computed once. ``pack=False``: calls shuffled one by one, one row
+    each. Each step reports ``sequences``, ``tokens_trained``, ``tokens_computed`` and ``tokens_saved``.
     """
 
     uses_train_tasks = False  # (it reads stored rollouts)
@@ -72,6 +80,7 @@ class SFT(Algorithm):
     batch_size: int = 16  # calls per optimizer step
     micro_batch: int = 16  # rows per forward pass, at most
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
+    pack: bool = True  # a rollout's calls that extend each other exactly train as one sequence
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     seed: int = 0
@@ -140,7 +149,10 @@ class SFT(Algorithm):
             "retokenized": retokenized,  # calls tokenized here with the model's chat template
             "tokenizer": session.backend.name or type(backend).__name__,
         }
-        rows = [_transition(e, policy_map.policy_of(e.agent_name)) for e in examples]
+        steps = _steps(examples)
+        rows = [
+            _transition(e, policy_map.policy_of(e.agent_name), n) for e, n in zip(examples, steps, strict=True)
+        ]
         per_epoch = math.ceil(len(rows) / self.batch_size)
         rng = random.Random(f"{self.seed}:sft")
         step = 0
@@ -162,8 +174,7 @@ class SFT(Algorithm):
             elif val:
                 record(await evaluate(session, val, step=0), bar)
             for epoch in range(self.epochs):
-                order = list(range(len(rows)))
-                rng.shuffle(order)
+                order = _shuffled(rows, rng, by_rollout=self.pack)
                 for b in range(per_epoch):
                     batch = [rows[i] for i in order[b * self.batch_size : (b + 1) * self.batch_size]]
                     started = time.perf_counter()
@@ -221,14 +232,14 @@ class SFT(Algorithm):
         for group in optimizer.param_groups:
             group["lr"] = self.lr * self._lr_scale
         total = sum(min(len(t.response_token_ids), context - 1) for t in batch)
-        lengths = [batching.row_length(t, context) for t in batch]
-        parts = batching.pack(lengths, self.micro_batch, self.micro_batch_tokens)
+        sequences = packing.pack_calls(batch, context, merge=self.pack)
+        parts = batching.pack([len(s.token_ids) for s in sequences], self.micro_batch, self.micro_batch_tokens)
         device = next(model.parameters()).device
         model.train()
         optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for indices in parts:
-            ids, mask, _, _ = batching.assemble([batch[i] for i in indices], context, pad_token_id)
+            ids, mask, _, _, _ = batching.assemble([sequences[i] for i in indices], batch, pad_token_id)
             ids, mask = ids.to(device), mask.to(device)
             loss = -(batching.token_logprobs(model, ids, 1.0, mask) * mask).sum() / max(total, 1)
             loss.backward()
@@ -242,6 +253,7 @@ class SFT(Algorithm):
             "trained_examples": float(len(batch)),
             "response_tokens": float(total),
             "micro_batches": float(len(parts)),
+            **packing.metrics(sequences, batch, context, total),
         }
 
     def optimizer_for(self, model: torch.nn.Module, policy: str | None = None) -> torch.optim.Optimizer:
@@ -280,14 +292,41 @@ def _scale(schedule: str, step: int, total: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
 
 
-def _transition(e: Example, policy: str) -> Transition:
-    """An example as the row layout the update shares with GRPO (prompt + response ids)."""
+def _steps(examples: Sequence[Example]) -> list[int]:
+    """Each example's place among its rollout's examples (they come in call order, rollout by rollout)."""
+    seen: dict[str, int] = {}
+    out = []
+    for e in examples:
+        out.append(seen.get(e.rollout_id, 0))
+        seen[e.rollout_id] = out[-1] + 1
+    return out
+
+
+def _shuffled(rows: Sequence[Transition], rng: random.Random, *, by_rollout: bool) -> list[int]:
+    """One epoch's order of ``rows``: shuffled call by call, or (``by_rollout``, for packing) rollout by
+    rollout with each rollout's calls together in step order, so a batch holds whole runs of calls that can
+    extend each other."""
+    if not by_rollout:
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        return order
+    groups: dict[str, list[int]] = {}
+    for i, t in enumerate(rows):
+        groups.setdefault(t.rollout_id, []).append(i)
+    runs = list(groups.values())
+    rng.shuffle(runs)
+    return [i for run in runs for i in sorted(run, key=lambda k: rows[k].step)]
+
+
+def _transition(e: Example, policy: str, step: int = 0) -> Transition:
+    """An example as the row layout the update shares with GRPO (prompt + response ids); ``step`` its place in
+    its rollout (what packing orders a rollout's calls by)."""
     return Transition(
         rollout_id=e.rollout_id,
         attempt_id="",
         task_id="",
         agent_name=e.agent_name,
-        step=0,
+        step=step,
         messages=e.messages,
         response=e.reply,
         prompt_token_ids=list(e.prompt_token_ids),

@@ -47,7 +47,8 @@ class WarmStart(Algorithm):
     any ``model=`` string, or a ``ModelBackend`` (left open: its owner closes it). The agent's requests go to it
     unchanged, with the trainer's ``sampling`` and ``temperature`` (None: the trainer's). ``rollouts``:
     teacher rollouts, drawn from the training tasks (cycled when there are fewer tasks). ``lr``, ``batch_size``,
-    ``micro_batch``, ``micro_batch_tokens``: the fine-tuning's (``tether.SFT``, warm-up then cosine decay).
+    ``micro_batch``, ``micro_batch_tokens``, ``pack``: the fine-tuning's (``tether.SFT``, warm-up then cosine
+    decay; ``pack``: a rollout's calls that extend each other exactly train as one sequence).
     ``lora=tether.LoRA(...)``: train adapters instead of all the weights (give GRPO the same ``lora=`` when it
     follows). ``policies``: the policies of ``wrap(optimize={...})`` to train (None: all).
     ``refit_tokenizer``: retrain a fresh embedded model's tokenizer on the teacher's traffic first (a
@@ -65,6 +66,7 @@ class WarmStart(Algorithm):
     batch_size: int = 16
     micro_batch: int = 16
     micro_batch_tokens: int | None = None
+    pack: bool = True
     temperature: float | None = None
     lora: LoRA | None = None
     policies: Sequence[str] | None = None
@@ -209,6 +211,7 @@ class WarmStart(Algorithm):
             batch_size=self.batch_size,
             micro_batch=self.micro_batch,
             micro_batch_tokens=self.micro_batch_tokens,
+            pack=self.pack,
             retokenize=True,  # the teacher's token ids, if any, are not the student's
             schedule="cosine",
             policies=self.policies,

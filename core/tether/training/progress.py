@@ -1,7 +1,7 @@
-"""The progress bar of ``Trainer.fit``: step, train reward, what the step trained (transitions, flat groups out
-of groups, failed rollouts with their commonest error, or why it trained nothing), validation accuracy,
-rollouts per second, and the last update's trainer-vs-sampler logprob drift (mean and max absolute difference,
-``-`` until measured).
+"""The progress bar of ``Trainer.fit``: step, train reward, what the step trained (transitions and the sequences
+packing merged them into, flat groups out of groups, failed rollouts with their commonest error, or why it
+trained nothing), validation accuracy, rollouts per second, and the last update's trainer-vs-sampler logprob
+drift (mean and max absolute difference, ``-`` until measured).
 ``kind="sft"`` (``tether.SFT``) shows the loss and examples per second instead of reward, rate and drift."""
 
 from __future__ import annotations
@@ -84,9 +84,11 @@ def _drift_text(record: dict[str, Any]) -> str:
 
 
 def trained_text(record: dict[str, Any]) -> str:
-    """``trained 24 · flat 1/4 · failed 2 (ValueError: ...)``, or ``trained nothing: <why>``: what a train
-    record says the step trained."""
-    parts = [f"trained {record.get('trained', 0)}"] if record.get("trained") else []
+    """``trained 24 in 9 seqs · flat 1/4 · failed 2 (ValueError: ...)``, or ``trained nothing: <why>``: what a
+    train record says the step trained (``in N seqs`` when packing merged calls into fewer sequences)."""
+    trained, sequences = record.get("trained", 0), record.get("sequences")
+    packed = f" in {sequences:g} seqs" if sequences and sequences < trained else ""
+    parts = [f"trained {trained}{packed}"] if trained else []
     if not parts:
         parts.append(f"trained nothing: {_clip(str(record.get('idle', '')), 90)}")
     if record.get("groups"):

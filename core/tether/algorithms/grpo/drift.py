@@ -1,31 +1,42 @@
 """GRPO's trainer-vs-sampler drift: ``Drift`` sums it over an update's micro-batches (the ``drift_*`` metrics);
-``Refusals`` keeps the rows whose drift says other weights sampled them out of the update."""
+``Refusals`` keeps the calls whose drift says other weights sampled them out of the update."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import torch
 
 
 class Refusals:
-    """The rows of one micro-batch refused for their drift: a row whose tokens the trainer scores far from the
+    """The calls of one update refused for their drift: a call whose tokens the trainer scores far from the
     sampler's recorded logprobs was not sampled by these weights (another policy's adapter, a retokenised
-    reply), so its ratios and advantage would train on a lie. Judged on the first epoch's pass; kept in
-    ``refused`` (batch index -> response tokens) for the later epochs."""
+    reply), so its ratios and advantage would train on a lie. Judged per call (``owner``: the call of each
+    position, as ``batching.assemble`` gives it), so one refused call of a packed sequence leaves the others
+    training. Judged on the first epoch's pass; kept in ``refused`` (batch index -> response tokens) for the
+    later epochs."""
 
-    def __init__(self, refused: dict[int, int], indices: Sequence[int]) -> None:
+    def __init__(self, refused: dict[int, int]) -> None:
         self.refused = refused
-        self.indices = list(indices)
 
-    def judge(self, diff: torch.Tensor, measured: torch.Tensor, mask: torch.Tensor, limit: float) -> None:
-        counts = measured.sum(dim=1)
-        means = (diff.abs() * measured).sum(dim=1) / counts.clamp(min=1)
-        for row in torch.nonzero((counts > 0) & (means > limit)).flatten().tolist():
-            self.refused[self.indices[row]] = int(mask[row].sum())
+    def judge(self, diff: torch.Tensor, measured: torch.Tensor, owner: torch.Tensor, limit: float) -> None:
+        """Refuse the calls whose mean ``|diff|`` over their ``measured`` positions exceeds ``limit``."""
+        calls = owner[owner >= 0]
+        if calls.numel() == 0:
+            return
+        size = int(calls.max()) + 1
+        picked = measured & (owner >= 0)
+        counts = torch.bincount(owner[picked], minlength=size)
+        sums = torch.bincount(owner[picked], weights=diff.abs()[picked].double(), minlength=size)
+        tokens = torch.bincount(calls, minlength=size)
+        means = sums / counts.clamp(min=1)
+        for call in torch.nonzero((counts > 0) & (means > limit)).flatten().tolist():
+            self.refused[call] = int(tokens[call])
 
-    def keep(self, rows: int, device: torch.device) -> torch.Tensor:
-        return torch.tensor([float(self.indices[r] not in self.refused) for r in range(rows)], device=device)
+    def keep(self, owner: torch.Tensor) -> torch.Tensor:
+        """1.0 at positions of calls not refused (and where no call owns the position), 0.0 at refused ones."""
+        if not self.refused:
+            return torch.ones(owner.shape, device=owner.device)
+        refused = torch.tensor(sorted(self.refused), device=owner.device)
+        return (~torch.isin(owner, refused)).float()
 
 
 class Drift:

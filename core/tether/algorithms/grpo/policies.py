@@ -26,6 +26,10 @@ _SUMS = (
     "response_tokens",
     "micro_batches",
     "loss",
+    "sequences",
+    "tokens_trained",
+    "tokens_computed",
+    "tokens_saved",
 )
 _MAXIMA = ("grad_norm", "drift_max", "lr")
 

@@ -11,7 +11,8 @@ clipping. The model is updated in place, so the backend serves the new weights o
 Every update also measures **drift**: the trainer's logprobs of the sampled tokens (the first pass, before any
 optimizer step, the same forward the loss uses) against the logprobs the sampler recorded, on tokens sampled by
 the weights being updated. Transitions sampled by weights more than ``max_staleness`` versions old are
-dropped (see ``GRPO``). Transitions are packed into micro-batches by length under a token budget, with
+dropped (see ``GRPO``). The calls of a rollout that extend each other exactly are trained as one sequence
+(``tether.training.packing``). Sequences are packed into micro-batches by length under a token budget, with
 optional gradient checkpointing, so the update of a large model fits one GPU; the gradient is the one-batch
 gradient whatever the packing.
 
@@ -35,6 +36,8 @@ from tether.algorithms.grpo.defaults import Reference, default_lr
 from tether.algorithms.grpo.drift import Drift, Refusals
 from tether.models.base import LoRACapable
 from tether.models.lora import LoRA
+from tether.training import packing
+from tether.training.packing import PackedSequence
 from tether.types import Transition
 
 if TYPE_CHECKING:
@@ -62,16 +65,25 @@ class GRPO(grpo_loop.PolicyUpdate):
     ``drift_threshold`` (0.1 nats: a 10% disagreement on the token's probability), over the tokens with a
     recorded logprob sampled by the weights being updated (``drift_tokens`` of them). Identical weights and
     code give ~1e-6 (float rounding); a retokenized response or wrong token ids give whole nats. With several
-    policies each update reports its own as ``drift_*/<policy>``. A row whose mean drift exceeds
+    policies each update reports its own as ``drift_*/<policy>``. A call whose mean drift exceeds
     ``max_row_drift`` (0.5 nats; None: never) was not sampled by the weights being updated (a request served by
     another policy's adapter, a retokenised reply): it is refused, counted in ``drift_refused``, and the update
-    is the one of the other rows.
+    is the one of the other calls (those packed with it in one sequence included).
 
-    **Memory.** Transitions are sorted by length and packed into micro-batches of at most ``micro_batch`` rows
-    and, when ``micro_batch_tokens`` is set, at most that many padded tokens (rows × the longest row); a
-    single longer row goes alone. ``gradient_checkpointing=True`` recomputes each layer's activations in the
-    backward pass instead of storing them (enabled once on the model, non-reentrant, so it works with a
-    frozen base and LoRA adapters). Neither changes the gradient.
+    **Memory.** Rows (packed sequences) are sorted by length and packed into micro-batches of at most
+    ``micro_batch`` rows and, when ``micro_batch_tokens`` is set, at most that many padded tokens (rows × the
+    longest row); a single longer row goes alone. ``gradient_checkpointing=True`` recomputes each layer's
+    activations in the backward pass instead of storing them (enabled once on the model, non-reentrant, so it
+    works with a frozen base and LoRA adapters). Neither changes the gradient.
+
+    **Packing.** With ``pack=True`` (the default) the calls of one rollout attempt on this policy whose next
+    prompt's token ids begin exactly with the previous call's prompt + response ids train as one sequence
+    (``tether.training.packing``): the shared history is computed once, each call keeps its own advantage,
+    recorded logprobs, drift judgement and on-policy flag, and the loss and gradient are the per-call rows'
+    (to float rounding). A call that does not extend its predecessor exactly starts a new sequence.
+    ``pack=False`` trains one row per call. ``sequences``, ``tokens_trained`` (response tokens),
+    ``tokens_computed`` and ``tokens_saved`` (what per-call rows would have computed, less that) say what
+    it did.
 
     ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
 
@@ -105,6 +117,7 @@ class GRPO(grpo_loop.PolicyUpdate):
     max_row_drift: float | None = 0.5  # a row's mean |trainer - sampler| logprob above which it is refused
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
     gradient_checkpointing: bool = False
+    pack: bool = True  # train the calls of a rollout that extend each other exactly as one sequence
     lora: LoRA | None = None
     policies: Sequence[str] | None = None  # the policies this GRPO trains (None: all the agent's)
     _optimizer: Any = field(default=None, init=False, repr=False)
@@ -226,10 +239,11 @@ class GRPO(grpo_loop.PolicyUpdate):
             _enable_checkpointing(model)
         optimizer = self.optimizer_for(model, policy)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
-        lengths = [batching.row_length(t, context_length) for t in batch]
-        parts = batching.pack(lengths, self.micro_batch, self.micro_batch_tokens)
+        sequences = packing.pack_calls(batch, context_length, merge=self.pack)
+        parts = batching.pack([len(s.token_ids) for s in sequences], self.micro_batch, self.micro_batch_tokens)
+        on_policy = [weights_version is None or t.weights_version in (None, weights_version) for t in batch]
         drift = Drift(self.drift_threshold)
-        refused: dict[int, int] = {}  # batch index -> response tokens, of rows refused for their drift
+        refused: dict[int, int] = {}  # batch index -> response tokens, of calls refused for their drift
         was_training = model.training
         model.train()
         first_pass: dict[int, torch.Tensor] = {}  # micro-batch -> the trainer's logprobs before any step
@@ -237,17 +251,15 @@ class GRPO(grpo_loop.PolicyUpdate):
             optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0}
             for k, indices in enumerate(parts):
-                part = [batch[i] for i in indices]
-                on_policy = [weights_version is None or t.weights_version in (None, weights_version) for t in part]
                 loss, clipped, kl = self._micro_loss(
                     model,
-                    part,
+                    [sequences[i] for i in indices],
+                    batch,
                     total_tokens,
-                    context_length,
                     pad_token_id,
                     drift if epoch == 0 else None,
                     on_policy,
-                    Refusals(refused, indices),
+                    Refusals(refused),
                     (first_pass, k),
                 )
                 loss.backward()
@@ -277,6 +289,7 @@ class GRPO(grpo_loop.PolicyUpdate):
             response_tokens=float(total_tokens),
             micro_batches=float(len(parts)),
             lr=float(optimizer.param_groups[0]["lr"]),
+            **packing.metrics(sequences, batch, context_length, total_tokens - sum(refused.values())),
             **drift.metrics(),
         )
         return metrics
@@ -288,32 +301,30 @@ class GRPO(grpo_loop.PolicyUpdate):
     def _micro_loss(
         self,
         model: torch.nn.Module,
-        part: Sequence[Transition],
+        part: Sequence[PackedSequence],
+        batch: Sequence[Transition],
         total_tokens: int,
-        context_length: int,
         pad_token_id: int,
         drift: Drift | None = None,
         on_policy: Sequence[bool] = (),
         refusals: Refusals | None = None,
         first_pass: tuple[dict[int, torch.Tensor], int] | None = None,
     ) -> tuple[torch.Tensor, float, float]:
-        """The loss of one micro-batch. ``first_pass`` (the update's record, this micro-batch's key) keeps the
-        trainer's logprobs of its first pass: the ratio's denominator for rows the weights being updated
-        sampled."""
-        ids, mask, old, adv = batching.assemble(part, context_length, pad_token_id)
+        """The loss of one micro-batch (packed sequences of calls of ``batch``; ``on_policy`` per call of
+        ``batch``). ``first_pass`` (the update's record, this micro-batch's key) keeps the trainer's logprobs of
+        its first pass: the ratio's denominator for calls the weights being updated sampled."""
         device = next(model.parameters()).device
-        ids, mask, old, adv = ids.to(device), mask.to(device), old.to(device), adv.to(device)
+        ids, mask, old, adv, owner = (x.to(device) for x in batching.assemble(part, batch, pad_token_id))
         new = batching.token_logprobs(model, ids, self.temperature, mask)
         recorded = ~torch.isnan(old)
-        rows = torch.tensor([bool(x) for x in on_policy] or [True] * len(part), dtype=torch.bool, device=device)[
-            :, None
-        ]
+        calls = torch.tensor([bool(x) for x in on_policy] or [True] * len(batch), dtype=torch.bool, device=device)
+        rows = calls[owner.clamp(min=0)] & (owner >= 0)  # positions predicting a token the current weights sampled
         if drift is not None:
             drift.add((new.detach() - old)[recorded & (mask > 0) & rows])
             if refusals is not None and self.max_row_drift is not None:
-                refusals.judge(new.detach() - old, recorded & (mask > 0) & rows, mask, self.max_row_drift)
+                refusals.judge(new.detach() - old, recorded & (mask > 0) & rows, owner, self.max_row_drift)
         if refusals is not None:
-            mask = mask * refusals.keep(mask.shape[0], device)[:, None]
+            mask = mask * refusals.keep(owner)
         own = new.detach() if first_pass is None else first_pass[0].setdefault(first_pass[1], new.detach())
         # the ratio's denominator: for rows the current weights sampled, the trainer's own first-pass logprobs
         # (the same distribution as the sampler's, to float rounding, and independent of how the sampler batched
@@ -322,7 +333,7 @@ class GRPO(grpo_loop.PolicyUpdate):
         old = torch.where(recorded & ~rows, old, own)
         ratio = torch.exp(new - old)
         clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
-        per_token = -torch.minimum(ratio * adv[:, None], clipped_ratio * adv[:, None])
+        per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
         kl_sum = 0.0
         if self.kl_coef > 0:
             with torch.no_grad(), self._reference.model(model) as reference:
