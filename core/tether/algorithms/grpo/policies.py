@@ -26,6 +26,8 @@ _SUMS = (
     "response_tokens",
     "micro_batches",
     "loss",
+    "teacher_tokens",  # (tether.Distill's)
+    "teacher_s",
 )
 _MAXIMA = ("grad_norm", "drift_max", "lr")
 
