@@ -150,3 +150,21 @@ def test_an_api_teacher_is_refused_when_distill_is_built() -> None:
         tether.Distill(teacher="embedded")
     with pytest.raises(ValueError, match="Distill needs a teacher"):
         tether.Distill()
+
+
+def test_distill_runs_after_a_warm_start_in_one_run(warm_start: Path, ab_teacher: Path, tmp_path: Path) -> None:
+    """``algorithm=[WarmStart, Distill]``: one history, the Distill stage's steps following the warm start's."""
+    from tether.testing.fake_llm import FakeLLM, text
+
+    with FakeLLM(handler=lambda request: text("c")) as demonstrator:
+        algorithm = [
+            tether.WarmStart(teacher=demonstrator.base_url, rollouts=16, min_reward=0.0, epochs=1, batch_size=16),
+            tether.Distill(teacher=f"embedded:{ab_teacher}", group_size=2, tasks_per_step=4, lr=2e-3),
+        ]
+        result = _trainer(f"embedded:{warm_start}", algorithm, tmp_path, steps=2).fit(
+            tether.wrap(pick_letter, reward=reward), train=_tasks(16)
+        )
+    stages = [(h.get("stage"), h["kind"]) for h in result.history if h["kind"] in ("sft", "train")]
+    assert stages[0] == ("warmstart", "sft") and stages[-2:] == [("distill", "train")] * 2, stages
+    train = [h for h in result.history if h["kind"] == "train"]
+    assert all(h["teacher_tokens"] > 0 and h["reverse_kl"] > 0 for h in train)

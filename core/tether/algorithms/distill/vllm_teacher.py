@@ -56,7 +56,7 @@ class VLLMTeacher:
 
         root = self._started()
         out = torch.zeros(mask.shape, dtype=torch.float32)
-        used = (mask > 0).cpu()
+        ids, used = ids.cpu(), (mask > 0).cpu()
         rows, prompts = [], []
         for i in range(ids.shape[0]):
             trained = torch.nonzero(used[i])
