@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-per-step", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--distill-group-size", type=int, default=2, help="rollouts per task for Distill")
+    parser.add_argument("--distill-lr", type=float, default=5e-4, help="Distill's learning rate")
+    parser.add_argument(
+        "--teacher", default=None, help="a teacher checkpoint: skip the GRPO arm and distill from it instead"
+    )
     parser.add_argument("--runners", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -125,13 +129,15 @@ def main(argv: list[str] | None = None) -> int:
                 trainer.fit(tether.wrap(agent, reward=data.reward), train=[p.task() for p in problems["train"]])
             finally:
                 asyncio.run(student.close())
-    grpo = tether.GRPO(group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=5e-4)
-    grpo_evals, grpo_cpu, teacher_dir = _arm("grpo", warm, grpo, args, problems, agent)
+    grpo_evals, grpo_cpu, teacher_dir = [], 0.0, Path(args.teacher or ".")
+    if args.teacher is None:
+        grpo = tether.GRPO(group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=5e-4)
+        grpo_evals, grpo_cpu, teacher_dir = _arm("grpo", warm, grpo, args, problems, agent)
     distill = tether.Distill(
         teacher=f"embedded:{teacher_dir}",
         group_size=args.distill_group_size,
         tasks_per_step=args.tasks_per_step * args.group_size // args.distill_group_size,
-        lr=5e-4,
+        lr=args.distill_lr,
     )
     distill_evals, distill_cpu, _ = _arm("distill", warm, distill, args, problems, agent)
     print("\nheld-out problems (never trained on), by arm and step; CPU-minutes spent in the arm at that point")
@@ -140,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for e in evals:
             accuracy = f"{e['greedy_accuracy']:7.0%} {e['sampled_accuracy']:6.0%}"
             print(f"{arm:8} {e['step']:4d} {e['cpu_min']:8.1f} {accuracy}")
-    print(f"total CPU-minutes: grpo {grpo_cpu:.1f}, distill {distill_cpu:.1f}")
+    print(f"total CPU-minutes: grpo {grpo_cpu:.1f} (0: skipped, --teacher), distill {distill_cpu:.1f}")
     return 0
 
 
