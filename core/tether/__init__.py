@@ -47,6 +47,10 @@ def __getattr__(name: str) -> object:
         from tether.algorithms import GRPO
 
         return GRPO
+    if name == "Distill":
+        from tether.algorithms import Distill
+
+        return Distill
     if name == "SFT":
         from tether.algorithms import SFT
 
@@ -86,6 +90,7 @@ __all__ = [
     "Attempt",
     "AttemptStatus",
     "Batch",
+    "Distill",
     "FitError",
     "FitResult",
     "Joint",

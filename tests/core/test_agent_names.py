@@ -115,5 +115,5 @@ def test_dev_with_a_folded_yaml_role_trains_the_named_agent() -> None:
 
 def test_dir_lists_the_lazily_loaded_algorithms() -> None:
     names = dir(tether)
-    for name in ("GRPO", "APO", "SFT", "VERL", "Joint", "Trainer", "wrap"):
+    for name in ("GRPO", "APO", "SFT", "VERL", "Joint", "Distill", "Trainer", "wrap"):
         assert name in names

@@ -1,4 +1,5 @@
-"""Algorithms that improve an agent: ``GRPO`` (weights, needs torch), ``SFT`` (weights from imported or
+"""Algorithms that improve an agent: ``GRPO`` (weights, needs torch), ``Distill`` (weights from a teacher's
+logprobs of the student's own tokens, needs torch), ``SFT`` (weights from imported or
 captured calls, needs torch), ``WarmStart`` (SFT on a teacher's rollouts of the agent, needs torch), ``APO``
 (prompt templates) and ``VERL`` (weights, through verl's multi-GPU trainer).
 
@@ -14,6 +15,7 @@ from tether.training.credit import Credit, CreditStats, assign_credit, credit_ad
 
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
+    from tether.algorithms.distill import Distill
     from tether.algorithms.grpo import GRPO
     from tether.algorithms.joint import Joint
     from tether.algorithms.sft import SFT
@@ -28,6 +30,7 @@ __all__ = [
     "AdvantageStats",
     "Credit",
     "CreditStats",
+    "Distill",
     "Joint",
     "WarmStart",
     "assign",
@@ -48,6 +51,12 @@ def __getattr__(name: str) -> Any:
         except ImportError as exc:
             raise ImportError(f'GRPO needs torch: pip install "tether[embedded]" ({exc})') from None
         return GRPO
+    if name == "Distill":
+        try:
+            from tether.algorithms.distill import Distill
+        except ImportError as exc:
+            raise ImportError(f'Distill needs torch: pip install "tether[embedded]" ({exc})') from None
+        return Distill
     if name == "Joint":
         from tether.algorithms.joint import Joint
 

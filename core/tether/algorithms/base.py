@@ -20,7 +20,8 @@ and each has a default that does nothing or the common thing:
 
 ``scale_by_std`` is part of the credit rule every rollout records (whether advantages are divided by their
 group's standard deviation); ``continues_on_resume`` says whether a finished stage of ``Trainer(algorithm=[...])``
-continues when its run resumes.
+continues when its run resumes; ``needs_reward`` whether it learns from rewards (preflight refuses rollouts
+without one; ``tether.Distill`` learns from a teacher's logprobs instead).
 
 An object that is no subclass but has ``async def fit`` still trains (``check_algorithm`` wraps it with these
 defaults); one that also defines another part of the contract is refused naming that part, since only a
@@ -55,6 +56,7 @@ CONTRACT = (
     "reads_store_prompts",
     "scale_by_std",
     "continues_on_resume",
+    "needs_reward",
 )
 
 
@@ -92,6 +94,13 @@ class Algorithm(abc.ABC):
     @property
     def scale_by_std(self) -> bool:
         """Whether advantages are divided by their group's standard deviation (recorded with every rollout)."""
+        return True
+
+    @property
+    def needs_reward(self) -> bool:
+        """Whether ``fit`` learns from rewards: preflight then refuses rollouts that have none. False for an
+        algorithm whose signal is elsewhere (``tether.Distill``: a teacher's logprobs; rewards are still
+        recorded)."""
         return True
 
     @property

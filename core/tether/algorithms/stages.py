@@ -96,6 +96,11 @@ class Stages(Algorithm):
         return any(s.uses_session for s in self.stages)
 
     @property
+    def needs_reward(self) -> bool:
+        """Whether any stage learns from rewards (then preflight refuses rollouts without one)."""
+        return any(s.needs_reward for s in self.stages)
+
+    @property
     def scale_by_std(self) -> bool:
         """False when a stage divides no advantage by its group's spread (one credit rule holds for the run)."""
         return all(s.scale_by_std for s in self.stages)

@@ -2,7 +2,8 @@
 
 A few training tasks run as one group each (the algorithm's ``preflight_group``: GRPO's group size and
 temperature), marked ``tether.phase = "preflight"`` and kept in the store like any rollout. Their dev report
-(``tether.training.dev_report``) is then checked: a reward that raises, no reward, every rollout failed
+(``tether.training.dev_report``) is then checked: a reward that raises, no reward (when the algorithm learns
+from one: ``needs_reward``), every rollout failed
 (backend failures included), unknown ``optimize=`` names or reward targets, no LLM call captured, no
 trainable transition, every reward identical. Any of these stops the run with a ``FitError`` in the report's
 words and the first failing rollout's error, before anything trains; ``fit(preflight=False)`` skips it.
@@ -25,6 +26,7 @@ from tether.types import Mode, RolloutStatus, Task
 #: training tasks the preflight runs (each as a group)
 PREFLIGHT_TASKS = 4
 _SKIP = "fit(preflight=False) skips this check"
+_NO_REWARD = "has no reward"  # (the dev report's words for a rollout without one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,9 @@ class Preflighted(Protocol):
 
     @property
     def preflight_group(self) -> PreflightGroup | None: ...
+
+    @property
+    def needs_reward(self) -> bool: ...
 
     def given_prompts(self) -> dict[str, Any] | None: ...
 
@@ -71,18 +76,22 @@ async def run_preflight(session: Session, algorithm: Preflighted, train: Sequenc
         metadata={PHASE_METADATA: "preflight"},
     )
     found = report(batch, session.agent.optimize)
-    problem = _problem(session, group is not None, batch, found)
+    problem = _problem(session, group is not None, batch, found, algorithm.needs_reward)
     if problem is not None:
         raise FitError(f"preflight ({len(batch.results)} rollouts of {len(tasks)} training tasks): {problem}")
     unknown = unknown_optimize_names(session.agent.optimize, found.agent_names)
     partly = unknown_optimize_names(session.agent.optimize, found.agent_names, rollouts=len(batch.results))
     for note in found.problems:  # a partial problem: the run goes on, and says it
+        if not algorithm.needs_reward and _NO_REWARD in note:
+            continue
         # (attributed to tether, not to the asyncio frame that happens to run the preflight)
         warnings.warn_explicit(f"preflight: {partly if note == unknown else note}", UserWarning, "tether.fit", 0)
     return found
 
 
-def _problem(session: Session, weights: bool, batch: Batch, found: DevReport) -> str | None:
+def _problem(
+    session: Session, weights: bool, batch: Batch, found: DevReport, needs_reward: bool = True
+) -> str | None:
     """The first problem that would make the run train nothing (or on a broken reward), in words."""
     results = batch.results
     failed = [r.rollout for r in results if r.rollout.status == RolloutStatus.FAILED]
@@ -98,8 +107,8 @@ def _problem(session: Session, weights: bool, batch: Batch, found: DevReport) ->
         first = failed[0]
         return f"{found.problems[0]}\nfirst failing rollout {first.rollout_id}:\n{_tail(first.error)}"
     succeeded = [r for r in results if r.succeeded]
-    if any(r.rollout.reward is None for r in succeeded):
-        return next(p for r in found.rollouts for p in r.problems if "has no reward" in p)
+    if needs_reward and any(r.rollout.reward is None for r in succeeded):
+        return next(p for r in found.rollouts for p in r.problems if _NO_REWARD in p)
     optimize = session.agent.optimize
     unknown = unknown_optimize_names(optimize, found.agent_names)
     if unknown and optimize is not None and not (optimize & found.agent_names):

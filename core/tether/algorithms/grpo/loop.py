@@ -67,6 +67,11 @@ class PolicyUpdate(Algorithm):
     ) -> dict[str, float]:
         """One policy update on ``transitions``; returns its metrics."""
 
+    def trains_on(self, batch: Batch) -> list[Transition]:
+        """The transitions of a training batch that ``update`` gets: those the Session credited with a non-zero
+        advantage (``tether.Distill``, whose signal is a teacher's, takes every trainable call)."""
+        return batch.trained
+
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """The optimizer state a checkpoint keeps."""
@@ -92,7 +97,7 @@ class PolicyUpdate(Algorithm):
         trained_policies(self.policies, session.agent.policies)
 
     @property
-    def preflight_group(self) -> PreflightGroup:
+    def preflight_group(self) -> PreflightGroup | None:
         return PreflightGroup(self.group_size, self.temperature)
 
 
@@ -232,7 +237,7 @@ class Loop:
         self.last_batch = batch
         if self.step == 0:
             self._check_wiring(batch)
-        trainable, stats = batch.trained, batch.credit  # (credited once by the Session, under the recorded rule)
+        trainable, stats = algo.trains_on(batch), batch.credit  # (credited once by the Session, under its rule)
         self._note(stats.notes)
         pad = self.backend.pad_token_id
 

@@ -30,6 +30,8 @@ _SUMS = (
     "tokens_trained",
     "tokens_computed",
     "tokens_saved",
+    "teacher_tokens",  # (tether.Distill's)
+    "teacher_s",
 )
 _MAXIMA = ("grad_norm", "drift_max", "lr")
 

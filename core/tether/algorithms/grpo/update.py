@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -123,10 +123,15 @@ class GRPO(grpo_loop.PolicyUpdate):
     _optimizer: Any = field(default=None, init=False, repr=False)
     _policy_optimizers: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _reference: Reference = field(default_factory=Reference, init=False, repr=False)
+    #: the smallest group this update learns from (a group-relative advantage needs two rollouts to compare)
+    min_group_size: ClassVar[int] = 2
 
     def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"GRPO needs group_size >= 2 to compare rollouts of a task, got {self.group_size}")
+        if self.group_size < self.min_group_size:
+            raise ValueError(
+                f"{type(self).__name__} needs group_size >= {self.min_group_size}"
+                f"{' to compare rollouts of a task' if self.min_group_size > 1 else ''}, got {self.group_size}"
+            )
         if self.tasks_per_step < 1:
             raise ValueError(f"tasks_per_step must be >= 1, got {self.tasks_per_step}")
         if self.lr is not None and not self.lr >= 0:
@@ -220,7 +225,7 @@ class GRPO(grpo_loop.PolicyUpdate):
         by a version older than ``weights_version - max_staleness`` are dropped; None keeps them all. Call it
         inside ``backend.policy()``, which holds the weights so no batch samples half-updated ones.
         """
-        candidates = [t for t in transitions if t.trainable and t.advantage and t.response_token_ids]
+        candidates = [t for t in transitions if self.trains(t)]
         batch = [t for t in candidates if not self._stale(t, weights_version)]
         metrics = {
             "trained_transitions": float(len(batch)),
@@ -294,6 +299,21 @@ class GRPO(grpo_loop.PolicyUpdate):
         )
         return metrics
 
+    def trains(self, transition: Transition) -> bool:
+        """Whether ``update`` trains ``transition``: a trainable call with response tokens and, for GRPO, a
+        non-zero advantage (a subclass with its own per-token signal, ``tether.Distill``, needs none)."""
+        return bool(transition.trainable and transition.advantage and transition.response_token_ids)
+
+    def token_advantages(
+        self, ids: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, old: torch.Tensor
+    ) -> torch.Tensor:
+        """Each position's advantage, shaped as ``mask``: GRPO's is ``adv``, each call's own on its tokens.
+        ``ids`` are the rows' token ids, ``old`` the sampling policy's logprob of each next token (the ratio's
+        denominator); a subclass computes its own per-token signal from them (``tether.Distill``: the teacher's
+        logprob minus ``old``)."""
+        del ids, mask, old
+        return adv
+
     def _stale(self, transition: Transition, current: int | None) -> bool:
         version = transition.weights_version
         return current is not None and version is not None and version < current - self.max_staleness
@@ -333,7 +353,8 @@ class GRPO(grpo_loop.PolicyUpdate):
         old = torch.where(recorded & ~rows, old, own)
         ratio = torch.exp(new - old)
         clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps)
-        per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
+        token_adv = self.token_advantages(ids, mask, adv, old)
+        per_token = -torch.minimum(ratio * token_adv, clipped_ratio * token_adv)
         kl_sum = 0.0
         if self.kl_coef > 0:
             with torch.no_grad(), self._reference.model(model) as reference:
