@@ -18,7 +18,8 @@ import tether
 from tether.types import Transition
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None, reason='the embedded model needs torch: pip install "tether[embedded]"'
+    importlib.util.find_spec("torch") is None,
+    reason='the embedded model needs torch: pip install "tether[embedded]"',
 )
 
 

@@ -1,0 +1,36 @@
+"""tether's ``llama_index`` plugin: trains LlamaIndex agents unchanged — a ``FunctionAgent`` (or ``ReActAgent``,
+``CodeActAgent``) or a multi-agent ``AgentWorkflow`` with handoffs (``pip install "tether[llama-index]"``).
+
+``LlamaIndexAdapter`` runs the agent on each task and captures every model call (streamed, as ``FunctionAgent``
+makes them) with the name of the agent whose turn it is, and every tool call (the ``handoff`` tool included)
+with its arguments and result. Model calls go to tether's proxy through tether's endpoint redirect. Importing
+this module does not import LlamaIndex.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
+from tether_llama_index.adapter import LlamaIndexAdapter, LlamaIndexOutput, summarize
+
+EXTRA = "llama-index"
+REQUIRES = ("llama_index.core", "llama_index.llms.openai", "openai")
+#: the top-level module of the agents' classes, for the install hint of an agent no adapter accepts
+AGENT_MODULES = ("llama_index",)
+
+__all__ = [
+    "AGENT_MODULES",
+    "EXTRA",
+    "REQUIRES",
+    "LlamaIndexAdapter",
+    "LlamaIndexOutput",
+    "register_adapters",
+    "summarize",
+]
+
+
+@hookimpl
+def register_adapters(register: Callable[[Adapter], None]) -> None:
+    register(LlamaIndexAdapter())
