@@ -16,12 +16,10 @@ from tether.plugin.hookspecs import hookimpl
 from tether_llama_index.adapter import LlamaIndexAdapter, LlamaIndexOutput, summarize
 
 EXTRA = "llama-index"
-REQUIRES = ("llama_index.core", "llama_index.llms.openai", "openai")
-#: the top-level module of the agents' classes, for the install hint of an agent no adapter accepts
-AGENT_MODULES = ("llama_index",)
+#: top-level modules (``llama_index`` is a namespace package: the extra's distributions are checked by version)
+REQUIRES = ("llama_index", "openai")
 
 __all__ = [
-    "AGENT_MODULES",
     "EXTRA",
     "REQUIRES",
     "LlamaIndexAdapter",

@@ -3,11 +3,11 @@
 ``llama_index.llms.openai.OpenAI`` builds its ``AsyncOpenAI`` on first use and keeps it (``reuse_client=True``,
 the default); its pool of HTTP connections binds to the event loop that first used it, and ``Trainer.dev``,
 ``evaluate`` and ``fit`` each run their own loop, so an LLM built at import time can fail the second loop with
-"Event loop is closed" (its pooled connections belong to the closed loop). While the adapter is instrumented, ``OpenAI._get_aclient`` inside a rollout
-(``tether.capture.context.current_scope`` set, in a running loop) returns a client made for the running loop
-(``tether.plugin.loop_pool``: one per LLM and loop, closed when the runner stops): a copy of the LLM's own client
-with a new HTTP client when it has one, else one built from the LLM's settings as LlamaIndex builds it. The LLM's
-own client is left as it was. Elsewhere the method is unchanged.
+"Event loop is closed" (its pooled connections belong to the closed loop). While the adapter is instrumented,
+``OpenAI._get_aclient`` inside a rollout (``tether.capture.context.current_scope`` set, in a running loop) returns
+a client made for the running loop (``tether.plugin.loop_pool``: one per LLM and loop, closed when the runner
+stops): a copy of the LLM's own client with a new HTTP client when it has one, else one built from the LLM's
+settings as LlamaIndex builds it. The LLM's own client is left as it was. Elsewhere the method is unchanged.
 """
 
 from __future__ import annotations
