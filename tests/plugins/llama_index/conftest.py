@@ -1,0 +1,8 @@
+"""The LlamaIndex tests load the notebook's agents from fixtures/ (as the module ``agent_workflow_multi``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
