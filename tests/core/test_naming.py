@@ -1,4 +1,4 @@
-"""``tether.plugin.naming.global_name``: an unnamed framework object is named after the module variable holding it."""
+"""``tether.plugin.naming.global_name``: an unnamed object is named after the module variable holding it."""
 
 from __future__ import annotations
 
