@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from tether.plugin.adapters import Adapter
 from tether.plugin.hookspecs import hookimpl
-from tether_pydantic_ai.adapter import PydanticAIAdapter, PydanticAIOutput, summarize
+from tether_pydantic_ai.adapter import DepsNeeded, PydanticAIAdapter, PydanticAIOutput, summarize
 from tether_pydantic_ai.capture import agent_name
 
 EXTRA = "pydantic-ai"
@@ -21,6 +21,7 @@ REQUIRES = ("pydantic_ai", "openai")
 
 __all__ = [
     "EXTRA",
+    "DepsNeeded",
     "REQUIRES",
     "PydanticAIAdapter",
     "PydanticAIOutput",

@@ -5,7 +5,8 @@ when it is a string; for a dict, the first string among its ``"task"``, ``"quest
 ``"prompt"`` keys, else the dict as JSON) and returns a ``PydanticAIOutput``: a ``RunOutput`` dict with
 ``"text"`` (the output as text: a structured output as JSON) and ``"output"`` (the output, JSON-safe), with the
 ``AgentRunResult`` as ``.run_result``. An agent with ``deps_type`` needs its dependencies: pass
-``run=lambda agent, task: agent.run(task["prompt"], deps=...)`` (``run_stream``, ``iter`` and ``run_sync`` from a
+``run=lambda agent, task: agent.run(task["prompt"], deps=...)`` (a default run of such an agent that fails
+raises ``DepsNeeded``, which says so) (``run_stream``, ``iter`` and ``run_sync`` from a
 worker thread work the same way).
 
 Every model request reaches tether's proxy through tether's endpoint redirect: PydanticAI's OpenAI models
@@ -89,4 +90,19 @@ class PydanticAIAdapter(Adapter):
         self._patches = []
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> PydanticAIOutput:
-        return summarize(await agent.run(task_text(task)))
+        try:
+            return summarize(await agent.run(task_text(task)))
+        except Exception as exc:
+            deps_type = getattr(agent, "deps_type", type(None))
+            if deps_type is type(None):
+                raise
+            name = getattr(deps_type, "__name__", str(deps_type))
+            raise DepsNeeded(
+                f"agent {getattr(agent, 'name', None)!r} declares deps_type={name}, and tether's default run "
+                f"passes no deps; its run failed ({type(exc).__name__}: {exc}). Pass a run= that gives them: "
+                f"tether.wrap(agent, run=lambda agent, task: agent.run(task['prompt'], deps={name}(...)))"
+            ) from exc
+
+
+class DepsNeeded(RuntimeError):
+    """An agent with ``deps_type`` failed under the default run, which has no dependencies to pass."""

@@ -71,3 +71,16 @@ async def test_optimize_names_one_specialist() -> None:
             assert t.trainable == (t.agent_name == "cardiology_agent")
     assert any(t.trainable for t in report.rollouts[0].transitions)
     assert not any(t.trainable for t in report.rollouts[1].transitions)
+
+
+async def test_the_default_run_says_the_example_needs_its_deps() -> None:
+    agent = tether.wrap(example.triage_agent, reward=reward)
+    async with FakeLLM(handler=reply) as llm:
+        backend = RemoteBackend(llm.base_url, return_token_ids=True)
+        try:
+            report = await Trainer(model=backend).adev(agent, [task(1)])  # the senior doctor tool reads ctx.deps
+        finally:
+            await backend.close()
+    (rollout,) = report.rollouts
+    assert rollout.status == RolloutStatus.FAILED
+    assert "DepsNeeded" in str(rollout.error) and "deps_type=PatientInfo" in str(rollout.error), rollout.error
