@@ -21,8 +21,8 @@ REQUIRES = ("pydantic_ai", "openai")
 
 __all__ = [
     "EXTRA",
-    "DepsNeeded",
     "REQUIRES",
+    "DepsNeeded",
     "PydanticAIAdapter",
     "PydanticAIOutput",
     "agent_name",
