@@ -1,0 +1,35 @@
+"""tether's ``smolagents`` plugin: trains Hugging Face smolagents agents unchanged, managed agents included
+(``pip install "tether[smolagents]"``).
+
+``SmolagentsAdapter`` runs a copy of a ``ToolCallingAgent`` or ``CodeAgent`` per rollout in a worker thread and
+captures every tool call and managed-agent call with the name of the agent that made it; every model request
+reaches tether's proxy through the endpoint redirect, named by the agent whose run it is part of. Importing
+this module does not import smolagents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
+from tether_smolagents.adapter import SmolagentsAdapter, SmolagentsOutput, summarize
+from tether_smolagents.capture import agent_label
+
+EXTRA = "smolagents"
+REQUIRES = ("smolagents", "openai")
+
+__all__ = [
+    "EXTRA",
+    "REQUIRES",
+    "SmolagentsAdapter",
+    "SmolagentsOutput",
+    "agent_label",
+    "register_adapters",
+    "summarize",
+]
+
+
+@hookimpl
+def register_adapters(register: Callable[[Adapter], None]) -> None:
+    register(SmolagentsAdapter())
