@@ -31,3 +31,34 @@ def test_the_progress_line_says_what_each_step_trained() -> None:
     assert "trained 24 · flat 1/4 · failed 2 (KeyError: 'answer')" in line
     idle = {**train, "trained": 0, "flat_groups": 4, "idle": "every group scored the same"}
     assert "trained nothing: every group scored the same · flat 4/4" in _line(idle)
+
+
+def test_in_a_pipe_each_update_is_a_line_and_an_evaluation_counts_its_rollouts() -> None:
+    out = io.StringIO()  # not a terminal: a line per update, no carriage returns
+    with FitProgress(3, console=Console(file=out, width=200)) as bar:
+        progress = bar.evaluation(0, 8)
+        progress(3, 8)  # within LINE_INTERVAL_S of the first line: not printed
+        progress(8, 8)  # the last always is
+        progress.close()
+        bar.update({"kind": "eval", "step": 0, "greedy_accuracy": 0.5})
+        bar.update({"kind": "train", "step": 1, "reward": 0.25, "rollouts_per_s": 2.0, "kv_reused": 0.62})
+    text = out.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert lines[0].startswith("eval step 0: 0/8 rollouts")
+    assert lines[1].startswith("eval step 0: 8/8 rollouts")
+    assert "step 0/3" in lines[2] and "val 50%" in lines[2]
+    assert "step 1/3" in lines[3] and "reward 0.25" in lines[3] and "kv 62%" in lines[3]
+    assert len(lines) == 4
+
+
+def test_on_a_terminal_an_evaluation_has_its_own_bar() -> None:
+    out = io.StringIO()
+    with FitProgress(3, console=Console(file=out, width=200, force_terminal=True)) as bar:
+        progress = bar.evaluation(0, 8)
+        progress(5, 8)
+        assert bar._progress is not None
+        (evaluating,) = [t for t in bar._progress.tasks if t.description == "evaluating"]
+        assert (evaluating.completed, evaluating.total) == (5, 8)
+        progress.close()
+        assert [t.description for t in bar._progress.tasks] == ["training"]

@@ -6,7 +6,8 @@ Each step samples ``tasks_per_step`` training tasks, runs ``group_size`` rollout
 algorithm's temperature), builds transitions, gives each its advantage under the trainer's credit rule
 (``tether.training.credit``) and updates the model in place; the proxy serves the new weights to the next
 rollouts. Validation runs before training, every
-``eval_every`` steps and at the end, greedy (temperature 0) and sampled (temperature 1). A checkpoint
+``eval_every`` steps and at the end, greedy (temperature 0), and sampled (temperature 1) before the first step
+and after the last (every time with ``Trainer(eval_sampled="every")``). A checkpoint
 (weights, optimizer, step) is written after every evaluation; ``resume=True`` continues from it.
 
 Each step's record says what it trained (``trained``: transitions with a non-zero advantage, flat groups out of
@@ -161,7 +162,7 @@ async def fit(
                 if carried is not None:  # a previous stage (a warm start) just evaluated these weights
                     loop.history.append(carried)
                 else:
-                    loop.record(await evaluate(session, val, step=loop.step, prompts=loop.prompts), bar)
+                    loop.record(await loop.evaluate(val, bar, sampled=True), bar)
             while loop.step < settings.steps:
                 step = await loop.train_step(train, rng)
                 loop.record(step, bar)
@@ -169,7 +170,9 @@ async def fit(
                 await hooks.after_step(loop)
                 if settled or loop.step % settings.eval_every == 0 or loop.step == settings.steps:
                     if val:
-                        loop.record(await evaluate(session, val, step=loop.step, prompts=loop.prompts), bar)
+                        last = bool(settled) or loop.step == settings.steps
+                        sampled = last or settings.eval_sampled == "every"
+                        loop.record(await loop.evaluate(val, bar, sampled=sampled), bar)
                     result.checkpoint = await loop.in_update_thread(loop.save)
                     await hooks.after_checkpoint(loop)
                 if settled:  # it trained before and nothing more comes: stop here, evaluated and saved
@@ -217,6 +220,18 @@ class Loop:
             if note not in self._noted:
                 self._noted.add(note)
                 warnings.warn(note, stacklevel=3)
+
+    async def evaluate(self, val: Sequence[Task], bar: FitProgress, *, sampled: bool) -> dict[str, Any]:
+        """The evaluation at this step (``tether.algorithms.evaluation``), greedy and, with ``sampled``, at T=1,
+        with its own progress bar."""
+        passes = 2 if sampled else 1
+        progress = bar.evaluation(self.step, passes * len(val))
+        try:
+            return await evaluate(
+                self.session, val, step=self.step, prompts=self.prompts, sampled=sampled, progress=progress
+            )
+        finally:
+            progress.close()
 
     def record(self, record: dict[str, Any], bar: FitProgress) -> None:
         self.history.append(record)
