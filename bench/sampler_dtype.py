@@ -42,7 +42,7 @@ def _models(names: list[str]) -> list[tuple[str, object, object, list[int]]]:
                 "function": {
                     "name": "add",
                     "description": "Add two numbers",
-                    "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+                    "parameters": {"type": "object", "properties": {"a": {"type": "number"}}},
                 },
             }
         ]

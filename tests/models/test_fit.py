@@ -106,6 +106,8 @@ def test_evaluations_during_a_run_are_greedy_only_unless_asked(
     assert sampled == ([0, 3] if eval_sampled == "ends" else [0, 1, 2, 3])
     assert all(len(e["greedy_rewards"]) == 6 for e in evals)
     assert "accuracy (T=1)" in result.summary()  # the summary's T=1 row: the first and last evaluation's
+    train = [h for h in result.history if h["kind"] == "train"]
+    assert all(h["kv_calls"] == 32 and 0 <= h["kv_reused"] <= 1 for h in train)  # the KV cache's step metrics
 
 
 def test_eval_sampled_takes_ends_or_every() -> None:

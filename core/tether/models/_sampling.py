@@ -31,9 +31,13 @@ import inspect
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
+
+from tether.models._kv_cache import Layers
 
 
 @dataclass(slots=True)
@@ -218,24 +222,85 @@ def _cut_at_stop(
 MIN_SHARED_PREFIX = 16
 
 
-def _prefill_shared_prefix(
-    model: PreTrainedModel, prompts: Sequence[Sequence[int]], cache_arg: dict[str, DynamicCache]
-) -> int:
-    """Run the prompts' common prefix (the system turn and tool list an agent sends every time) through the
-    model once and copy its KV cache to every row; returns its length (0: not worth it, nothing done). It stops
-    one token short of the shortest prompt, so every row still has a token whose logits start its reply."""
+def _reusable(cache: DynamicCache) -> bool:
+    """Whether a layer's KV can be copied between rows and batches: plain layers only (a sliding-window layer
+    keeps only its window)."""
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def _kv(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """A plain cache layer's keys and values (``_reusable`` checked the kind)."""
+    assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+    return layer.keys, layer.values
+
+
+def _layers(cache: DynamicCache) -> Layers:
+    return [_kv(layer) for layer in cache.layers]
+
+
+def _shared_prefix(model: PreTrainedModel, prompts: Sequence[Sequence[int]]) -> tuple[int, Layers | None]:
+    """The prompts' common prefix (the system turn and tool list an agent sends every time) run through the model
+    once: its length and KV (0, None: not worth it). It stops one token short of the shortest prompt, so every
+    row still has a token whose logits start its reply."""
     if len(prompts) < 2:
-        return 0
+        return 0, None
     first, limit = prompts[0], min(len(p) for p in prompts) - 1
     shared = 0
     while shared < limit and all(p[shared] == first[shared] for p in prompts):
         shared += 1
     if shared < MIN_SHARED_PREFIX:
-        return 0
+        return 0, None
+    cache = DynamicCache(config=model.config)
     ids = torch.tensor([list(first[:shared])], dtype=torch.long, device=model.device)
-    model(input_ids=ids, **cache_arg, use_cache=True, logits_to_keep=1)
-    next(iter(cache_arg.values())).batch_repeat_interleave(len(prompts))
-    return shared
+    model(input_ids=ids, **{_cache_keyword(model): cache}, use_cache=True, logits_to_keep=1)
+    return shared, _layers(cache)
+
+
+def _known_prefixes(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], reuse: PrefixSource | None
+) -> list[tuple[int, Layers | None]]:
+    """Each row's leading tokens whose KV is known before the batch runs, and that KV: from ``reuse`` (an earlier
+    call of the same rollout), else the prefix the rows without one share, computed once here."""
+    known: list[tuple[int, Layers | None]] = [reuse.lookup(p) if reuse is not None else (0, None) for p in prompts]
+    rest = [i for i, (n, _) in enumerate(known) if n == 0]
+    shared, layers = _shared_prefix(model, [prompts[i] for i in rest])
+    for i in rest:
+        known[i] = (shared, layers)
+    return known
+
+
+def _fill(
+    cache: DynamicCache, known: Sequence[tuple[int, Layers | None]], width: int, device: torch.device
+) -> None:
+    """Lay each row's known KV into ``cache``, right-aligned in the first ``width`` positions (the rest of that
+    region is padding, masked out)."""
+    source = next(layers for _, layers in known if layers is not None)
+    for index, (keys, values) in enumerate(source):
+        batch_keys = keys.new_zeros((len(known), keys.shape[1], width, keys.shape[3]), device=device)
+        batch_values = values.new_zeros((len(known), values.shape[1], width, values.shape[3]), device=device)
+        for row, (n, layers) in enumerate(known):
+            if n and layers is not None:
+                batch_keys[row, :, width - n :] = layers[index][0][0, :, :n]
+                batch_values[row, :, width - n :] = layers[index][1][0, :, :n]
+        cache.update(batch_keys, batch_values, index)
+
+
+def _row_layers(cache: DynamicCache, row: int, positions: torch.Tensor) -> Layers:
+    """Row ``row``'s KV at ``positions`` of the batch cache, copied out (``[1, heads, len, head_dim]`` each)."""
+    out = []
+    for keys, values in _layers(cache):
+        out.append(
+            (keys[row : row + 1].index_select(2, positions), values[row : row + 1].index_select(2, positions))
+        )
+    return out
+
+
+class PrefixSource(Protocol):
+    """Where the sampler finds and leaves KV across calls (``tether.models._kv_cache.ScopedKV``)."""
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[int, Layers | None]: ...
+
+    def put(self, ids: Sequence[int], layers: Layers) -> None: ...
 
 
 def generate(
@@ -247,11 +312,14 @@ def generate(
     stop_token_ids: Iterable[int],
     on_finish: Callable[[int, Sample], None] | None = None,
     rescore: bool = False,
+    reuse: PrefixSource | None = None,
 ) -> list[Sample]:
     """Sample one continuation per prompt (``params[i]`` for ``prompts[i]``). Call under ``torch.inference_mode``.
 
     ``on_finish(i, sample)`` is called as soon as row ``i`` finishes (before slower rows are done).
     ``rescore``: recompute each seeded row's logprobs alone once it finishes (see the module docstring).
+    ``reuse``: where rows find the KV of their prompt's leading tokens computed by an earlier call (a rollout's
+    previous turn) and leave theirs when they finish (``tether.models._kv_cache``).
     """
     if len(prompts) != len(params) or not prompts:
         raise ValueError("generate needs one SampleParams per prompt and at least one prompt")
@@ -259,15 +327,22 @@ def generate(
     rows = len(prompts)
     cache = DynamicCache(config=model.config)
     cache_arg = {_cache_keyword(model): cache}
-    shared = _prefill_shared_prefix(model, prompts, cache_arg)
-    width = max(len(p) for p in prompts) - shared
+    if not _reusable(cache):
+        reuse = None
+        known: list[tuple[int, Layers | None]] = [(0, None)] * rows
+    else:
+        known = _known_prefixes(model, prompts, reuse)
+    shared = max(n for n, _ in known)  # the width of the known region, each row's right-aligned in it
+    if shared:
+        _fill(cache, known, shared, device)
+    width = max(len(p) - n for p, (n, _) in zip(prompts, known, strict=True))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids = torch.full((rows, width), pad, dtype=torch.long)
     mask = torch.zeros((rows, shared + width), dtype=torch.long)
-    mask[:, :shared] = 1
-    for i, p in enumerate(prompts):
-        input_ids[i, width - (len(p) - shared) :] = torch.tensor(list(p[shared:]), dtype=torch.long)
-        mask[i, shared + width - (len(p) - shared) :] = 1
+    for i, (p, (n, _)) in enumerate(zip(prompts, known, strict=True)):
+        mask[i, shared - n : shared] = 1
+        input_ids[i, width - (len(p) - n) :] = torch.tensor(list(p[n:]), dtype=torch.long)
+        mask[i, shared + width - (len(p) - n) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
     next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
@@ -277,6 +352,7 @@ def generate(
     edge = edge_for(next(model.parameters()).dtype)
     max_tokens = [p.max_tokens for p in params]
 
+    drawn: list[list[int]] = [[] for _ in range(rows)]  # every token drawn, stop strings' included
     out_ids: list[list[int]] = [[] for _ in range(rows)]
     out_lp: list[list[float]] = [[] for _ in range(rows)]
     results: list[Sample | None] = [None] * rows
@@ -303,6 +379,7 @@ def generate(
         for b, (i, tok, lp) in enumerate(zip(active, tokens.tolist(), logprobs.tolist(), strict=True)):
             out_ids[i].append(tok)
             out_lp[i].append(lp)
+            drawn[i].append(tok)
             finish = "stop" if is_stop[b] else ("length" if len(out_ids[i]) >= max_tokens[i] else None)
             if finish is None and params[i].stop:
                 cut = _cut_at_stop(tokenizer, out_ids[i], params[i].stop, 0)
@@ -315,6 +392,9 @@ def generate(
             sample = Sample(
                 out_ids[i], out_lp[i], str(tokenizer.decode(out_ids[i], skip_special_tokens=True)), finish
             )
+            if reuse is not None:  # the KV of its prompt and every token it fed: the next turn's prefix
+                real = torch.nonzero(mask[b]).flatten()
+                reuse.put([*prompts[i], *drawn[i][:-1]], _row_layers(cache, b, real))
             if rescore and params[i].seed is not None:
                 _rescore(model, prompts[i], sample, params[i])
             results[i] = sample

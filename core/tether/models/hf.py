@@ -116,8 +116,14 @@ class HFBackend(LocalBackend):
         threads: int | None = None,
         max_batch_rows: int = 64,
         default_max_tokens: int = 256,
+        kv_cache: int | str | None = None,
     ) -> None:
-        super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
+        super().__init__(
+            threads=threads,
+            max_batch_rows=max_batch_rows,
+            default_max_tokens=default_max_tokens,
+            kv_cache=kv_cache,
+        )
         where = locate(path)
         adapter = None
         if not (where / "config.json").is_file():

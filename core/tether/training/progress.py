@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
-from collections.abc import Callable
 from typing import Any, Literal
 
 from rich.console import Console
@@ -152,10 +151,6 @@ class EvalBar:
         if progress is not None and self._task is not None:
             progress.remove_task(self._task)
             self._task = None
-
-
-#: what an evaluation calls as its rollouts finish: (finished, total)
-OnProgress = Callable[[int, int], None]
 
 
 def _drift_text(record: dict[str, Any]) -> str:

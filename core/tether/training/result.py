@@ -17,6 +17,7 @@ from typing import Any
 
 from tether.training.gains import Interval, accuracy_interval, gain_interval
 from tether.training.health import FAILURES_FILE, read_top_failures
+from tether.training.kv_metrics import kv_summary
 
 
 @dataclass
@@ -99,8 +100,12 @@ class FitResult:
         return f"{cells[0]:>14}{cells[1]:>14}{text}"
 
     def _notes(self) -> list[str]:
-        """Lines under the table: whether anything was trained, and the failed rollouts' commonest errors."""
+        """Lines under the table: what the sampler's KV cache reused, whether anything was trained, and the
+        failed rollouts' commonest errors."""
         out = []
+        kv = kv_summary(self.history)
+        if kv is not None:
+            out.append(kv)
         steps = [h for h in self.history if h.get("kind") == "train" and "trained" in h]
         if steps and not any(h["trained"] for h in steps):
             why = steps[-1].get("idle") or "no step trained a transition"

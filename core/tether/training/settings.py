@@ -10,7 +10,6 @@ from typing import Any, Literal, get_args
 from tether.training.credit import Credit, CreditRule
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S
 
-
 #: when an evaluation during a run adds the sampled (T=1) pass to the greedy one (``Trainer(eval_sampled=)``)
 EvalSampled = Literal["ends", "every"]
 

@@ -34,6 +34,7 @@ from tether.models.base import TrainableBackend
 from tether.training import memory
 from tether.training.credit import CreditStats
 from tether.training.health import FitError, idle_reason, top_errors
+from tether.training.kv_metrics import kv_metrics, kv_stats
 from tether.training.preflight import PreflightGroup
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
@@ -241,6 +242,7 @@ class Loop:
     async def train_step(self, train: Sequence[Task], rng: random.Random) -> dict[str, Any]:
         algo = self.algorithm
         tasks = rng.sample(list(train), min(algo.tasks_per_step, len(train)))
+        kv_before = kv_stats(self.backend)
         batch = await self.session.run_batch(
             tasks, algo.group_size, {"temperature": algo.temperature}, Mode.TRAIN, prompts=self.prompts
         )
@@ -274,6 +276,7 @@ class Loop:
             "transitions": len(batch.transitions),
             "rollouts_per_s": len(batch.results) / max(batch.seconds, 1e-9),
             **update,
+            **kv_metrics(kv_before, kv_stats(self.backend)),
             **({"rss_mb": rss} if (rss := memory.rss_mb()) is not None else {}),
         }
 

@@ -30,8 +30,14 @@ class EmbeddedBackend(LocalBackend):
         seed: int = 0,
         max_batch_rows: int = 64,
         default_max_tokens: int = 256,
+        kv_cache: int | str | None = None,
     ) -> None:
-        super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
+        super().__init__(
+            threads=threads,
+            max_batch_rows=max_batch_rows,
+            default_max_tokens=default_max_tokens,
+            kv_cache=kv_cache,
+        )
         if model is not None and checkpoint_dir is not None:
             raise ValueError("pass either checkpoint_dir or model, not both")
         if model is None:
@@ -65,6 +71,7 @@ class EmbeddedBackend(LocalBackend):
             self.embedded, self.model, self.tokenizer = model, model.model, model.tokenizer
             self._stops = model.stop_token_ids
             self._fresh = None
+            self.kv_cache.clear()  # another model at the same version: its KV would be another's
         return True
 
     def load_weights(self, directory: str) -> None:
@@ -78,6 +85,7 @@ class EmbeddedBackend(LocalBackend):
             self.embedded, self.model, self.tokenizer = model, model.model, model.tokenizer
             self._stops = model.stop_token_ids
             self._fresh = None
+            self.kv_cache.clear()
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         text = template.render(messages, tools)
