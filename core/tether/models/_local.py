@@ -24,6 +24,7 @@ import torch
 
 from tether.models._kv_cache import PrefixKV, parse_budget
 from tether.models._local_weights import LocalWeights
+from tether.models._sample_dtype import SamplingCopies, cpu_sample_dtype, say_once
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
 from tether.policies import DEFAULT_POLICY
@@ -83,6 +84,8 @@ class LocalBackend(LocalWeights, ModelBackend):
         LocalWeights.__init__(self)
         #: a rollout's KV across its turns (``tether.models._kv_cache``), within ``kv_cache`` bytes (0: off)
         self.kv_cache = PrefixKV(parse_budget(kv_cache))
+        #: bf16 copies the sampler runs while the float32 weights train (``choose_sample_dtype``); None: the model
+        self.sampling_copies: SamplingCopies | None = None
         self.threads = threads or DEFAULT_THREADS
         self.max_batch_rows = max_batch_rows
         self.default_max_tokens = default_max_tokens
@@ -123,6 +126,23 @@ class LocalBackend(LocalWeights, ModelBackend):
         """The id that pads update batches (masked out, so any id does when the tokenizer has none)."""
         pad = self.tokenizer.pad_token_id
         return int(pad) if pad is not None else 0
+
+    @property
+    def sample_dtype(self) -> torch.dtype:
+        """The dtype the sampler computes in."""
+        if self.sampling_copies is not None:
+            return self.sampling_copies.dtype
+        return next(self.model.parameters()).dtype
+
+    def choose_sample_dtype(self, device: str, dtype: str | torch.dtype | None) -> None:
+        """On a CPU, sample in ``dtype`` (None: ``tether.models._sample_dtype``'s rule) from a copy of the float32
+        weights that train, and say which once; on CUDA the model samples in its own dtype."""
+        if device.startswith("cuda"):
+            return
+        chosen, why = cpu_sample_dtype(sum(p.numel() for p in self.model.parameters()), dtype)
+        held = next(self.model.parameters()).dtype
+        self.sampling_copies = SamplingCopies(chosen) if chosen != held else None
+        say_once(self.name, chosen, why)
 
     def kv_stats(self) -> dict[str, int]:
         """What the KV cache across a rollout's turns saved so far: rows looked up (``calls``), rows that started
@@ -275,6 +295,8 @@ class LocalBackend(LocalWeights, ModelBackend):
         try:
             with self.weights_lock, torch.inference_mode(), self.serving(policy) as model:
                 version = self.weights_version_of(policy)
+                if self.sampling_copies is not None and self.lora is None:  # (adapters sample as they train)
+                    model = self.sampling_copies.get(model, policy, version)
                 for job in jobs:
                     job.weights_version = version
                 self.batches += 1

@@ -2,7 +2,8 @@
 
 ``EmbeddedBackend()`` builds a fresh default model from the built-in corpus (nothing is downloaded);
 ``EmbeddedBackend("runs/x/checkpoint")`` loads one saved by ``EmbeddedModel.save``; ``model=`` takes an
-``EmbeddedModel`` already in memory (for instance after ``sft``).
+``EmbeddedModel`` already in memory (for instance after ``sft``). ``dtype="bf16"`` samples from a bf16 copy of
+the float32 weights (``tether.models._sample_dtype``: not chosen on its own, the model is too small to gain).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class EmbeddedBackend(LocalBackend):
         max_batch_rows: int = 64,
         default_max_tokens: int = 256,
         kv_cache: int | str | None = None,
+        dtype: str | None = None,
     ) -> None:
         super().__init__(
             threads=threads,
@@ -51,6 +53,7 @@ class EmbeddedBackend(LocalBackend):
         self.model = model.model
         self.tokenizer = model.tokenizer
         self._stops = model.stop_token_ids
+        self.choose_sample_dtype(device, dtype)
 
     #: (preset, seed, device) of a model built here from random weights and never trained; None otherwise
     _fresh: tuple[str, int, str] | None = None
@@ -71,7 +74,9 @@ class EmbeddedBackend(LocalBackend):
             self.embedded, self.model, self.tokenizer = model, model.model, model.tokenizer
             self._stops = model.stop_token_ids
             self._fresh = None
-            self.kv_cache.clear()  # another model at the same version: its KV would be another's
+            self.kv_cache.clear()  # another model at the same version: its KV and copies would be another's
+            if self.sampling_copies is not None:
+                self.sampling_copies.clear()
         return True
 
     def load_weights(self, directory: str) -> None:
@@ -86,6 +91,8 @@ class EmbeddedBackend(LocalBackend):
             self._stops = model.stop_token_ids
             self._fresh = None
             self.kv_cache.clear()
+            if self.sampling_copies is not None:
+                self.sampling_copies.clear()
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         text = template.render(messages, tools)
