@@ -44,7 +44,7 @@ def test_a_bf16_sampler_samples_a_copy_of_the_float32_weights_refreshed_after_ea
 
 
 def test_the_automatic_choice_follows_the_measured_rule() -> None:
-    dtype, why = cpu_sample_dtype(1_000_000, None)
+    dtype, _ = cpu_sample_dtype(1_000_000, None)
     assert dtype is torch.float32  # a tiny model: bf16 loses on every CPU
     big, _ = cpu_sample_dtype(135_000_000, None)
     assert big is (torch.bfloat16 if "amx_bf16" in cpu_flags() else torch.float32)
