@@ -81,7 +81,7 @@ def test_the_budget_evicts_the_least_recently_used_and_a_new_version_drops_the_o
 
 def test_the_budget_takes_bytes_or_units() -> None:
     assert parse_budget("256MB") == 256 * 2**20 and parse_budget("1g") == 2**30 and parse_budget("0") == 0
-    assert parse_budget(4096) == 4096 and parse_budget(None) == 256 * 2**20
+    assert parse_budget(4096) == 4096 and parse_budget(None) == 512 * 2**20
     with pytest.raises(ValueError, match="kv_cache=256MB"):
         parse_budget("lots")
 

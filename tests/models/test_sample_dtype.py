@@ -37,7 +37,7 @@ def test_a_bf16_sampler_samples_a_copy_of_the_float32_weights_refreshed_after_ea
     _greedy(backend)
     copies = backend.sampling_copies
     assert copies is not None
-    version, twin = copies._copies["policy"]
+    version, _, twin = copies._copies["policy"]
     assert version == backend.weights_version
     assert next(twin.parameters()).dtype is torch.bfloat16
     assert torch.equal(twin.lm_head.weight, backend.model.lm_head.weight.to(torch.bfloat16))

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-#: the default byte budget of a backend's KV cache: on SmolLM2-135M in float32 (46 KB a token) about 5,800
-#: tokens, a step's worth of 2-3 turn rollouts of a few hundred tokens each; the embedded tiny model's 4 KB a
-#: token fits 65,000
-DEFAULT_BUDGET_BYTES = 256 * 2**20
+#: the default byte budget of a backend's KV cache: on SmolLM2-135M in float32 (46 KB a token) about 11,600
+#: tokens, the live turn of 16 concurrent rollouts (``n_runners``) of 700 tokens each; the embedded tiny model's
+#: 4 KB a token fits 130,000
+DEFAULT_BUDGET_BYTES = 512 * 2**20
 #: the fewest leading tokens a row takes from an entry (fewer are not worth the copy)
 MIN_REUSE = 16
 

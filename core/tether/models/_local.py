@@ -295,7 +295,8 @@ class LocalBackend(LocalWeights, ModelBackend):
         try:
             with self.weights_lock, torch.inference_mode(), self.serving(policy) as model:
                 version = self.weights_version_of(policy)
-                if self.sampling_copies is not None and self.lora is None:  # (adapters sample as they train)
+                if self.sampling_copies is not None and (self.lora is None or self.policies is None):
+                    # (one adapter per policy on one base: sampled as they train, the copy would need each)
                     model = self.sampling_copies.get(model, policy, version)
                 for job in jobs:
                     job.weights_version = version

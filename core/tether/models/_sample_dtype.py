@@ -70,27 +70,32 @@ def say_once(model: str, dtype: torch.dtype, why: str) -> None:
 
 
 class SamplingCopies:
-    """A copy of each served model in the sampling dtype, refreshed when its weights version moved."""
+    """A copy of each served model in the sampling dtype, refreshed when its weights version moved: its trainable
+    parameters copied over (the frozen ones, a LoRA base's, never change), or the whole copy made again for
+    another model object (adapters attached since, a checkpoint loaded into a new model)."""
 
     def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
-        self._copies: dict[str, tuple[int, Any]] = {}
+        self._copies: dict[str, tuple[int, int, Any]] = {}
 
     def get(self, model: Any, key: str, version: int) -> Any:
         """``model`` itself when it computes in the sampling dtype, else its copy at ``version``."""
         if next(model.parameters()).dtype == self.dtype:
             return model
         held = self._copies.get(key)
-        if held is not None and held[0] == version:
-            return held[1]
+        if held is not None and held[:2] == (version, id(model)):
+            return held[2]
         with torch.inference_mode(False), torch.no_grad():  # real parameters, not inference tensors
-            if held is None:
+            if held is None or held[1] != id(model):
                 twin = copy.deepcopy(model).to(self.dtype)
                 twin.eval()
             else:
-                twin = held[1]
-                twin.load_state_dict(model.state_dict())
-        self._copies[key] = (version, twin)
+                twin = held[2]
+                mine = dict(twin.named_parameters())
+                for name, param in model.named_parameters():
+                    if param.requires_grad:
+                        mine[name].copy_(param)
+        self._copies[key] = (version, id(model), twin)
         return twin
 
     def clear(self) -> None:
