@@ -42,6 +42,8 @@ def test_in_a_pipe_each_update_is_a_line_and_an_evaluation_counts_its_rollouts()
         progress.close()
         bar.update({"kind": "eval", "step": 0, "greedy_accuracy": 0.5})
         bar.update({"kind": "train", "step": 1, "reward": 0.25, "rollouts_per_s": 2.0, "kv_reused": 0.62})
+        bar.update({"kind": "train", "step": 2, "reward": 0.5, "rollouts_per_s": 2.0})  # too soon: no line
+        bar.update({"kind": "train", "step": 3, "reward": 0.75, "rollouts_per_s": 2.0})  # the last: a line
     text = out.getvalue()
     assert "\r" not in text
     lines = text.splitlines()
@@ -49,7 +51,8 @@ def test_in_a_pipe_each_update_is_a_line_and_an_evaluation_counts_its_rollouts()
     assert lines[1].startswith("eval step 0: 8/8 rollouts")
     assert "step 0/3" in lines[2] and "val 50%" in lines[2]
     assert "step 1/3" in lines[3] and "reward 0.25" in lines[3] and "kv 62%" in lines[3]
-    assert len(lines) == 4
+    assert "step 3/3" in lines[4] and "reward 0.75" in lines[4]
+    assert len(lines) == 5
 
 
 def test_on_a_terminal_an_evaluation_has_its_own_bar() -> None:

@@ -8,7 +8,8 @@ and drift.
 Every evaluation shows its own bar (``evaluating``: rollouts finished of the evaluation's total), the one before
 training too. On a terminal the bars redraw in place; when the output is not a terminal (a pipe, a log file)
 each update is one line instead, never carriage returns: ``step 3/20 reward 0.41 ...`` and ``eval step 0:
-12/40 rollouts 0:31``."""
+12/40 rollouts 0:31`` (a step's, and an evaluation's progress, at most each ``LINE_INTERVAL_S``; each
+evaluation's result and the last step always)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class FitProgress:
         self._console = console
         self._progress: Progress | None = None
         self._lines: Console | None = None  # line mode: the output is not a terminal
+        self._stepped = -LINE_INTERVAL_S  # when line mode last printed a step's line
         self._task: Any = None
         self._total = total
         self._start = start
@@ -101,8 +103,14 @@ class FitProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=record.get("step", 0), **self._fields)
         elif self._lines is not None and record.get("kind") in ("train", "sft", "eval"):
-            step = f"step {record.get('step', 0)}/{self._total}"
-            self._say(f"{step} {self._text().format(task=SimpleNamespace(fields=self._fields))}")
+            # a step's line at most each LINE_INTERVAL_S (SFT records every batch), the last and each eval always
+            now = time.monotonic()
+            last = record.get("step") == self._total
+            if record["kind"] == "eval" or last or now - self._stepped >= LINE_INTERVAL_S:
+                if record["kind"] != "eval":
+                    self._stepped = now
+                step = f"step {record.get('step', 0)}/{self._total}"
+                self._say(f"{step} {self._text().format(task=SimpleNamespace(fields=self._fields))}")
 
     def evaluation(self, step: int, total: int) -> EvalBar:
         """The bar of one evaluation at ``step`` of ``total`` rollouts: call it with (finished, total) as
