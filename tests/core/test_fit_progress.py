@@ -11,7 +11,7 @@ from tether.training.progress import FitProgress
 
 def _line(*records: dict[str, object]) -> str:
     out = io.StringIO()
-    with FitProgress(3, console=Console(file=out, width=200)) as bar:
+    with FitProgress(3, console=Console(file=out, width=200), line_interval_s=0) as bar:
         for record in records:
             bar.update(record)
     return out.getvalue().splitlines()[-1]

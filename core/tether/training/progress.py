@@ -20,7 +20,8 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-#: in a pipe, the least seconds between two lines of one evaluation's progress (its last line always shows)
+#: in a pipe, the least seconds between two lines of training steps, or of one evaluation's progress (the last
+#: step's and an evaluation's last line always show)
 LINE_INTERVAL_S = 5.0
 
 
@@ -33,12 +34,14 @@ class FitProgress:
         start: int = 0,
         console: Console | None = None,
         kind: Literal["rl", "sft"] = "rl",
+        line_interval_s: float = LINE_INTERVAL_S,
     ) -> None:
         self._kind = kind
+        self._interval = line_interval_s
         self._console = console
         self._progress: Progress | None = None
         self._lines: Console | None = None  # line mode: the output is not a terminal
-        self._stepped = -LINE_INTERVAL_S  # when line mode last printed a step's line
+        self._stepped = -float("inf")  # when line mode last printed a step's line
         self._task: Any = None
         self._total = total
         self._start = start
@@ -106,7 +109,7 @@ class FitProgress:
             # a step's line at most each LINE_INTERVAL_S (SFT records every batch), the last and each eval always
             now = time.monotonic()
             last = record.get("step") == self._total
-            if record["kind"] == "eval" or last or now - self._stepped >= LINE_INTERVAL_S:
+            if record["kind"] == "eval" or last or now - self._stepped >= self._interval:
                 if record["kind"] != "eval":
                     self._stepped = now
                 step = f"step {record.get('step', 0)}/{self._total}"
@@ -124,14 +127,14 @@ class FitProgress:
 
 class EvalBar:
     """One evaluation's progress (``FitProgress.evaluation``): a second bar on a terminal, a line per update
-    (at most one each ``LINE_INTERVAL_S``, and the last) in a pipe."""
+    (at most one each ``line_interval_s``, and the last) in a pipe."""
 
     def __init__(self, owner: FitProgress, step: int, total: int) -> None:
         self._owner = owner
         self._step = step
         self._total = total
         self._started = time.monotonic()
-        self._said = -LINE_INTERVAL_S
+        self._said = -float("inf")
         self._done = -1
         self._task: Any = None
         if owner._progress is not None:
@@ -149,7 +152,7 @@ class EvalBar:
             progress.update(self._task, completed=done, total=total)
             return
         now = time.monotonic() - self._started
-        if now - self._said >= LINE_INTERVAL_S or done >= total:
+        if now - self._said >= self._owner._interval or done >= total:
             self._said = now
             minutes, seconds = divmod(int(now), 60)
             self._owner._say(f"eval step {self._step}: {done}/{total} rollouts {minutes}:{seconds:02d}")
