@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from tether.training.progress import FitProgress
+from tether.training.progress import FitProgress, evaluation_bar
 
 
 def _line(*records: dict[str, object]) -> str:
@@ -22,7 +22,10 @@ def test_the_progress_line_shows_the_drift_of_the_last_update() -> None:
     assert "drift -" in _line(train)  # not measured (no recorded logprobs)
     line = _line(train, {**train, "step": 2, "drift_mean": 2.1e-6, "drift_max": 3.8e-5})
     assert "2/3" in line and "reward 0.50" in line and "drift 2.1e-06 (max 3.8e-05)" in line
-    assert "val 75%" in _line({"kind": "eval", "step": 0, "greedy_accuracy": 0.75})
+    assert _line({"kind": "eval", "step": 0, "greedy_accuracy": 0.75, "sampled_accuracy": 0.5}) == (
+        "eval step 0: accuracy greedy 75%, T=1 50%"
+    )
+    assert "val 75%" in _line({"kind": "eval", "step": 0, "greedy_accuracy": 0.75}, train)
 
 
 def test_the_progress_line_says_what_each_step_trained() -> None:
@@ -49,7 +52,7 @@ def test_in_a_pipe_each_update_is_a_line_and_an_evaluation_counts_its_rollouts()
     lines = text.splitlines()
     assert lines[0].startswith("eval step 0: 0/8 rollouts")
     assert lines[1].startswith("eval step 0: 8/8 rollouts")
-    assert "step 0/3" in lines[2] and "val 50%" in lines[2]
+    assert lines[2] == "eval step 0: accuracy greedy 50%"
     assert "step 1/3" in lines[3] and "reward 0.25" in lines[3] and "kv 62%" in lines[3]
     assert "step 3/3" in lines[4] and "reward 0.75" in lines[4]
     assert len(lines) == 5
@@ -65,3 +68,15 @@ def test_on_a_terminal_an_evaluation_has_its_own_bar() -> None:
         assert (evaluating.completed, evaluating.total) == (5, 8)
         progress.close()
         assert [t.description for t in bar._progress.tasks] == ["training"]
+
+
+def test_an_evaluation_inside_a_bars_block_shows_its_progress_there() -> None:
+    out = io.StringIO()
+    assert evaluation_bar(0, 4) is None  # outside any bar: nothing to show it on
+    with FitProgress(2, console=Console(file=out, width=200), kind="sft"):
+        inner = evaluation_bar(0, 4)  # what evaluate() takes when its caller gave no callback (SFT)
+        assert inner is not None
+        inner(4, 4)
+        inner.close()
+    assert evaluation_bar(0, 4) is None
+    assert out.getvalue().splitlines() == ["eval step 0: 0/4 rollouts 0:00", "eval step 0: 4/4 rollouts 0:00"]

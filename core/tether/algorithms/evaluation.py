@@ -5,7 +5,8 @@ use, failures).
 ``Algorithm.evaluate`` returns it by default; GRPO, SFT and a joint run log it before, during and after training.
 GRPO's evaluations during a run are greedy only by default, the sampled pass only before the first step and after
 the last (``Trainer(eval_sampled="ends")``; ``"every"`` samples at every evaluation). Both passes run together,
-their rollouts sharing the sampler's batches, and ``progress(finished, total)`` hears as their rollouts finish.
+their rollouts sharing the sampler's batches, and ``progress(finished, total)`` hears as their rollouts finish
+(without one, the bar of the ``FitProgress`` block it runs in shows them: ``progress.evaluation_bar``).
 ``carried_eval`` is the evaluation a previous stage of ``Trainer(algorithm=[...])`` ended with, which the next
 stage takes as its step 0 instead of evaluating the same weights again.
 """
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether.training.batch import Job
+from tether.training.progress import evaluation_bar
 from tether.types import Mode, PromptTemplate, Task
 
 if TYPE_CHECKING:
@@ -42,7 +44,12 @@ async def evaluate(
     record: dict[str, Any] = {"kind": "eval", "step": step}
     passes = PASSES if sampled else PASSES[:1]
     jobs = [Job(tasks, await session.publish({"temperature": temperature}, prompts)) for _, temperature in passes]
-    batches = await session.run_jobs(jobs, Mode.VAL, progress=progress)
+    bar = evaluation_bar(step, len(passes) * len(tasks)) if progress is None else None
+    try:
+        batches = await session.run_jobs(jobs, Mode.VAL, progress=progress or bar)
+    finally:
+        if bar is not None:
+            bar.close()
     for (label, _), batch in zip(passes, batches, strict=True):
         record[f"{label}_accuracy"] = batch.mean_reward
         # each task's reward, in task order: the before/after table's intervals pair them over the same tasks

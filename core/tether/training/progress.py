@@ -8,18 +8,24 @@ and drift.
 Every evaluation shows its own bar (``evaluating``: rollouts finished of the evaluation's total), the one before
 training too. On a terminal the bars redraw in place; when the output is not a terminal (a pipe, a log file)
 each update is one line instead, never carriage returns: ``step 3/20 reward 0.41 ...`` and ``eval step 0:
-12/40 rollouts 0:31`` (a step's, and an evaluation's progress, at most each ``LINE_INTERVAL_S``; each
-evaluation's result and the last step always)."""
+12/40 rollouts 0:31`` (a step's, and an evaluation's progress, at most each ``LINE_INTERVAL_S``; the last step
+and each evaluation's result, ``eval step 5: accuracy greedy 62%, T=1 48%``, always). An evaluation run inside
+the block of a ``FitProgress`` shows its bar there whoever runs it (``evaluation_bar``)."""
 
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any, Literal
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+#: the FitProgress whose block is running (evaluations inside it show their bar there)
+_ACTIVE: ContextVar[FitProgress | None] = ContextVar("tether_fit_progress", default=None)
+#: an eval record's accuracies, as its line in a pipe names them
+_EVAL_PASSES = (("greedy_accuracy", "greedy"), ("sampled_accuracy", "T=1"))
 #: in a pipe, the least seconds between two lines of training steps, or of one evaluation's progress (the last
 #: step's and an evaluation's last line always show)
 LINE_INTERVAL_S = 5.0
@@ -65,6 +71,7 @@ class FitProgress:
         )
 
     def __enter__(self) -> FitProgress:
+        self._token = _ACTIVE.set(self)
         if not self._enabled:
             return self
         console = self._console or Console()
@@ -86,6 +93,7 @@ class FitProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _ACTIVE.reset(self._token)
         if self._progress is not None:
             self._progress.__exit__(None, None, None)
 
@@ -105,13 +113,14 @@ class FitProgress:
             self._fields["val"] = f"{record.get('greedy_accuracy', 0.0):.0%}"
         if self._progress is not None:
             self._progress.update(self._task, completed=record.get("step", 0), **self._fields)
-        elif self._lines is not None and record.get("kind") in ("train", "sft", "eval"):
-            # a step's line at most each LINE_INTERVAL_S (SFT records every batch), the last and each eval always
+        elif self._lines is not None and record.get("kind") == "eval":
+            passes = [f"{label} {record[key]:.0%}" for key, label in _EVAL_PASSES if key in record]
+            self._say(f"eval step {record.get('step', 0)}: accuracy {', '.join(passes) or '-'}")
+        elif self._lines is not None and record.get("kind") in ("train", "sft"):
+            # a step's line at most each ``line_interval_s`` (SFT records every batch), the last always
             now = time.monotonic()
-            last = record.get("step") == self._total
-            if record["kind"] == "eval" or last or now - self._stepped >= self._interval:
-                if record["kind"] != "eval":
-                    self._stepped = now
+            if record.get("step") == self._total or now - self._stepped >= self._interval:
+                self._stepped = now
                 step = f"step {record.get('step', 0)}/{self._total}"
                 self._say(f"{step} {self._text().format(task=SimpleNamespace(fields=self._fields))}")
 
@@ -123,6 +132,13 @@ class FitProgress:
     def _say(self, line: str) -> None:
         if self._lines is not None:
             self._lines.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def evaluation_bar(step: int, total: int) -> EvalBar | None:
+    """The bar of an evaluation run inside a ``FitProgress`` block (an algorithm's own, such as SFT's), or None
+    outside one: how ``tether.algorithms.evaluation.evaluate`` shows progress it was given no callback for."""
+    bar = _ACTIVE.get()
+    return bar.evaluation(step, total) if bar is not None else None
 
 
 class EvalBar:
