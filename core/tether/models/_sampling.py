@@ -20,6 +20,11 @@ row's token there is chosen from a forward pass of the row's prompt and tokens s
 (``_decide_alone``), the same whatever shared the batch. Each row lays its tokens out in token-id order for
 the draw (a top-p row too, over the tokens it keeps), never in an order that depends on the other rows.
 
+A row starts from KV already known where there is some (``tether.models._prefix_fill``): an earlier call's of
+its rollout (``reuse``, the backend's ``tether.models._kv_cache``), else the prefix the batch's rows share, run
+once. Either moves the row's numbers in their last bits as a batch does, and is covered the same way: a draw on
+an edge is decided alone, without either.
+
 Invariant: ``tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text``. A row that ends
 on a stop token keeps that token (with its logprob: the model learns to stop); a row that ends on a stop
 string keeps the tokens before the one where the stop string begins, so the text never contains it.
@@ -27,17 +32,22 @@ string keeps the tokens before the one where the stop string begins, so the text
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.cache_utils import DynamicLayer
 
 from tether.models._kv_cache import Layers
+from tether.models._prefix_fill import (
+    PrefixSource,
+    cache_keyword,
+    fill,
+    known_prefixes,
+    reusable,
+    row_layers,
+)
 
 
 @dataclass(slots=True)
@@ -55,22 +65,6 @@ class Sample:
     logprobs: list[float]
     text: str
     finish_reason: str  # "stop" or "length"
-
-
-_cache_keywords: dict[type, str] = {}
-
-
-def _cache_keyword(model: torch.nn.Module) -> str:
-    """The name ``forward`` takes the KV cache under: ``cache`` from transformers 5.24 (which warns on every call
-    given ``past_key_values``), ``past_key_values`` before. Looked up once per model class."""
-    get_base = getattr(model, "get_base_model", None)  # a PEFT model passes the keyword on to its base
-    if callable(get_base):
-        model = get_base()
-    kind = type(model)
-    if kind not in _cache_keywords:
-        params = inspect.signature(model.forward).parameters
-        _cache_keywords[kind] = "cache" if "cache" in params else "past_key_values"
-    return _cache_keywords[kind]
 
 
 def row_seed(seed: int | None, index: int) -> int | None:
@@ -218,91 +212,6 @@ def _cut_at_stop(
     return keep
 
 
-#: the fewest tokens all of a batch's prompts must share before their prefix is computed once for the batch
-MIN_SHARED_PREFIX = 16
-
-
-def _reusable(cache: DynamicCache) -> bool:
-    """Whether a layer's KV can be copied between rows and batches: plain layers only (a sliding-window layer
-    keeps only its window)."""
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
-
-
-def _kv(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """A plain cache layer's keys and values (``_reusable`` checked the kind)."""
-    assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
-    return layer.keys, layer.values
-
-
-def _layers(cache: DynamicCache) -> Layers:
-    return [_kv(layer) for layer in cache.layers]
-
-
-def _shared_prefix(model: PreTrainedModel, prompts: Sequence[Sequence[int]]) -> tuple[int, Layers | None]:
-    """The prompts' common prefix (the system turn and tool list an agent sends every time) run through the model
-    once: its length and KV (0, None: not worth it). It stops one token short of the shortest prompt, so every
-    row still has a token whose logits start its reply."""
-    if len(prompts) < 2:
-        return 0, None
-    first, limit = prompts[0], min(len(p) for p in prompts) - 1
-    shared = 0
-    while shared < limit and all(p[shared] == first[shared] for p in prompts):
-        shared += 1
-    if shared < MIN_SHARED_PREFIX:
-        return 0, None
-    cache = DynamicCache(config=model.config)
-    ids = torch.tensor([list(first[:shared])], dtype=torch.long, device=model.device)
-    model(input_ids=ids, **{_cache_keyword(model): cache}, use_cache=True, logits_to_keep=1)
-    return shared, _layers(cache)
-
-
-def _known_prefixes(
-    model: PreTrainedModel, prompts: Sequence[Sequence[int]], reuse: PrefixSource | None
-) -> list[tuple[int, Layers | None]]:
-    """Each row's leading tokens whose KV is known before the batch runs, and that KV: from ``reuse`` (an earlier
-    call of the same rollout), else the prefix the rows without one share, computed once here."""
-    known: list[tuple[int, Layers | None]] = [reuse.lookup(p) if reuse is not None else (0, None) for p in prompts]
-    rest = [i for i, (n, _) in enumerate(known) if n == 0]
-    shared, layers = _shared_prefix(model, [prompts[i] for i in rest])
-    for i in rest:
-        known[i] = (shared, layers)
-    return known
-
-
-def _fill(
-    cache: DynamicCache, known: Sequence[tuple[int, Layers | None]], width: int, device: torch.device
-) -> None:
-    """Lay each row's known KV into ``cache``, right-aligned in the first ``width`` positions (the rest of that
-    region is padding, masked out)."""
-    source = next(layers for _, layers in known if layers is not None)
-    for index, (keys, values) in enumerate(source):
-        batch_keys = keys.new_zeros((len(known), keys.shape[1], width, keys.shape[3]), device=device)
-        batch_values = values.new_zeros((len(known), values.shape[1], width, values.shape[3]), device=device)
-        for row, (n, layers) in enumerate(known):
-            if n and layers is not None:
-                batch_keys[row, :, width - n :] = layers[index][0][0, :, :n]
-                batch_values[row, :, width - n :] = layers[index][1][0, :, :n]
-        cache.update(batch_keys, batch_values, index)
-
-
-def _row_layers(cache: DynamicCache, row: int, positions: torch.Tensor) -> Layers:
-    """Row ``row``'s KV at ``positions`` of the batch cache, copied out (``[1, heads, len, head_dim]`` each)."""
-    out = []
-    for keys, values in _layers(cache):
-        out.append(
-            (keys[row : row + 1].index_select(2, positions), values[row : row + 1].index_select(2, positions))
-        )
-    return out
-
-
-class PrefixSource(Protocol):
-    """Where the sampler finds and leaves KV across calls (``tether.models._kv_cache.ScopedKV``)."""
-
-    def lookup(self, prompt: Sequence[int]) -> tuple[int, Layers | None]: ...
-
-    def put(self, ids: Sequence[int], layers: Layers) -> None: ...
-
-
 def generate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -326,15 +235,15 @@ def generate(
     device = model.device
     rows = len(prompts)
     cache = DynamicCache(config=model.config)
-    cache_arg = {_cache_keyword(model): cache}
-    if not _reusable(cache):
+    cache_arg = {cache_keyword(model): cache}
+    if not reusable(cache):
         reuse = None
         known: list[tuple[int, Layers | None]] = [(0, None)] * rows
     else:
-        known = _known_prefixes(model, prompts, reuse)
+        known = known_prefixes(model, prompts, reuse)
     shared = max(n for n, _ in known)  # the width of the known region, each row's right-aligned in it
     if shared:
-        _fill(cache, known, shared, device)
+        fill(cache, known, shared, device)
     width = max(len(p) - n for p, (n, _) in zip(prompts, known, strict=True))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids = torch.full((rows, width), pad, dtype=torch.long)
@@ -394,7 +303,7 @@ def generate(
             )
             if reuse is not None:  # the KV of its prompt and every token it fed: the next turn's prefix
                 real = torch.nonzero(mask[b]).flatten()
-                reuse.put([*prompts[i], *drawn[i][:-1]], _row_layers(cache, b, real))
+                reuse.put([*prompts[i], *drawn[i][:-1]], row_layers(cache, b, real))
             if rescore and params[i].seed is not None:
                 _rescore(model, prompts[i], sample, params[i])
             results[i] = sample
