@@ -42,7 +42,7 @@ def test_the_t1_row_pairs_the_evaluations_that_sampled_and_the_kv_cache_gets_a_l
     lines = FitResult(run_dir=tmp_path, history=history).summary().splitlines()
     assert lines[1].split()[:5] == ["accuracy", "(greedy)", "12%", "90%", "+78p"]
     assert lines[2].split()[:5] == ["accuracy", "(T=1)", "32%", "32%", "+0p"]  # the one evaluation that sampled
-    assert lines[3] == (
+    assert lines[4] == (  # after the table, with where the run's files are
         "KV cache across turns: 67% of prompt tokens reused (12 of 16 calls started from an earlier turn)"
     )
 

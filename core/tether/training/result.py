@@ -79,7 +79,8 @@ class FitResult:
             if measured:
                 lines.append(f"{label:{width}}{self._row(key, measured[0], measured[-1])}")
         lines += self._notes()
-        lines += ["", f"curve: {self.plot}", f"checkpoint: {self.checkpoint}"]
+        kv = kv_summary(self.history)  # (after the table: which call finds which turn's KV varies run to run)
+        lines += ["", *([kv] if kv else []), f"curve: {self.plot}", f"checkpoint: {self.checkpoint}"]
         lines.append(f"metrics: {self.run_dir / 'metrics.jsonl'}")
         return "\n".join(lines)
 
@@ -100,12 +101,8 @@ class FitResult:
         return f"{cells[0]:>14}{cells[1]:>14}{text}"
 
     def _notes(self) -> list[str]:
-        """Lines under the table: what the sampler's KV cache reused, whether anything was trained, and the
-        failed rollouts' commonest errors."""
+        """Lines under the table: whether anything was trained, and the failed rollouts' commonest errors."""
         out = []
-        kv = kv_summary(self.history)
-        if kv is not None:
-            out.append(kv)
         steps = [h for h in self.history if h.get("kind") == "train" and "trained" in h]
         if steps and not any(h["trained"] for h in steps):
             why = steps[-1].get("idle") or "no step trained a transition"
