@@ -1,10 +1,11 @@
-"""Laying KV already known into a batch's cache before the sampler's first forward pass
-(``tether.models._sampling.generate``): each row's from an earlier call of its rollout (``PrefixSource``, the
-backend's ``tether.models._kv_cache.PrefixKV``), else the prefix the rest of the batch shares, run once here.
+"""The sampler's first forward pass over KV already known (``tether.models._sampling.generate``): each row's from
+an earlier call of its rollout (``PrefixSource``, the backend's ``tether.models._kv_cache.PrefixKV``), else the
+prefix the rest of the batch shares, run once here.
 
-Each row's known KV is right-aligned in the batch cache's first positions and the rest of its prompt follows,
-left-padded, so a batch cache reads ``[pad | known | pad | rest of the prompt]`` per row, the padding masked out
-and positions counted over the real tokens only. A finished row's KV is copied out of the batch cache by
+``prefill`` runs the rows with known KV and those without as separate passes (each pass computes every row as
+wide as its widest unknown part), each laid out ``[pad | known | pad | rest of the prompt]`` per row with the
+padding masked out and positions counted over real tokens, then lays the rows' real positions into one cache,
+right-aligned, no wider than the longest prompt. A finished row's KV is copied out of the batch cache by
 ``row_layers`` for the next call.
 """
 
@@ -101,6 +102,89 @@ def fill(
                 batch_keys[row, :, width - n :] = layers[index][0][0, :, :n]
                 batch_values[row, :, width - n :] = layers[index][1][0, :, :n]
         cache.update(batch_keys, batch_values, index)
+
+
+def _pass(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], known: Sequence[tuple[int, Layers | None]], pad: int
+) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """One forward pass of the prompts' unknown tokens over their known KV: the cache (``[pad | known | pad |
+    rest]`` per row), its attention mask and each row's last logits."""
+    device = model.device
+    cache = DynamicCache(config=model.config)
+    shared = max(n for n, _ in known)  # the width of the known region, each row's right-aligned in it
+    if shared:
+        fill(cache, known, shared, device)
+    width = max(len(p) - n for p, (n, _) in zip(prompts, known, strict=True))
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
+    for i, (p, (n, _)) in enumerate(zip(prompts, known, strict=True)):
+        mask[i, shared - n : shared] = 1
+        input_ids[i, width - (len(p) - n) :] = torch.tensor(list(p[n:]), dtype=torch.long)
+        mask[i, shared + width - (len(p) - n) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+    mask = mask.to(device)
+    logits = model(
+        input_ids=input_ids.to(device),
+        attention_mask=mask,
+        position_ids=positions.to(device),
+        **{cache_keyword(model): cache},
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1, :]
+    return cache, mask, logits
+
+
+def prefill(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], known: Sequence[tuple[int, Layers | None]], pad: int
+) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """Run the prompts over their known KV: the batch's cache, attention mask and each row's last logits.
+
+    Rows with known KV and rows without run as two passes (one pass would compute every row as wide as the
+    widest unknown part: a row whose earlier turn is known would pay for a new row's whole prompt), then their
+    caches are laid out as one, each row's real positions right-aligned (``[pad | prompt]``), no wider than the
+    longest prompt: the decoding steps attend over no more than without known KV."""
+    groups = [[i for i, (n, _) in enumerate(known) if bool(n) == has] for has in (True, False)]
+    if not groups[0] or not groups[1]:
+        cache, mask, logits = _pass(model, prompts, known, pad)
+        if not groups[0]:  # nothing known: already [pad | prompt]
+            return cache, mask, logits
+        passes = [(list(range(len(prompts))), cache, mask, logits)]
+    else:
+        passes = []
+        for rows in groups:
+            part = _pass(model, [prompts[i] for i in rows], [known[i] for i in rows], pad)
+            passes.append((rows, *part))
+    return _compact(model, prompts, passes)
+
+
+def _compact(
+    model: PreTrainedModel,
+    prompts: Sequence[Sequence[int]],
+    passes: Sequence[tuple[list[int], DynamicCache, torch.Tensor, torch.Tensor]],
+) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """One cache of the passes' rows (in prompt order), each row's real positions right-aligned."""
+    device = model.device
+    longest = max(len(p) for p in prompts)
+    mask = torch.zeros((len(prompts), longest), dtype=torch.long, device=device)
+    first_logits = passes[0][3]
+    logits = first_logits.new_empty((len(prompts), first_logits.shape[-1]))
+    reals: list[tuple[int, int, torch.Tensor, int]] = []  # (pass, row in it, its real positions, row)
+    for k, (rows, _, part_mask, part_logits) in enumerate(passes):
+        for j, i in enumerate(rows):
+            reals.append((k, j, torch.nonzero(part_mask[j]).flatten(), i))
+            mask[i, longest - len(prompts[i]) :] = 1
+            logits[i] = part_logits[j]
+    cache = DynamicCache(config=model.config)
+    layered = [_layers(part[1]) for part in passes]
+    for index, (keys, values) in enumerate(layered[0]):
+        shape = (len(prompts), keys.shape[1], longest, keys.shape[3])
+        all_keys, all_values = keys.new_zeros(shape), values.new_zeros(shape)
+        for k, j, real, i in reals:
+            part_keys, part_values = layered[k][index]
+            all_keys[i, :, longest - len(real) :] = part_keys[j].index_select(1, real)
+            all_values[i, :, longest - len(real) :] = part_values[j].index_select(1, real)
+        cache.update(all_keys, all_values, index)
+    return cache, mask, logits
 
 
 def row_layers(cache: DynamicCache, row: int, positions: torch.Tensor) -> Layers:

@@ -43,8 +43,8 @@ from tether.models._kv_cache import Layers
 from tether.models._prefix_fill import (
     PrefixSource,
     cache_keyword,
-    fill,
     known_prefixes,
+    prefill,
     reusable,
     row_layers,
 )
@@ -234,25 +234,14 @@ def generate(
         raise ValueError("generate needs one SampleParams per prompt and at least one prompt")
     device = model.device
     rows = len(prompts)
-    cache = DynamicCache(config=model.config)
-    cache_arg = {cache_keyword(model): cache}
-    if not reusable(cache):
+    if not reusable(DynamicCache(config=model.config)):
         reuse = None
         known: list[tuple[int, Layers | None]] = [(0, None)] * rows
     else:
         known = known_prefixes(model, prompts, reuse)
-    shared = max(n for n, _ in known)  # the width of the known region, each row's right-aligned in it
-    if shared:
-        fill(cache, known, shared, device)
-    width = max(len(p) - n for p, (n, _) in zip(prompts, known, strict=True))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.full((rows, width), pad, dtype=torch.long)
-    mask = torch.zeros((rows, shared + width), dtype=torch.long)
-    for i, (p, (n, _)) in enumerate(zip(prompts, known, strict=True)):
-        mask[i, shared - n : shared] = 1
-        input_ids[i, width - (len(p) - n) :] = torch.tensor(list(p[n:]), dtype=torch.long)
-        mask[i, shared + width - (len(p) - n) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+    cache, mask, logits = prefill(model, prompts, known, pad)
+    cache_arg = {cache_keyword(model): cache}
     next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
     top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
@@ -266,15 +255,6 @@ def generate(
     out_lp: list[list[float]] = [[] for _ in range(rows)]
     results: list[Sample | None] = [None] * rows
     active = list(range(rows))  # original row index of each batch row
-    mask, input_ids, positions = mask.to(device), input_ids.to(device), positions.to(device)
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=positions,
-        **cache_arg,
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits[:, -1, :]
     step = 0
     while True:
         act = torch.tensor(active, dtype=torch.long)
