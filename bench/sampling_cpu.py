@@ -1,6 +1,7 @@
 """The CPU time a training script spends in the local sampler: runs the script (an example's ``train.py`` and
 its flags) in this process with ``tether.models._sampling.generate`` timed by the CPU time of the thread it runs
-on, and prints the sampler's CPU seconds, the process's, and the evaluation and training rollouts of the run.
+on, and prints the sampler's CPU seconds, the prompt and sampled tokens it was given and drew, the process's CPU
+seconds, and the evaluation and training rollouts of the run.
 
     python bench/sampling_cpu.py examples/calc_autogen/train.py --quick --run-dir /tmp/x
 
@@ -24,16 +25,17 @@ def main() -> None:
         raise SystemExit(__doc__)
     from tether.models import _sampling
 
-    spent = [0.0, 0]
+    spent = [0.0, 0, 0, 0]  # CPU seconds, batches, prompt tokens, sampled tokens
     original = _sampling.generate
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.thread_time()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            spent[0] += time.thread_time() - start
-            spent[1] += 1
+        samples = original(*args, **kwargs)
+        spent[0] += time.thread_time() - start
+        spent[1] += 1
+        spent[2] += sum(len(p) for p in args[2])
+        spent[3] += sum(len(s.token_ids) for s in samples)
+        return samples
 
     _sampling.generate = timed  # before the backends import it by name
     script = sys.argv[1]
@@ -43,7 +45,9 @@ def main() -> None:
         runpy.run_path(script, run_name="__main__")
     finally:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        print(f"\nsampler: {spent[0]:.1f} CPU-s in {spent[1]} batches")
+        per_token = 1000 * spent[0] / max(1, spent[3])
+        print(f"\nsampler: {spent[0]:.1f} CPU-s in {spent[1]} batches, {per_token:.2f} CPU-ms per sampled token")
+        print(f"sampler: {spent[2]} prompt tokens, {spent[3]} sampled tokens")
         print(f"process: {usage.ru_utime + usage.ru_stime:.1f} CPU-s")
         _rollouts(sys.argv)
 
