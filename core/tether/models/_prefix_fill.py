@@ -88,7 +88,7 @@ def known_prefixes(
     return known
 
 
-def fill(
+def _fill(
     cache: DynamicCache, known: Sequence[tuple[int, Layers | None]], width: int, device: torch.device
 ) -> None:
     """Lay each row's known KV into ``cache``, right-aligned in the first ``width`` positions (the rest of that
@@ -113,7 +113,7 @@ def _pass(
     cache = DynamicCache(config=model.config)
     shared = max(n for n, _ in known)  # the width of the known region, each row's right-aligned in it
     if shared:
-        fill(cache, known, shared, device)
+        _fill(cache, known, shared, device)
     width = max(len(p) - n for p, (n, _) in zip(prompts, known, strict=True))
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
