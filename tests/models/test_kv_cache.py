@@ -58,6 +58,23 @@ def test_a_second_turn_starts_from_the_first_turns_kv_and_samples_the_same_token
     assert len(cache) == 6  # the second turn's entries replaced the first's: they extend them
 
 
+def test_a_batch_mixing_later_turns_and_new_calls_samples_what_it_samples_without_the_cache(
+    nano: EmbeddedModel,
+) -> None:
+    rng = random.Random(1)
+    prompts = [nano.tokenizer.encode(" ".join(rng.choices(WORDS, k=rng.randint(20, 40)))) for _ in range(6)]
+    cache = PrefixKV()
+    turn1 = _sample(nano, prompts[:3], [1, 2, 3], cache)
+    later = [[*p, *s.token_ids, *nano.tokenizer.encode(" ok")] for p, s in zip(prompts[:3], turn1, strict=True)]
+    mixed = [*later, *prompts[3:]]  # three known prefixes, three new prompts (the first pass runs them apart)
+    with_cache = _sample(nano, mixed, [7, 8, 9, 10, 11, 12], cache)
+    without = _sample(nano, mixed, [7, 8, 9, 10, 11, 12], None)
+    assert [s.token_ids for s in with_cache] == [s.token_ids for s in without]
+    for a, b in zip(with_cache, without, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert cache.stats.hits == 3
+
+
 def _kv(tokens: int, width: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(torch.zeros(1, 1, tokens, width), torch.zeros(1, 1, tokens, width))]
 
