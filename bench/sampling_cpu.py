@@ -3,7 +3,10 @@ its flags) in this process with ``tether.models._sampling.generate`` timed by th
 on, and prints the sampler's CPU seconds, the prompt and sampled tokens it was given and drew, the process's CPU
 seconds, and the evaluation and training rollouts of the run.
 
-    python bench/sampling_cpu.py examples/calc_autogen/train.py --quick --run-dir /tmp/x
+    python bench/sampling_cpu.py [--kv-cache-off] examples/calc_autogen/train.py --quick --run-dir /tmp/x
+
+``--kv-cache-off`` runs it with the KV cache across turns off (a budget of 0), for the same run's tokens (the
+cache changes none) at the cost without it.
 
 Works on any checkout whose sampler is ``generate`` in ``tether.models._sampling`` (run it with that checkout's
 ``core`` first on ``PYTHONPATH`` to measure it), so a branch and its base can be compared with one command.
@@ -21,9 +24,17 @@ from typing import Any
 
 
 def main() -> None:
+    kv_off = sys.argv[1:2] == ["--kv-cache-off"]
+    if kv_off:
+        del sys.argv[1]
     if len(sys.argv) < 2 or not sys.argv[1].endswith(".py"):
         raise SystemExit(__doc__)
     from tether.models import _sampling
+
+    if kv_off:  # the backends' default budget, read when they are built: 0 turns the cache off
+        from tether.models import _kv_cache
+
+        _kv_cache.DEFAULT_BUDGET_BYTES = 0
 
     spent = [0.0, 0, 0, 0]  # CPU seconds, batches, prompt tokens, sampled tokens
     original = _sampling.generate
