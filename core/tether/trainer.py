@@ -29,6 +29,7 @@ from tether.training.report import check_report_to, reporting
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Session, Settings, as_task
+from tether.training.settings import EvalSampled, check_eval_sampled
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 
 
@@ -51,6 +52,9 @@ class Trainer:
     ``stop_after_idle_steps``: ``fit`` stops with a ``tether.FitError`` naming the cause and the fix after this
     many consecutive training steps trained nothing (None: never); a run that trained before them stops early
     instead, evaluated and saved (``FitResult.stopped`` says why).
+    ``eval_sampled``: when GRPO's evaluations (every ``eval_every`` steps) add the sampled (T=1) pass to the
+    greedy one: ``"ends"`` (before the first step and after the last, the summary's before/after) or
+    ``"every"``.
     ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
     (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     ``report_to``: where ``fit`` sends its metrics besides ``metrics.jsonl``: ``"tensorboard"``, ``"wandb"``,
@@ -71,6 +75,7 @@ class Trainer:
     timeout_s: float | None = None
     steps: int = 20
     eval_every: int = 5
+    eval_sampled: EvalSampled = "ends"
     seed: int = 0
     name: str | None = None
     run_root: str = "runs"
@@ -83,6 +88,7 @@ class Trainer:
         Credit(self.credit, self.tool_error_penalty, self.gamma)  # a bad rule is refused here, not at fit
         check_report_to(self.report_to)
         check_idle_limit(self.stop_after_idle_steps)
+        check_eval_sampled(self.eval_sampled)
 
     def dev(
         self,
@@ -202,6 +208,7 @@ class Trainer:
             seed=self.seed,
             steps=self.steps,
             eval_every=self.eval_every,
+            eval_sampled=self.eval_sampled,
             progress=self.progress,
             stop_after_idle_steps=self.stop_after_idle_steps,
         )

@@ -9,8 +9,9 @@ call.
    right operation on the agent's own result so far) and emitted with ``tether.emit_reward`` as 1 or 0 for
    the call that asked for it; the final reward is 1 for the right answer. ``--credit episode`` trains on the
    final reward alone (the emitted rewards are recorded, not used); ``--credit per_call`` gives each call its
-   own return (its emitted reward plus the final one). Held-out accuracy (final answer right, greedy and at
-   T=1) is measured before training and every ``--eval-every`` steps; ``<run-dir>/curve.json`` holds it.
+   own return (its emitted reward plus the final one). Held-out accuracy (final answer right) is measured
+   greedy before training and every ``--eval-every`` steps, and at T=1 before training and at the end;
+   ``<run-dir>/curve.json`` holds it.
 
 The agent function is unchanged: ``run=`` hands it an ``on_result`` callback that scores each step.
 

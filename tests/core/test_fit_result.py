@@ -30,6 +30,23 @@ def test_summary_tables_the_first_and_last_evaluation(tmp_path: Path) -> None:
     assert f"checkpoint: {tmp_path / 'checkpoint'}" in lines
 
 
+def test_the_t1_row_pairs_the_evaluations_that_sampled_and_the_kv_cache_gets_a_line(tmp_path: Path) -> None:
+    greedy_only = {"kind": "eval", "step": 10, "greedy_accuracy": 0.9}  # during a run: no T=1 pass
+    kv = {"kv_calls": 8.0, "kv_hits": 6.0, "kv_reused": 0.5, "kv_reused_tokens": 300.0, "kv_prompt_tokens": 600.0}
+    history = [
+        _eval(0, 0.12, 0.32),
+        {"kind": "train", "step": 1, "reward": 0.4, **kv},
+        {"kind": "train", "step": 2, "reward": 0.4, **kv, "kv_reused_tokens": 500.0, "kv_prompt_tokens": 600.0},
+        greedy_only,
+    ]
+    lines = FitResult(run_dir=tmp_path, history=history).summary().splitlines()
+    assert lines[1].split()[:5] == ["accuracy", "(greedy)", "12%", "90%", "+78p"]
+    assert lines[2].split()[:5] == ["accuracy", "(T=1)", "32%", "32%", "+0p"]  # the one evaluation that sampled
+    assert lines[4] == (  # after the table, with where the run's files are
+        "KV cache across turns: 67% of prompt tokens reused (12 of 16 calls started from an earlier turn)"
+    )
+
+
 def test_summary_rows_and_heading_are_the_callers(tmp_path: Path) -> None:
     result = FitResult(run_dir=tmp_path, history=[_eval(0, 0.5, 0.25), _eval(5, 0.25, 0.25)])
     table = result.summary({"sampled_accuracy": "sampled", "greedy_accuracy": "greedy"}, heading="execution")

@@ -1,5 +1,6 @@
-"""GRPO with LoRA on ``hf:`` in bfloat16 — on CUDA where a GPU exists (skipped without one), and the same path on
-CPU in bfloat16 and float32 everywhere: a randomly initialised small Llama written by the test (no download),
+"""GRPO with LoRA on ``hf:`` in bfloat16 — on CUDA where a GPU exists (skipped without one), and on CPU sampling
+in bfloat16 (a copy of the float32 weights that train) and float32 everywhere: a randomly initialised small
+Llama written by the test (no download),
 sampled, one GRPO update, and checked for device placement, dtype, a finite loss, a changed adapter with the
 base untouched, and the served model swapped to the new adapter (its version, its logprobs)."""
 
@@ -83,7 +84,7 @@ async def _lora_round(path: Path, device: str | None, dtype: str | None) -> tupl
     new = float(logp[-len(rewarded) :].sum())
     assert new > sum(batch[0].logprobs or []), (new, batch[0].logprobs)
     await backend.close()
-    return backend.device, backend.dtype
+    return backend.device, backend.sample_dtype
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -96,5 +97,5 @@ async def test_grpo_lora_on_hf_in_bf16_on_cuda(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 async def test_the_same_path_on_cpu(tmp_path: Path, dtype: str) -> None:
     path = tiny_llama.write(tmp_path / "llama", hidden_size=64, layers=2)
-    device, picked = await _lora_round(path, "cpu", dtype)
+    device, picked = await _lora_round(path, "cpu", dtype)  # (the weights train in float32 on a CPU either way)
     assert device == "cpu" and picked == getattr(torch, dtype)

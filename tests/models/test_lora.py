@@ -272,8 +272,9 @@ def test_device_and_dtype_picks(nano_dir: Path) -> None:
     backend = HFBackend(str(nano_dir))
     assert (backend.device, backend.dtype) == ("cpu", torch.float32)
     assert next(backend.model.parameters()).dtype is torch.float32
-    half = open_backend(f"hf:{nano_dir}?device=cpu&dtype=bf16")
-    assert isinstance(half, HFBackend) and next(half.model.parameters()).dtype is torch.bfloat16
+    half = open_backend(f"hf:{nano_dir}?device=cpu&dtype=bf16")  # on a CPU: float32 trains, a bf16 copy samples
+    assert isinstance(half, HFBackend) and next(half.model.parameters()).dtype is torch.float32
+    assert half.sample_dtype is torch.bfloat16 and backend.sample_dtype is torch.float32
     half.attach_lora(SMALL)  # LoRA on a bf16 model samples too (the sampler reads logits in float32)
     assert len(_greedy_ids(half)) > 0
     with pytest.raises(ValueError, match="no CUDA GPU"):

@@ -24,6 +24,9 @@ GOOD = {"a", "b"}
 #: figures of the machine, not of the run (how fast it went, how much memory it held): the only ones that may
 #: differ between two runs of one seeded command
 TIMINGS = ("rollouts_per_s", "rss_mb")
+#: what the sampler's KV cache found: which call finds which earlier turn's KV depends on the order calls ran in
+#: (their tokens do not: docs/reproducibility.md)
+KV_FOUND = ("kv_hits", "kv_reused", "kv_reused_tokens")
 #: the trainer's distance to the sampler's batched logprobs, whose last bits move with the batch's padding (unless
 #: the backend's ``exact_logprobs``): equal to float rounding, not bit for bit; training does not read them
 ROUNDING = ("drift_mean", "drift_max")
@@ -64,7 +67,7 @@ def _fit(checkpoint: Path, run_root: Path, seed: int) -> tether.FitResult:
 
 
 def _figures(result: tether.FitResult) -> list[dict[str, Any]]:
-    return [{k: v for k, v in h.items() if k not in TIMINGS + ROUNDING} for h in result.history]
+    return [{k: v for k, v in h.items() if k not in TIMINGS + ROUNDING + KV_FOUND} for h in result.history]
 
 
 def _drifts(result: tether.FitResult) -> list[float]:

@@ -127,7 +127,7 @@ def test_generate_rejects_mismatched_inputs(nano: EmbeddedModel) -> None:
 def test_a_prefix_every_row_shares_is_computed_once_and_changes_nothing(nano: EmbeddedModel) -> None:
     """Rows that share a long prefix (an agent's system turn and tools) run it through the model once for the
     batch; unseeded rows (whose logprobs are not recomputed) still get a full forward pass's logprobs."""
-    from tether.models import _sampling
+    from tether.models._prefix_fill import MIN_SHARED_PREFIX
 
     system = "Use the calculator. " * 4
     texts = [
@@ -140,7 +140,7 @@ def test_a_prefix_every_row_shares_is_computed_once_and_changes_nothing(nano: Em
     shared = 0
     while all(p[shared] == prompts[0][shared] for p in prompts):
         shared += 1
-    assert shared >= _sampling.MIN_SHARED_PREFIX
+    assert shared >= MIN_SHARED_PREFIX
     runs: list[int] = []
     forward = nano.model.forward
 

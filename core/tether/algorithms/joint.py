@@ -18,7 +18,8 @@ GRPO's own loop (``grpo_loop.fit``) with the prompt search in its hooks (``_Prom
    incumbent (``branch_factor`` rewrites). The rewrites **and the beam** are then scored on APO's validation
    tasks under the weights as they are now: the weights moved since the beam was scored, so old scores are
    not compared with new ones. The best ``beam_width`` form the beam; its best is the new incumbent.
-4. Validation (GRPO's greedy and T=1 accuracy, under the incumbent) every ``eval_every`` steps and at the end;
+4. Validation (GRPO's greedy accuracy, and T=1 before the first step and after the last, under the incumbent)
+   every ``eval_every`` steps and at the end;
    a checkpoint (the GRPO policy's weights and optimizer, and ``best_prompts.json``) after each.
 
 What trains on what: GRPO trains only on its own batches (the candidate-scoring rollouts are validation

@@ -6,7 +6,9 @@ on the event loop, then queues the request; one worker thread takes everything q
 rows finish. Requests that arrive meanwhile form the next batch. Generation holds ``weights_lock``; a
 trainer updates the weights in place inside ``with backend.policy() as model: ...`` and the next batch
 uses them, no restart. Each request is sampled on its ``ChatRequest.policy``'s weights. The weights themselves
-(policies, LoRA, checkpoints) are managed by ``tether.models._local_weights.LocalWeights``, its base.
+(policies, LoRA, checkpoints) are managed by ``tether.models._local_weights.LocalWeights``, its base. A call
+whose prompt's token ids extend an earlier call's prompt and reply (a rollout's next turn) starts from that call's
+KV instead of computing it again (``tether.models._kv_cache``; ``kv_cache=`` sets its byte budget, 0 turns it off).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 
 import torch
 
+from tether.models._kv_cache import PrefixKV, parse_budget
 from tether.models._local_weights import LocalWeights
+from tether.models._sample_dtype import SamplingCopies, cpu_sample_dtype, say_once
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
 from tether.policies import DEFAULT_POLICY
@@ -70,9 +74,18 @@ class LocalBackend(LocalWeights, ModelBackend):
     exact_logprobs: bool = False
 
     def __init__(
-        self, *, threads: int | None = None, max_batch_rows: int = 64, default_max_tokens: int = 256
+        self,
+        *,
+        threads: int | None = None,
+        max_batch_rows: int = 64,
+        default_max_tokens: int = 256,
+        kv_cache: int | str | None = None,
     ) -> None:
         LocalWeights.__init__(self)
+        #: a rollout's KV across its turns (``tether.models._kv_cache``), within ``kv_cache`` bytes (0: off)
+        self.kv_cache = PrefixKV(parse_budget(kv_cache))
+        #: bf16 copies the sampler runs while the float32 weights train (``choose_sample_dtype``); None: the model
+        self.sampling_copies: SamplingCopies | None = None
         self.threads = threads or DEFAULT_THREADS
         self.max_batch_rows = max_batch_rows
         self.default_max_tokens = default_max_tokens
@@ -113,6 +126,29 @@ class LocalBackend(LocalWeights, ModelBackend):
         """The id that pads update batches (masked out, so any id does when the tokenizer has none)."""
         pad = self.tokenizer.pad_token_id
         return int(pad) if pad is not None else 0
+
+    @property
+    def sample_dtype(self) -> torch.dtype:
+        """The dtype the sampler computes in."""
+        if self.sampling_copies is not None:
+            return self.sampling_copies.dtype
+        return next(self.model.parameters()).dtype
+
+    def choose_sample_dtype(self, device: str, dtype: str | torch.dtype | None) -> None:
+        """On a CPU, sample in ``dtype`` (None: ``tether.models._sample_dtype``'s rule) from a copy of the float32
+        weights that train, and say which once; on CUDA the model samples in its own dtype."""
+        if device.startswith("cuda"):
+            return
+        chosen, why = cpu_sample_dtype(sum(p.numel() for p in self.model.parameters()), dtype)
+        held = next(self.model.parameters()).dtype
+        self.sampling_copies = SamplingCopies(chosen) if chosen != held else None
+        say_once(self.name, chosen, why)
+
+    def kv_stats(self) -> dict[str, int]:
+        """What the KV cache across a rollout's turns saved so far: rows looked up (``calls``), rows that started
+        from an earlier call's KV (``hits``), prompt tokens taken from it (``reused_tokens``) of all prompt
+        tokens looked up (``prompt_tokens``)."""
+        return self.kv_cache.stats.as_dict()
 
     def decode(self, token_ids: list[int]) -> str:
         """The text of response token ids, exactly as ``chat`` returned it."""
@@ -259,6 +295,9 @@ class LocalBackend(LocalWeights, ModelBackend):
         try:
             with self.weights_lock, torch.inference_mode(), self.serving(policy) as model:
                 version = self.weights_version_of(policy)
+                if self.sampling_copies is not None and (self.lora is None or self.policies is None):
+                    # (one adapter per policy on one base: sampled as they train, the copy would need each)
+                    model = self.sampling_copies.get(model, policy, version)
                 for job in jobs:
                     job.weights_version = version
                 self.batches += 1
@@ -271,6 +310,7 @@ class LocalBackend(LocalWeights, ModelBackend):
                     stop_token_ids=self.stop_token_ids,
                     on_finish=finished,
                     rescore=self.exact_logprobs,
+                    reuse=self.kv_cache.scoped((policy, version)) if self.kv_cache.budget else None,
                 )
         except Exception as exc:  # a failed batch fails its requests, never the worker
             error = BackendError(f"{self.name} generation failed: {type(exc).__name__}: {exc}")

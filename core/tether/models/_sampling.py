@@ -20,6 +20,11 @@ row's token there is chosen from a forward pass of the row's prompt and tokens s
 (``_decide_alone``), the same whatever shared the batch. Each row lays its tokens out in token-id order for
 the draw (a top-p row too, over the tokens it keeps), never in an order that depends on the other rows.
 
+A row starts from KV already known where there is some (``tether.models._prefix_fill``): an earlier call's of
+its rollout (``reuse``, the backend's ``tether.models._kv_cache``), else the prefix the batch's rows share, run
+once. Either moves the row's numbers in their last bits as a batch does, and is covered the same way: a draw on
+an edge is decided alone, without either.
+
 Invariant: ``tokenizer.decode(sample.token_ids, skip_special_tokens=True) == sample.text``. A row that ends
 on a stop token keeps that token (with its logprob: the model learns to stop); a row that ends on a stop
 string keeps the tokens before the one where the stop string begins, so the text never contains it.
@@ -27,13 +32,22 @@ string keeps the tokens before the one where the stop string begins, so the text
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from tether.models._kv_cache import Layers
+from tether.models._prefix_fill import (
+    PrefixSource,
+    cache_keyword,
+    known_prefixes,
+    prefill,
+    reusable,
+    row_layers,
+)
 
 
 @dataclass(slots=True)
@@ -51,22 +65,6 @@ class Sample:
     logprobs: list[float]
     text: str
     finish_reason: str  # "stop" or "length"
-
-
-_cache_keywords: dict[type, str] = {}
-
-
-def _cache_keyword(model: torch.nn.Module) -> str:
-    """The name ``forward`` takes the KV cache under: ``cache`` from transformers 5.24 (which warns on every call
-    given ``past_key_values``), ``past_key_values`` before. Looked up once per model class."""
-    get_base = getattr(model, "get_base_model", None)  # a PEFT model passes the keyword on to its base
-    if callable(get_base):
-        model = get_base()
-    kind = type(model)
-    if kind not in _cache_keywords:
-        params = inspect.signature(model.forward).parameters
-        _cache_keywords[kind] = "cache" if "cache" in params else "past_key_values"
-    return _cache_keywords[kind]
 
 
 def row_seed(seed: int | None, index: int) -> int | None:
@@ -214,30 +212,6 @@ def _cut_at_stop(
     return keep
 
 
-#: the fewest tokens all of a batch's prompts must share before their prefix is computed once for the batch
-MIN_SHARED_PREFIX = 16
-
-
-def _prefill_shared_prefix(
-    model: PreTrainedModel, prompts: Sequence[Sequence[int]], cache_arg: dict[str, DynamicCache]
-) -> int:
-    """Run the prompts' common prefix (the system turn and tool list an agent sends every time) through the
-    model once and copy its KV cache to every row; returns its length (0: not worth it, nothing done). It stops
-    one token short of the shortest prompt, so every row still has a token whose logits start its reply."""
-    if len(prompts) < 2:
-        return 0
-    first, limit = prompts[0], min(len(p) for p in prompts) - 1
-    shared = 0
-    while shared < limit and all(p[shared] == first[shared] for p in prompts):
-        shared += 1
-    if shared < MIN_SHARED_PREFIX:
-        return 0
-    ids = torch.tensor([list(first[:shared])], dtype=torch.long, device=model.device)
-    model(input_ids=ids, **cache_arg, use_cache=True, logits_to_keep=1)
-    next(iter(cache_arg.values())).batch_repeat_interleave(len(prompts))
-    return shared
-
-
 def generate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -247,28 +221,27 @@ def generate(
     stop_token_ids: Iterable[int],
     on_finish: Callable[[int, Sample], None] | None = None,
     rescore: bool = False,
+    reuse: PrefixSource | None = None,
 ) -> list[Sample]:
     """Sample one continuation per prompt (``params[i]`` for ``prompts[i]``). Call under ``torch.inference_mode``.
 
     ``on_finish(i, sample)`` is called as soon as row ``i`` finishes (before slower rows are done).
     ``rescore``: recompute each seeded row's logprobs alone once it finishes (see the module docstring).
+    ``reuse``: where rows find the KV of their prompt's leading tokens computed by an earlier call (a rollout's
+    previous turn) and leave theirs when they finish (``tether.models._kv_cache``).
     """
     if len(prompts) != len(params) or not prompts:
         raise ValueError("generate needs one SampleParams per prompt and at least one prompt")
     device = model.device
     rows = len(prompts)
-    cache = DynamicCache(config=model.config)
-    cache_arg = {_cache_keyword(model): cache}
-    shared = _prefill_shared_prefix(model, prompts, cache_arg)
-    width = max(len(p) for p in prompts) - shared
+    if not reusable(DynamicCache(config=model.config)):
+        reuse = None
+        known: list[tuple[int, Layers | None]] = [(0, None)] * rows
+    else:
+        known = known_prefixes(model, prompts, reuse)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.full((rows, width), pad, dtype=torch.long)
-    mask = torch.zeros((rows, shared + width), dtype=torch.long)
-    mask[:, :shared] = 1
-    for i, p in enumerate(prompts):
-        input_ids[i, width - (len(p) - shared) :] = torch.tensor(list(p[shared:]), dtype=torch.long)
-        mask[i, shared + width - (len(p) - shared) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+    cache, mask, logits = prefill(model, prompts, known, pad)
+    cache_arg = {cache_keyword(model): cache}
     next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
     top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
@@ -277,19 +250,11 @@ def generate(
     edge = edge_for(next(model.parameters()).dtype)
     max_tokens = [p.max_tokens for p in params]
 
+    drawn: list[list[int]] = [[] for _ in range(rows)]  # every token drawn, stop strings' included
     out_ids: list[list[int]] = [[] for _ in range(rows)]
     out_lp: list[list[float]] = [[] for _ in range(rows)]
     results: list[Sample | None] = [None] * rows
     active = list(range(rows))  # original row index of each batch row
-    mask, input_ids, positions = mask.to(device), input_ids.to(device), positions.to(device)
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=positions,
-        **cache_arg,
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits[:, -1, :]
     step = 0
     while True:
         act = torch.tensor(active, dtype=torch.long)
@@ -303,6 +268,7 @@ def generate(
         for b, (i, tok, lp) in enumerate(zip(active, tokens.tolist(), logprobs.tolist(), strict=True)):
             out_ids[i].append(tok)
             out_lp[i].append(lp)
+            drawn[i].append(tok)
             finish = "stop" if is_stop[b] else ("length" if len(out_ids[i]) >= max_tokens[i] else None)
             if finish is None and params[i].stop:
                 cut = _cut_at_stop(tokenizer, out_ids[i], params[i].stop, 0)
@@ -315,6 +281,9 @@ def generate(
             sample = Sample(
                 out_ids[i], out_lp[i], str(tokenizer.decode(out_ids[i], skip_special_tokens=True)), finish
             )
+            if reuse is not None:  # the KV of its prompt and every token it fed: the next turn's prefix
+                real = torch.nonzero(mask[b]).flatten()
+                reuse.put([*prompts[i], *drawn[i][:-1]], row_layers(cache, b, real))
             if rescore and params[i].seed is not None:
                 _rescore(model, prompts[i], sample, params[i])
             results[i] = sample

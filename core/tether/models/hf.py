@@ -9,7 +9,9 @@ parsed for tool calls in the Hermes/Qwen form ``<tool_call>{"name": ..., "argume
 in-place weight updates are shared with the embedded backend (``tether.models._local``).
 
 The model runs on CUDA in bf16 when a GPU is visible, else on CPU in float32 (``device=``/``dtype=`` override:
-``HFBackend(path, device="cuda:1", dtype="float16")`` or ``"hf:<path>?device=cuda:1&dtype=float16"``). A path
+``HFBackend(path, device="cuda:1", dtype="float16")`` or ``"hf:<path>?device=cuda:1&dtype=float16"``). On a CPU
+``dtype=`` is the sampler's: the weights train in float32 and a bf16 copy samples (``tether.models._sample_dtype``,
+which also picks it on its own where it pays). A path
 holding a LoRA adapter (a checkpoint of a LoRA run) serves its base with that adapter attached.
 """
 
@@ -116,8 +118,14 @@ class HFBackend(LocalBackend):
         threads: int | None = None,
         max_batch_rows: int = 64,
         default_max_tokens: int = 256,
+        kv_cache: int | str | None = None,
     ) -> None:
-        super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
+        super().__init__(
+            threads=threads,
+            max_batch_rows=max_batch_rows,
+            default_max_tokens=default_max_tokens,
+            kv_cache=kv_cache,
+        )
         where = locate(path)
         adapter = None
         if not (where / "config.json").is_file():
@@ -132,7 +140,8 @@ class HFBackend(LocalBackend):
         self.path = str(adapter or where)
         self.base_dir = str(where.resolve())
         self.device = pick_device(device)
-        self.dtype = pick_dtype(self.device, dtype)
+        # on a CPU the weights train in float32; the sampler may run a bf16 copy (``choose_sample_dtype``)
+        self.dtype = pick_dtype(self.device, dtype) if self.device.startswith("cuda") else torch.float32
         has_tokenizer = adapter is not None and (adapter / "tokenizer_config.json").is_file()
         self.tokenizer = AutoTokenizer.from_pretrained(adapter if has_tokenizer else where, local_files_only=True)
         with quiet():
@@ -144,6 +153,7 @@ class HFBackend(LocalBackend):
         if self.tokenizer.pad_token_id is None:  # padding is masked out; any id will do
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._stops = self._find_stops()
+        self.choose_sample_dtype(self.device, dtype)
         if adapter is not None:
             from tether.models.lora import LoRA
 

@@ -1,15 +1,34 @@
-"""The progress bar of ``Trainer.fit``: step, train reward, what the step trained (transitions and the sequences
-packing merged them into, flat groups out of groups, failed rollouts with their commonest error, or why it
-trained nothing), validation accuracy, rollouts per second, and the last update's trainer-vs-sampler logprob
-drift (mean and max absolute difference, ``-`` until measured).
-``kind="sft"`` (``tether.SFT``) shows the loss and examples per second instead of reward, rate and drift."""
+"""The progress bar of ``Trainer.fit``: step, train reward, what the step trained (transitions and the
+sequences packing merged them into, flat groups out of groups, failed rollouts with their commonest error, or
+why it trained nothing), validation accuracy, rollouts per second, the last update's trainer-vs-sampler logprob
+drift (mean and max absolute difference, ``-`` until measured), and the share of prompt tokens the local
+sampler's KV cache reused (``-`` for a backend without one). ``kind="sft"`` (``tether.SFT``) shows the loss and
+examples per second instead of reward, rate and drift.
+
+Every evaluation shows its own bar (``evaluating``: rollouts finished of the evaluation's total), the one before
+training too. On a terminal the bars redraw in place; when the output is not a terminal (a pipe, a log file)
+each update is one line instead, never carriage returns: ``step 3/20 reward 0.41 ...`` and ``eval step 0:
+12/40 rollouts 0:31`` (a step's, and an evaluation's progress, at most each ``LINE_INTERVAL_S``; the last step
+and each evaluation's result, ``eval step 5: accuracy greedy 62%, T=1 48%``, always). An evaluation run inside
+the block of a ``FitProgress`` shows its bar there whoever runs it (``evaluation_bar``)."""
 
 from __future__ import annotations
 
+import time
+from contextvars import ContextVar
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+#: the FitProgress whose block is running (evaluations inside it show their bar there)
+_ACTIVE: ContextVar[FitProgress | None] = ContextVar("tether_fit_progress", default=None)
+#: an eval record's accuracies, as its line in a pipe names them
+_EVAL_PASSES = (("greedy_accuracy", "greedy"), ("sampled_accuracy", "T=1"))
+#: in a pipe, the least seconds between two lines of training steps, or of one evaluation's progress (the last
+#: step's and an evaluation's last line always show)
+LINE_INTERVAL_S = 5.0
 
 
 class FitProgress:
@@ -21,10 +40,14 @@ class FitProgress:
         start: int = 0,
         console: Console | None = None,
         kind: Literal["rl", "sft"] = "rl",
+        line_interval_s: float = LINE_INTERVAL_S,
     ) -> None:
         self._kind = kind
+        self._interval = line_interval_s
         self._console = console
         self._progress: Progress | None = None
+        self._lines: Console | None = None  # line mode: the output is not a terminal
+        self._stepped = -float("inf")  # when line mode last printed a step's line
         self._task: Any = None
         self._total = total
         self._start = start
@@ -36,29 +59,41 @@ class FitProgress:
             "rate": "-",
             "drift": "-",
             "loss": "-",
+            "kv": "-",
         }
 
+    def _text(self) -> str:
+        if self._kind == "sft":
+            return "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"
+        return (
+            "reward {task.fields[reward]}  {task.fields[trained]}  val {task.fields[val]}  "
+            "{task.fields[rate]} rollouts/s  drift {task.fields[drift]}  kv {task.fields[kv]}"
+        )
+
     def __enter__(self) -> FitProgress:
-        if self._enabled:
-            text = (
-                "reward {task.fields[reward]}  {task.fields[trained]}  val {task.fields[val]}  "
-                "{task.fields[rate]} rollouts/s  drift {task.fields[drift]}"
-            )
-            if self._kind == "sft":
-                text = "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"
-            self._progress = Progress(
-                TextColumn("[bold]sft" if self._kind == "sft" else "[bold]training"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn(text),
-                TimeElapsedColumn(),
-                console=self._console,
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("fit", total=self._total, completed=self._start, **self._fields)
+        self._token = _ACTIVE.set(self)
+        if not self._enabled:
+            return self
+        console = self._console or Console()
+        if not console.is_terminal:
+            self._lines = console
+            return self
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(self._text()),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self._progress.__enter__()
+        self._task = self._progress.add_task(
+            "sft" if self._kind == "sft" else "training", total=self._total, completed=self._start, **self._fields
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _ACTIVE.reset(self._token)
         if self._progress is not None:
             self._progress.__exit__(None, None, None)
 
@@ -69,6 +104,8 @@ class FitProgress:
             self._fields["trained"] = trained_text(record)
             if "drift_mean" in record:
                 self._fields["drift"] = _drift_text(record)
+            if "kv_reused" in record:
+                self._fields["kv"] = f"{record['kv_reused']:.0%}"
         elif record.get("kind") == "sft":
             self._fields["loss"] = f"{record['loss']:.3f}"
             self._fields["rate"] = f"{record['examples_per_s']:.1f}"
@@ -76,6 +113,71 @@ class FitProgress:
             self._fields["val"] = f"{record.get('greedy_accuracy', 0.0):.0%}"
         if self._progress is not None:
             self._progress.update(self._task, completed=record.get("step", 0), **self._fields)
+        elif self._lines is not None and record.get("kind") == "eval":
+            passes = [f"{label} {record[key]:.0%}" for key, label in _EVAL_PASSES if key in record]
+            self._say(f"eval step {record.get('step', 0)}: accuracy {', '.join(passes) or '-'}")
+        elif self._lines is not None and record.get("kind") in ("train", "sft"):
+            # a step's line at most each ``line_interval_s`` (SFT records every batch), the last always
+            now = time.monotonic()
+            if record.get("step") == self._total or now - self._stepped >= self._interval:
+                self._stepped = now
+                step = f"step {record.get('step', 0)}/{self._total}"
+                self._say(f"{step} {self._text().format(task=SimpleNamespace(fields=self._fields))}")
+
+    def evaluation(self, step: int, total: int) -> EvalBar:
+        """The bar of one evaluation at ``step`` of ``total`` rollouts: call it with (finished, total) as
+        rollouts finish, and ``close()`` it when the evaluation is done."""
+        return EvalBar(self, step, total)
+
+    def _say(self, line: str) -> None:
+        if self._lines is not None:
+            self._lines.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def evaluation_bar(step: int, total: int) -> EvalBar | None:
+    """The bar of an evaluation run inside a ``FitProgress`` block (an algorithm's own, such as SFT's), or None
+    outside one: how ``tether.algorithms.evaluation.evaluate`` shows progress it was given no callback for."""
+    bar = _ACTIVE.get()
+    return bar.evaluation(step, total) if bar is not None else None
+
+
+class EvalBar:
+    """One evaluation's progress (``FitProgress.evaluation``): a second bar on a terminal, a line per update
+    (at most one each ``line_interval_s``, and the last) in a pipe."""
+
+    def __init__(self, owner: FitProgress, step: int, total: int) -> None:
+        self._owner = owner
+        self._step = step
+        self._total = total
+        self._started = time.monotonic()
+        self._said = -float("inf")
+        self._done = -1
+        self._task: Any = None
+        if owner._progress is not None:
+            self._task = owner._progress.add_task(
+                "evaluating", total=total, **{**owner._fields, "val": f"(evaluating step {step})"}
+            )
+        self(0, total)
+
+    def __call__(self, done: int, total: int) -> None:
+        if done == self._done:
+            return
+        self._done, self._total = done, total
+        progress = self._owner._progress
+        if progress is not None and self._task is not None:
+            progress.update(self._task, completed=done, total=total)
+            return
+        now = time.monotonic() - self._started
+        if now - self._said >= self._owner._interval or done >= total:
+            self._said = now
+            minutes, seconds = divmod(int(now), 60)
+            self._owner._say(f"eval step {self._step}: {done}/{total} rollouts {minutes}:{seconds:02d}")
+
+    def close(self) -> None:
+        progress = self._owner._progress
+        if progress is not None and self._task is not None:
+            progress.remove_task(self._task)
+            self._task = None
 
 
 def _drift_text(record: dict[str, Any]) -> str:

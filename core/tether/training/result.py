@@ -17,6 +17,7 @@ from typing import Any
 
 from tether.training.gains import Interval, accuracy_interval, gain_interval
 from tether.training.health import FAILURES_FILE, read_top_failures
+from tether.training.kv_metrics import kv_summary
 
 
 @dataclass
@@ -73,9 +74,13 @@ class FitResult:
             head.append(f"held-out tasks: {n} · [95 % intervals; the gain's paired over the same tasks]")
         lines = [*head, f"{heading:{width}}{'before':>14}{'after':>14}{'gain':>8}"]
         for key, label in labels.items():
-            lines.append(f"{label:{width}}{self._row(key, before, after)}")
+            # the first and last evaluation that measured it (the T=1 pass runs only at a run's ends by default)
+            measured = [ev for ev in self.evals if key in ev]
+            if measured:
+                lines.append(f"{label:{width}}{self._row(key, measured[0], measured[-1])}")
         lines += self._notes()
-        lines += ["", f"curve: {self.plot}", f"checkpoint: {self.checkpoint}"]
+        kv = kv_summary(self.history)  # (after the table: which call finds which turn's KV varies run to run)
+        lines += ["", *([kv] if kv else []), f"curve: {self.plot}", f"checkpoint: {self.checkpoint}"]
         lines.append(f"metrics: {self.run_dir / 'metrics.jsonl'}")
         return "\n".join(lines)
 

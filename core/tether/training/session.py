@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 #: the rollout metadata key that says which part of a run a rollout belongs to (``"preflight"``)
 PHASE_METADATA = "tether.phase"
+#: how often a run with a ``progress`` callback asks the store how many of its rollouts have finished
+WATCH_INTERVAL_S = 1.0
 
 
 def as_task(item: Any) -> Task:
@@ -202,12 +204,25 @@ class Session:
         return batch
 
     async def run_jobs(
-        self, jobs: Sequence[Job], mode: Mode = Mode.TRAIN, *, harvest: bool = False
+        self,
+        jobs: Sequence[Job],
+        mode: Mode = Mode.TRAIN,
+        *,
+        harvest: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[Batch]:
-        """Run every job's rollouts together (enqueued in job order) and return one batch per job."""
-        return await self._run(jobs, mode, harvest, time.perf_counter())
+        """Run every job's rollouts together (enqueued in job order) and return one batch per job.
+        ``progress(finished, total)`` is called as the rollouts finish (the store polled each second)."""
+        return await self._run(jobs, mode, harvest, time.perf_counter(), progress)
 
-    async def _run(self, jobs: Sequence[Job], mode: Mode, harvest: bool, started: float) -> list[Batch]:
+    async def _run(
+        self,
+        jobs: Sequence[Job],
+        mode: Mode,
+        harvest: bool,
+        started: float,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[Batch]:
         self._batches += 1  # (seeds differ between batches: a task's rollouts at step 2 are not step 1's)
         specs = [
             self._spec(task, mode, job.resources_version, job.metadata, (self._batches, repeat))
@@ -217,7 +232,16 @@ class Session:
         ]
         enqueued = await self.store.enqueue(specs)
         ids = [r.rollout_id for r in enqueued]
-        await self.runner.run_until_idle(ids)  # (remote runners may hold some: wait for those too)
+        watch = asyncio.create_task(self._watch(ids, progress)) if progress is not None else None
+        try:
+            await self.runner.run_until_idle(ids)  # (remote runners may hold some: wait for those too)
+        finally:
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+        if progress is not None:
+            progress(len(ids), len(ids))
         items = await self.store.harvest(ids) if harvest else await self._read(ids)
         if self._exporter is not None:
             self._exporter.export(items)
@@ -242,6 +266,15 @@ class Session:
             batch.seconds = seconds
             batch.trained, batch.credit = assign_credit(batch.results, self.settings.credit_rule)  # (recorded)
         return batches
+
+    async def _watch(self, ids: Sequence[str], progress: Callable[[int, int], None]) -> None:
+        """Call ``progress(finished, total)`` each second until cancelled (a store that cannot answer now is
+        asked again the next second)."""
+        while True:
+            with contextlib.suppress(StoreError):
+                rollouts = await self.store.list_rollouts(rollout_ids=ids)
+                progress(sum(1 for r in rollouts if r.status.finished), len(ids))
+            await asyncio.sleep(WATCH_INTERVAL_S)
 
     def _spec(
         self, task: Any, mode: Mode, version: int, metadata: Mapping[str, Any], place: tuple[int, int] = (0, 0)

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from tether.training.credit import Credit, CreditRule
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S
+
+#: when an evaluation during a run adds the sampled (T=1) pass to the greedy one (``Trainer(eval_sampled=)``)
+EvalSampled = Literal["ends", "every"]
+
+
+def check_eval_sampled(value: object) -> None:
+    """``eval_sampled`` must be ``"ends"`` or ``"every"``; ``ValueError`` naming the fix otherwise."""
+    if value not in get_args(EvalSampled):
+        raise ValueError(
+            f'eval_sampled must be "ends" (the T=1 pass before the first step and after the last) or "every" '
+            f"(at every evaluation), got {value!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +41,7 @@ class Settings:
     seed: int = 0
     steps: int = 20
     eval_every: int = 5
+    eval_sampled: EvalSampled = "ends"
     progress: bool = True
     #: consecutive steps that trained nothing before ``fit`` stops with a ``FitError`` (None: never)
     stop_after_idle_steps: int | None = 3

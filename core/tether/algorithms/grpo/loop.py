@@ -6,7 +6,8 @@ Each step samples ``tasks_per_step`` training tasks, runs ``group_size`` rollout
 algorithm's temperature), builds transitions, gives each its advantage under the trainer's credit rule
 (``tether.training.credit``) and updates the model in place; the proxy serves the new weights to the next
 rollouts. Validation runs before training, every
-``eval_every`` steps and at the end, greedy (temperature 0) and sampled (temperature 1). A checkpoint
+``eval_every`` steps and at the end, greedy (temperature 0), and sampled (temperature 1) before the first step
+and after the last (every time with ``Trainer(eval_sampled="every")``). A checkpoint
 (weights, optimizer, step) is written after every evaluation; ``resume=True`` continues from it.
 
 Each step's record says what it trained (``trained``: transitions with a non-zero advantage, flat groups out of
@@ -33,6 +34,7 @@ from tether.models.base import TrainableBackend
 from tether.training import memory
 from tether.training.credit import CreditStats
 from tether.training.health import FitError, idle_reason, top_errors
+from tether.training.kv_metrics import kv_metrics, kv_stats
 from tether.training.preflight import PreflightGroup
 from tether.training.progress import FitProgress
 from tether.training.result import FitResult
@@ -166,7 +168,7 @@ async def fit(
                 if carried is not None:  # a previous stage (a warm start) just evaluated these weights
                     loop.history.append(carried)
                 else:
-                    loop.record(await evaluate(session, val, step=loop.step, prompts=loop.prompts), bar)
+                    loop.record(await loop.evaluate(val, bar, sampled=True), bar)
             while loop.step < settings.steps:
                 step = await loop.train_step(train, rng)
                 loop.record(step, bar)
@@ -174,7 +176,9 @@ async def fit(
                 await hooks.after_step(loop)
                 if settled or loop.step % settings.eval_every == 0 or loop.step == settings.steps:
                     if val:
-                        loop.record(await evaluate(session, val, step=loop.step, prompts=loop.prompts), bar)
+                        last = bool(settled) or loop.step == settings.steps
+                        sampled = last or settings.eval_sampled == "every"
+                        loop.record(await loop.evaluate(val, bar, sampled=sampled), bar)
                     result.checkpoint = await loop.in_update_thread(loop.save)
                     await hooks.after_checkpoint(loop)
                 if settled:  # it trained before and nothing more comes: stop here, evaluated and saved
@@ -223,6 +227,18 @@ class Loop:
                 self._noted.add(note)
                 warnings.warn(note, stacklevel=3)
 
+    async def evaluate(self, val: Sequence[Task], bar: FitProgress, *, sampled: bool) -> dict[str, Any]:
+        """The evaluation at this step (``tether.algorithms.evaluation``), greedy and, with ``sampled``, at T=1,
+        with its own progress bar."""
+        passes = 2 if sampled else 1
+        progress = bar.evaluation(self.step, passes * len(val))
+        try:
+            return await evaluate(
+                self.session, val, step=self.step, prompts=self.prompts, sampled=sampled, progress=progress
+            )
+        finally:
+            progress.close()
+
     def record(self, record: dict[str, Any], bar: FitProgress) -> None:
         self.history.append(record)
         self.run.log(record)
@@ -231,6 +247,7 @@ class Loop:
     async def train_step(self, train: Sequence[Task], rng: random.Random) -> dict[str, Any]:
         algo = self.algorithm
         tasks = rng.sample(list(train), min(algo.tasks_per_step, len(train)))
+        kv_before = kv_stats(self.backend)
         batch = await self.session.run_batch(
             tasks, algo.group_size, {"temperature": algo.temperature}, Mode.TRAIN, prompts=self.prompts
         )
@@ -264,6 +281,7 @@ class Loop:
             "transitions": len(batch.transitions),
             "rollouts_per_s": len(batch.results) / max(batch.seconds, 1e-9),
             **update,
+            **kv_metrics(kv_before, kv_stats(self.backend)),
             **({"rss_mb": rss} if (rss := memory.rss_mb()) is not None else {}),
         }
 

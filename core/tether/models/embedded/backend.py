@@ -2,7 +2,8 @@
 
 ``EmbeddedBackend()`` builds a fresh default model from the built-in corpus (nothing is downloaded);
 ``EmbeddedBackend("runs/x/checkpoint")`` loads one saved by ``EmbeddedModel.save``; ``model=`` takes an
-``EmbeddedModel`` already in memory (for instance after ``sft``).
+``EmbeddedModel`` already in memory (for instance after ``sft``). ``dtype="bf16"`` samples from a bf16 copy of
+the float32 weights (``tether.models._sample_dtype``: not chosen on its own, the model is too small to gain).
 """
 
 from __future__ import annotations
@@ -30,8 +31,15 @@ class EmbeddedBackend(LocalBackend):
         seed: int = 0,
         max_batch_rows: int = 64,
         default_max_tokens: int = 256,
+        kv_cache: int | str | None = None,
+        dtype: str | None = None,
     ) -> None:
-        super().__init__(threads=threads, max_batch_rows=max_batch_rows, default_max_tokens=default_max_tokens)
+        super().__init__(
+            threads=threads,
+            max_batch_rows=max_batch_rows,
+            default_max_tokens=default_max_tokens,
+            kv_cache=kv_cache,
+        )
         if model is not None and checkpoint_dir is not None:
             raise ValueError("pass either checkpoint_dir or model, not both")
         if model is None:
@@ -45,6 +53,7 @@ class EmbeddedBackend(LocalBackend):
         self.model = model.model
         self.tokenizer = model.tokenizer
         self._stops = model.stop_token_ids
+        self.choose_sample_dtype(device, dtype)
 
     #: (preset, seed, device) of a model built here from random weights and never trained; None otherwise
     _fresh: tuple[str, int, str] | None = None
@@ -65,6 +74,9 @@ class EmbeddedBackend(LocalBackend):
             self.embedded, self.model, self.tokenizer = model, model.model, model.tokenizer
             self._stops = model.stop_token_ids
             self._fresh = None
+            self.kv_cache.clear()  # another model at the same version: its KV and copies would be another's
+            if self.sampling_copies is not None:
+                self.sampling_copies.clear()
         return True
 
     def load_weights(self, directory: str) -> None:
@@ -78,6 +90,9 @@ class EmbeddedBackend(LocalBackend):
             self.embedded, self.model, self.tokenizer = model, model.model, model.tokenizer
             self._stops = model.stop_token_ids
             self._fresh = None
+            self.kv_cache.clear()
+            if self.sampling_copies is not None:
+                self.sampling_copies.clear()
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         text = template.render(messages, tools)
