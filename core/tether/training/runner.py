@@ -249,7 +249,7 @@ class Runner:
                 rollout_id, attempt_id, _sampling(rollout, attempt, resources.llm.sampling), replacements
             ) as base_url:
                 resources.llm.base_url = base_url
-                with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url)):
+                with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url, self.proxy.token)):
                     async with contextlib.AsyncExitStack() as stack:
                         stack.enter_context(redirect.held())  # the SDK's requests reach this attempt's URL
                         for manager in get_plugins().rollout_contexts(rollout):
