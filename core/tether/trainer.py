@@ -17,6 +17,7 @@ from typing import Any
 
 from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, SupportsFit, check_algorithm, name_of
+from tether.models import check_model
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
@@ -80,6 +81,8 @@ class Trainer:
     stop_after_idle_steps: int | None = 3
 
     def __post_init__(self) -> None:
+        if isinstance(self.model, str):
+            check_model(self.model)  # threads, device, a URL's host: refused here, before anything loads
         Credit(self.credit, self.tool_error_penalty, self.gamma)  # a bad rule is refused here, not at fit
         check_report_to(self.report_to)
         check_idle_limit(self.stop_after_idle_steps)

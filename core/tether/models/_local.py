@@ -22,6 +22,7 @@ import torch
 
 from tether.models._local_weights import LocalWeights
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
+from tether.models._spec import usable_cores
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
 from tether.policies import DEFAULT_POLICY
 
@@ -72,6 +73,11 @@ class LocalBackend(LocalWeights, ModelBackend):
     def __init__(
         self, *, threads: int | None = None, max_batch_rows: int = 64, default_max_tokens: int = 256
     ) -> None:
+        if threads is not None and not 1 <= threads <= usable_cores():
+            raise ValueError(
+                f"threads={threads!r}: threads is the number of torch CPU threads, an integer from 1 to "
+                f"{usable_cores()} (the CPU cores this process may use)"
+            )
         LocalWeights.__init__(self)
         self.threads = threads or DEFAULT_THREADS
         self.max_batch_rows = max_batch_rows
