@@ -30,6 +30,7 @@ from tether.training.report import check_report_to, reporting
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Session, Settings, as_task
+from tether.training.settings import check_counts
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 
 
@@ -86,6 +87,16 @@ class Trainer:
         Credit(self.credit, self.tool_error_penalty, self.gamma)  # a bad rule is refused here, not at fit
         check_report_to(self.report_to)
         check_idle_limit(self.stop_after_idle_steps)
+        check_counts(
+            {
+                "steps": self.steps,
+                "eval_every": self.eval_every,
+                "n_runners": self.n_runners,
+                "max_attempts": self.max_attempts,
+                "timeout_s": self.timeout_s,
+                "heartbeat_timeout_s": self.heartbeat_timeout_s,
+            }
+        )
 
     def dev(
         self,

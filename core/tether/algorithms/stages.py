@@ -113,6 +113,10 @@ class Stages(Algorithm):
         for stage in self.stages:
             stage.check_session(session)
 
+    async def probe(self, session: Session) -> None:
+        for stage in self.stages:
+            await stage.probe(session)
+
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         run = session.require_run("Trainer.fit")
         progress = run.path / _PROGRESS
