@@ -60,6 +60,25 @@ class StageRun(RunDir):
                 out.append(h)
         return out
 
+    def run_step(self, step: int) -> int:
+        return step + self.offset
+
+    def trained_before(self) -> bool:
+        """Whether an earlier stage trained (a warm start's fine-tuning, a GRPO step that trained)."""
+        return any(
+            h.get("stage") != self.label
+            and (h.get("kind") == "sft" or (h.get("kind") == "train" and h.get("trained")))
+            for h in RunDir(self.path).history()
+        )
+
+    def drop_from(self, step: int) -> None:
+        start = self.run_step(step)
+        self._rewrite(
+            lambda row: (
+                row.get("stage") == self.label and isinstance(row.get("step"), int) and row["step"] >= start
+            )
+        )
+
     def save_checkpoint(self, write_weights: Any, state: dict[str, Any]) -> Path:
         return super().save_checkpoint(write_weights, {**state, "stage": self.index, "stage_name": self.label})
 
@@ -156,6 +175,7 @@ class Stages(Algorithm):
             checkpoint=checkpoint,
             plot=run.plot(run.history()),
             interrupted=result.interrupted,
+            stopped=result.stopped,
         )
 
 
