@@ -11,6 +11,7 @@ in their order: the Trainer knows nothing of how an algorithm trains.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import Credit, CreditRule
-from tether.training.dev_report import DevReport, report
+from tether.training.dev_report import DevReport, all_zero, report
 from tether.training.health import check_idle_limit
 from tether.training.preflight import run_preflight
 from tether.training.ray_runners import RayRunners
@@ -132,6 +133,10 @@ class Trainer:
             batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
         out = report(batch, agent.optimize)
         out.notes.extend(batch.credit.notes)
+        zero = all_zero(out)
+        if zero is not None:  # said in the report and as a warning: a dev run is where this is cheap to see
+            out.problems.append(zero)
+            warnings.warn_explicit(zero, UserWarning, "tether.dev", 0)
         return out
 
     def evaluate(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 from rich.console import Console
 
@@ -31,3 +33,36 @@ def test_the_progress_line_says_what_each_step_trained() -> None:
     assert "trained 24 · flat 1/4 · failed 2 (KeyError: 'answer')" in line
     idle = {**train, "trained": 0, "flat_groups": 4, "idle": "every group scored the same"}
     assert "trained nothing: every group scored the same · flat 4/4" in _line(idle)
+
+
+def test_in_a_pipe_each_update_is_one_whole_line() -> None:
+    """Issue 37 item 6: stdout not a terminal (a pipe, a log file): one plain line per update, never cut to the
+    console's width (before: one live line redrawn with carriage returns, cut to ``tra… reward 0.00 …``)."""
+    out = io.StringIO()
+    idle = "every group scored the same (4 of 4 flat): rewards must vary within a task's group"
+    train = {"kind": "train", "step": 1, "reward": 0.0, "rollouts_per_s": 2.0, "trained": 0, "idle": idle}
+    with FitProgress(20, console=Console(file=out, width=40)) as bar:
+        bar.update(train)
+        bar.update({"kind": "eval", "step": 1, "greedy_accuracy": 0.3})
+        bar.update({**train, "step": 2})
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("training 1/20  reward 0.00  trained nothing: every group scored the same")
+    assert "rewards must vary within a task's group" in lines[0] and "val -" in lines[0]
+    assert lines[1].startswith("training 1/20") and "val 30%" in lines[1]
+    assert lines[2].startswith("training 2/20") and lines[2].rstrip().endswith(tuple("0123456789"))
+
+
+def test_a_piped_process_prints_a_line_per_update() -> None:
+    script = (
+        "from tether.training.progress import FitProgress\n"
+        "with FitProgress(2, kind='sft') as bar:\n"
+        "    for step in (1, 2):\n"
+        "        bar.update({'kind': 'sft', 'step': step, 'loss': 1.5, 'examples_per_s': 3.0})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["sft 1/2", "sft 2/2"]
+    assert all("loss 1.500" in line and "3.0 examples/s" in line for line in lines)

@@ -138,6 +138,19 @@ def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
     return out
 
 
+def all_zero(found: DevReport) -> str | None:
+    """What it means for ``fit`` that every finished rollout scored 0 (None when some did not)."""
+    rewards = [r.reward for r in found.rollouts if r.status == RolloutStatus.SUCCEEDED and r.reward is not None]
+    if not rewards or any(reward != 0 for reward in rewards):
+        return None
+    return (
+        f"every reward was 0 ({len(rewards)} rollout{'s' if len(rewards) > 1 else ''}): fit would learn nothing "
+        "from rollouts like these (GRPO needs rewards that differ within a task's group; its preflight stops on "
+        "them). Check that the reward scores what the agent does (its trace above); if this model never succeeds, "
+        "warm it up from a stronger model first (tether.WarmStart) or ease the tasks"
+    )
+
+
 def _transitions_by_span(spans_: list[Span], transitions: list[Transition]) -> dict[int, Transition]:
     """Each proxy LLM span's transition (both in sequence order), keyed by the span's id()."""
     ordered = sorted(spans_, key=lambda s: s.sequence if s.sequence is not None else 0)

@@ -2,10 +2,16 @@
 of groups, failed rollouts with their commonest error, or why it trained nothing), validation accuracy,
 rollouts per second, and the last update's trainer-vs-sampler logprob drift (mean and max absolute difference,
 ``-`` until measured).
-``kind="sft"`` (``tether.SFT``) shows the loss and examples per second instead of reward, rate and drift."""
+``kind="sft"`` (``tether.SFT``) shows the loss and examples per second instead of reward, rate and drift.
+
+On a terminal it is one live bar. Elsewhere (stdout piped to a file or a log collector, where a redrawn line is
+cut to the console's width and arrives only at the end) each update prints one whole plain line instead, with
+the step and the time elapsed: ``training 2/20  reward 0.50  trained 24 · flat 1/4  val 30%  ...  0:01:12``."""
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any, Literal
 
 from rich.console import Console
@@ -29,6 +35,9 @@ class FitProgress:
         self._total = total
         self._start = start
         self._enabled = enabled
+        #: not a terminal: one plain line per update (``_print_line``) instead of the live bar
+        self._lines: Console | None = None
+        self._started = 0.0
         self._fields: dict[str, Any] = {
             "reward": "-",
             "trained": "-",
@@ -40,12 +49,11 @@ class FitProgress:
 
     def __enter__(self) -> FitProgress:
         if self._enabled:
-            text = (
-                "reward {task.fields[reward]}  {task.fields[trained]}  val {task.fields[val]}  "
-                "{task.fields[rate]} rollouts/s  drift {task.fields[drift]}"
-            )
-            if self._kind == "sft":
-                text = "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"
+            text = re.sub(r"\{(\w+)\}", r"{task.fields[\1]}", _RL if self._kind == "rl" else _SFT)
+            console = self._console or Console()
+            if not console.is_terminal and not console.is_jupyter:
+                self._lines, self._started = console, time.monotonic()
+                return self
             self._progress = Progress(
                 TextColumn("[bold]sft" if self._kind == "sft" else "[bold]training"),
                 BarColumn(),
@@ -76,6 +84,23 @@ class FitProgress:
             self._fields["val"] = f"{record.get('greedy_accuracy', 0.0):.0%}"
         if self._progress is not None:
             self._progress.update(self._task, completed=record.get("step", 0), **self._fields)
+        elif self._lines is not None and record.get("kind") in ("train", "sft", "eval"):
+            self._print_line(int(record.get("step", 0)))
+
+    def _print_line(self, step: int) -> None:
+        """One whole line (never cut to the console's width) for a console that is not a terminal."""
+        assert self._lines is not None
+        fields = _RL if self._kind == "rl" else _SFT
+        elapsed = int(time.monotonic() - self._started)
+        clock = f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
+        label = "sft" if self._kind == "sft" else "training"
+        line = f"{label} {step}/{self._total}  {fields.format(**self._fields)}  {clock}"
+        self._lines.out(line, highlight=False)
+
+
+#: the fields of the line (``{name}``: a field; the live bar reads them as ``{task.fields[name]}``)
+_RL = "reward {reward}  {trained}  val {val}  {rate} rollouts/s  drift {drift}"
+_SFT = "loss {loss}  val {val}  {rate} examples/s"
 
 
 def _drift_text(record: dict[str, Any]) -> str:
