@@ -1,10 +1,11 @@
 """The SQLite store's connection (``tether.store.sqlite``): opening its file, and SQLite's errors as store errors.
 
 ``connect`` creates the folder and the file (readable by its owner only, ``0600``: spans hold prompts, answers and
-tool results; SQLite gives its ``-wal`` and ``-shm`` files the database file's mode), sets the pragmas (WAL, ``synchronous=NORMAL``, the busy timeout,
-the WAL's size cap) and the schema; a path that cannot hold a store (a missing or read-only folder, a file
-that is not a database) is a ``StoreError`` naming it. ``store_error`` turns what SQLite raises during a call
-(a file locked past the busy timeout, a full disk, a number it cannot bind) into the contract's errors.
+tool results; SQLite gives its ``-wal`` and ``-shm`` files the database file's mode), sets the pragmas (WAL,
+``synchronous=NORMAL``, the busy timeout, the WAL's size cap) and the schema; a path that cannot hold a store (a
+missing or read-only folder, a file that is not a database) is a ``StoreError`` naming it. ``store_error`` turns
+what SQLite raises during a call (a file locked past the busy timeout, a full disk, a number it cannot bind) into
+the contract's errors.
 """
 
 from __future__ import annotations
