@@ -119,7 +119,7 @@ def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
             why = _last_line(result.rollout.error)
             failures[why] += 1
             problems.insert(0, f"rollout {result.rollout.rollout_id} failed: {why}")
-        if result.succeeded and result.rollout.reward is None:
+        if result.succeeded and result.rollout.reward is None and not any("in reward=" in p for p in problems):
             problems.append(
                 f"rollout {result.rollout.rollout_id} has no reward: pass reward= to tether.wrap or call "
                 "tether.emit_reward in the agent"

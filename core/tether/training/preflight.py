@@ -104,13 +104,13 @@ def _problem(session: Session, weights: bool, batch: Batch, found: DevReport) ->
         first = failed[0]
         return f"{found.problems[0]}\nfirst failing rollout {first.rollout_id}:\n{_tail(first.error)}"
     succeeded = [r for r in results if r.succeeded]
-    if any(r.rollout.reward is None for r in succeeded):
+    targets = [p for r in succeeded for p in r.problems if "in reward=" in p]  # (such a reward may be None)
+    if any(r.rollout.reward is None for r in succeeded) and not targets:
         return next(p for r in found.rollouts for p in r.problems if "has no reward" in p)
     optimize = session.agent.optimize
     unknown = unknown_optimize_names(optimize, found.agent_names)
     if unknown and optimize is not None and not (optimize & found.agent_names):
         return f"{unknown}; nothing would be trained"
-    targets = [p for r in succeeded for p in r.problems if "in reward=" in p]
     if targets:
         return targets[0]
     if succeeded and not any(r.transitions for r in succeeded):  # nothing reached the model through tether
