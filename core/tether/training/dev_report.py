@@ -166,7 +166,7 @@ def _credit(t: Transition) -> str:
 
 
 def _describe(span: Span) -> str:
-    agent = f"{span.agent_name} → " if span.agent_name else ""
+    agent = f"{printable(span.agent_name)} → " if span.agent_name else ""
     attrs = span.attributes
     call = spans.proxy_call(span)
     if call is not None:
@@ -202,6 +202,12 @@ def _describe(span: Span) -> str:
         final = " (final)" if attrs.get(spans.REWARD_FINAL) else ""
         return f"{agent}reward {attrs.get(spans.REWARD_VALUE)}{whose}{final}"
     return f"{agent}{span.kind.value} {span.name}"
+
+
+def printable(name: str) -> str:
+    """A name as a trace prints it: itself when printable, else its repr (a CrewAI role ending in a newline
+    would break the trace's lines)."""
+    return name if name.isprintable() else repr(name)
 
 
 def _last_line(text: str | None) -> str:
