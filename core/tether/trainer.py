@@ -18,6 +18,7 @@ from typing import Any
 
 from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, SupportsFit, check_algorithm, name_of
+from tether.capture.span_batcher import install_sigterm_flush
 from tether.models import check_model
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
@@ -110,6 +111,7 @@ class Trainer:
         """Run each task ``repeats`` times, untrained, and report everything captured, with each call's
         advantage under this trainer's credit rule (the repeats of a task form its group: with one, only a
         rule that compares calls within a rollout gives non-zero advantages). Sync wrapper of ``adev``."""
+        install_sigterm_flush()  # the spans of calls answered so far are written if the process is told to end
         return run_sync(self.adev(agent, tasks, model=model, repeats=repeats))
 
     async def adev(
@@ -164,6 +166,7 @@ class Trainer:
         """
         algorithm, train_tasks, val_tasks, run = self._prepare(agent, train, val, resume)
         try:
+            install_sigterm_flush()  # the spans of calls answered so far are written if the process is told to end
             return run_sync(self._fit(algorithm, agent, train_tasks, val_tasks, run, resume, preflight))
         except KeyboardInterrupt:
             checkpoint = run.checkpoint_path if run.state_path.exists() else None

@@ -35,9 +35,19 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
-def _run(path: Path, then: str, sig: signal.Signals | None) -> tuple[str, int]:
+#: as ``Trainer.fit`` and ``dev`` run: the loop on tether's thread (``tether._loop``), the main thread waiting
+_SYNC_SCRIPT = _SCRIPT.replace(
+    "asyncio.run(main(sys.argv[1], sys.argv[2]))",
+    "from tether._loop import run_sync\n"
+    "from tether.capture.span_batcher import install_sigterm_flush\n"
+    "install_sigterm_flush()\n"
+    "run_sync(main(sys.argv[1], sys.argv[2]))",
+)
+
+
+def _run(path: Path, then: str, sig: signal.Signals | None, script: str = _SCRIPT) -> tuple[str, int]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SCRIPT, str(path), then], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, str(path), then], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     attempt_id = proc.stdout.readline().strip()
@@ -68,4 +78,11 @@ def test_pending_spans_are_written_when_main_returns_without_closing(tmp_path: P
     path = tmp_path / "s.db"
     attempt_id, code = _run(path, "return", None)
     assert code == 0
+    assert asyncio.run(_stored(path, attempt_id)) == 50
+
+
+def test_pending_spans_are_written_on_sigterm_when_the_loop_runs_on_tethers_thread(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    attempt_id, code = _run(path, "wait", signal.SIGTERM, _SYNC_SCRIPT)
+    assert code == -signal.SIGTERM
     assert asyncio.run(_stored(path, attempt_id)) == 50

@@ -23,7 +23,9 @@ Spans waiting for their batch are not lost when the process is asked to end: the
 are pending (``asyncio.run`` cancels every task when its main coroutine returns or gets ``KeyboardInterrupt`` from
 SIGINT), writes them before it ends; and a batcher bound to a loop on the main thread installs a SIGTERM handler
 on that loop (only where SIGTERM has its default action) that writes every open batcher's pending spans, then ends
-the process by SIGTERM as before. What remains under ``kill -9`` is the window ``docs/store.md`` states.
+the process by SIGTERM as before. Tether's synchronous entry points (``Trainer.fit``, ``dev``), whose loop runs on
+a thread of its own, install the same from the main thread (``install_sigterm_flush``). What remains under
+``kill -9`` is the window ``docs/store.md`` states.
 """
 
 from __future__ import annotations
@@ -333,6 +335,29 @@ async def _flush_then_terminate(loop: asyncio.AbstractEventLoop) -> None:
         async with asyncio.timeout(SIGTERM_FLUSH_S):
             await asyncio.gather(*(b.flush() for b in batchers), return_exceptions=True)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def install_sigterm_flush() -> None:
+    """From the main thread, where SIGTERM has its default action: on SIGTERM write the pending spans of every
+    open batcher, whichever thread's loop runs it (for up to ``SIGTERM_FLUSH_S``), then end the process by
+    SIGTERM. For synchronous callers whose batchers run on another thread's loop (``tether._loop``)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    signal.signal(signal.SIGTERM, _sigterm_from_main_thread)
+
+
+def _sigterm_from_main_thread(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    deadline = time.monotonic() + SIGTERM_FLUSH_S
+    for batcher in list(_open):
+        loop = batcher._loop
+        if batcher._closed or loop is None or loop.is_closed() or batcher._loop_thread == threading.get_ident():
+            continue
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(batcher.flush(), loop).result(max(0.0, deadline - time.monotonic()))
     os.kill(os.getpid(), signal.SIGTERM)
 
 
