@@ -1,4 +1,4 @@
-"""Who may be served: the bind rule every tether server follows (store, dashboard, model server).
+"""Who may be served: the bind rule every tether server follows (store, dashboard, model server, proxy).
 
 A server binds loopback unless it is given a token; beyond loopback, anyone who can reach it could read and change
 what it serves.
@@ -9,14 +9,16 @@ from __future__ import annotations
 import functools
 import ipaddress
 
+_STORE_FIX = "Pass --token <secret> (or set TETHER_STORE_TOKEN)"
 
-def check_bind(host: str, token: str | None, what: str = "the store") -> None:
-    """Refuse to serve ``what`` beyond this machine without a token."""
+
+def check_bind(host: str, token: str | None, what: str = "the store", fix: str = _STORE_FIX) -> None:
+    """Refuse to serve ``what`` beyond this machine without a token (``fix``: how to give it one)."""
     if token or is_loopback(unbracket(host)):
         return
     raise ValueError(
         f"refusing to serve {what} on {host!r} without a token: anyone who can reach it could read and "
-        "change it. Pass --token <secret> (or set TETHER_STORE_TOKEN), or bind 127.0.0.1"
+        f"change it. {fix}, or bind 127.0.0.1"
     )
 
 

@@ -11,17 +11,20 @@ in their order: the Trainer knows nothing of how an algorithm trains.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether._loop import run_sync
 from tether.algorithms.base import Algorithm, SupportsFit, check_algorithm, name_of
+from tether.capture.span_batcher import install_sigterm_flush
+from tether.models import check_model
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import Credit, CreditRule
-from tether.training.dev_report import DevReport, report
+from tether.training.dev_report import DevReport, all_zero, report
 from tether.training.health import check_idle_limit
 from tether.training.preflight import run_preflight
 from tether.training.ray_runners import RayRunners
@@ -29,7 +32,7 @@ from tether.training.report import check_report_to, reporting
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Session, Settings, as_task
-from tether.training.settings import EvalSampled, check_eval_sampled
+from tether.training.settings import EvalSampled, check_counts, check_eval_sampled
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 
 
@@ -85,10 +88,22 @@ class Trainer:
     stop_after_idle_steps: int | None = 3
 
     def __post_init__(self) -> None:
+        if isinstance(self.model, str):
+            check_model(self.model)  # threads, device, a URL's host: refused here, before anything loads
         Credit(self.credit, self.tool_error_penalty, self.gamma)  # a bad rule is refused here, not at fit
         check_report_to(self.report_to)
         check_idle_limit(self.stop_after_idle_steps)
         check_eval_sampled(self.eval_sampled)
+        check_counts(
+            {
+                "steps": self.steps,
+                "eval_every": self.eval_every,
+                "n_runners": self.n_runners,
+                "max_attempts": self.max_attempts,
+                "timeout_s": self.timeout_s,
+                "heartbeat_timeout_s": self.heartbeat_timeout_s,
+            }
+        )
 
     def dev(
         self,
@@ -101,6 +116,7 @@ class Trainer:
         """Run each task ``repeats`` times, untrained, and report everything captured, with each call's
         advantage under this trainer's credit rule (the repeats of a task form its group: with one, only a
         rule that compares calls within a rollout gives non-zero advantages). Sync wrapper of ``adev``."""
+        install_sigterm_flush()  # the spans of calls answered so far are written if the process is told to end
         return run_sync(self.adev(agent, tasks, model=model, repeats=repeats))
 
     async def adev(
@@ -124,6 +140,10 @@ class Trainer:
             batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
         out = report(batch, agent.optimize)
         out.notes.extend(batch.credit.notes)
+        zero = all_zero(out)
+        if zero is not None:  # said in the report and as a warning: a dev run is where this is cheap to see
+            out.problems.append(zero)
+            warnings.warn_explicit(zero, UserWarning, "tether.dev", 0)
         return out
 
     def evaluate(
@@ -151,6 +171,7 @@ class Trainer:
         """
         algorithm, train_tasks, val_tasks, run = self._prepare(agent, train, val, resume)
         try:
+            install_sigterm_flush()  # the spans of calls answered so far are written if the process is told to end
             return run_sync(self._fit(algorithm, agent, train_tasks, val_tasks, run, resume, preflight))
         except KeyboardInterrupt:
             checkpoint = run.checkpoint_path if run.state_path.exists() else None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 from rich.console import Console
 
@@ -83,3 +85,36 @@ def test_an_evaluation_inside_a_bars_block_shows_its_progress_there() -> None:
         inner.close()
     assert evaluation_bar(0, 4) is None
     assert out.getvalue().splitlines() == ["eval step 0: 0/4 rollouts 0:00", "eval step 0: 4/4 rollouts 0:00"]
+
+
+def test_in_a_pipe_each_update_is_one_whole_line() -> None:
+    """Issue 37 item 6: stdout not a terminal (a pipe, a log file): plain lines, never cut to the console's width
+    (before: one live line redrawn with carriage returns, cut to ``tra… reward 0.00 …``)."""
+    out = io.StringIO()
+    idle = "every group scored the same (4 of 4 flat): rewards must vary within a task's group"
+    train = {"kind": "train", "step": 1, "reward": 0.0, "rollouts_per_s": 2.0, "trained": 0, "idle": idle}
+    with FitProgress(20, console=Console(file=out, width=40), line_interval_s=0.0) as bar:
+        bar.update(train)
+        bar.update({"kind": "eval", "step": 1, "greedy_accuracy": 0.3})
+        bar.update({**train, "step": 2})
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("step 1/20 reward 0.00  trained nothing: every group scored the same")
+    assert "rewards must vary within a task's group" in lines[0] and "val -" in lines[0]
+    assert lines[1] == "eval step 1: accuracy greedy 30%"
+    assert lines[2].startswith("step 2/20") and "val 30%" in lines[2]
+
+
+def test_a_piped_process_prints_a_line_per_update() -> None:
+    script = (
+        "from tether.training.progress import FitProgress\n"
+        "with FitProgress(2, kind='sft', line_interval_s=0.0) as bar:\n"
+        "    for step in (1, 2):\n"
+        "        bar.update({'kind': 'sft', 'step': step, 'loss': 1.5, 'examples_per_s': 3.0})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert [" ".join(line.split()[:2]) for line in lines] == ["step 1/2", "step 2/2"]
+    assert all("loss 1.500" in line and "3.0 examples/s" in line for line in lines)

@@ -14,9 +14,11 @@ and each has a default that does nothing or the common thing:
 4. ``prepare_backend(backend)``: before the backend starts (GRPO with ``lora=`` attaches adapters, so a vLLM
    server starts with LoRA enabled).
 5. ``check_session(session)``: what ``fit`` would refuse, said before the preflight rollouts.
-6. ``preflight_group``: how preflight samples its groups of rollouts (GRPO's group size and temperature), or
+6. ``probe(session)``: in the preflight, before its rollouts, check once what the algorithm needs besides the
+   student (WarmStart: a teacher that answers a call within its deadline); a ``FitError`` naming it otherwise.
+7. ``preflight_group``: how preflight samples its groups of rollouts (GRPO's group size and temperature), or
    None for an algorithm that does not train weights on transitions.
-7. ``fit``; ``evaluate(session, tasks)`` is its evaluation (greedy and T=1 accuracy by default).
+8. ``fit``; ``evaluate(session, tasks)`` is its evaluation (greedy and T=1 accuracy by default).
 
 ``scale_by_std`` is part of the credit rule every rollout records (whether advantages are divided by their
 group's standard deviation); ``continues_on_resume`` says whether a finished stage of ``Trainer(algorithm=[...])``
@@ -51,6 +53,7 @@ CONTRACT = (
     "uses_session",
     "prepare_backend",
     "check_session",
+    "probe",
     "preflight_group",
     "given_prompts",
     "reads_store_prompts",
@@ -125,6 +128,11 @@ class Algorithm(abc.ABC):
 
     def check_session(self, session: Session) -> None:
         """Refuse what ``fit`` would refuse (a backend it cannot train, ...), before any rollout runs."""
+        del session
+
+    async def probe(self, session: Session) -> None:
+        """In the preflight, before its rollouts: check what ``fit`` needs besides the student (a teacher that
+        answers), raising ``tether.FitError`` naming it; nothing by default."""
         del session
 
     def given_prompts(self) -> dict[str, Any] | None:

@@ -60,6 +60,25 @@ class StageRun(RunDir):
                 out.append(h)
         return out
 
+    def run_step(self, step: int) -> int:
+        return step + self.offset
+
+    def trained_before(self) -> bool:
+        """Whether an earlier stage trained (a warm start's fine-tuning, a GRPO step that trained)."""
+        return any(
+            h.get("stage") != self.label
+            and (h.get("kind") == "sft" or (h.get("kind") == "train" and h.get("trained")))
+            for h in RunDir(self.path).history()
+        )
+
+    def drop_from(self, step: int) -> None:
+        start = self.run_step(step)
+        self._rewrite(
+            lambda row: (
+                row.get("stage") == self.label and isinstance(row.get("step"), int) and row["step"] >= start
+            )
+        )
+
     def save_checkpoint(self, write_weights: Any, state: dict[str, Any]) -> Path:
         return super().save_checkpoint(write_weights, {**state, "stage": self.index, "stage_name": self.label})
 
@@ -118,6 +137,10 @@ class Stages(Algorithm):
         for stage in self.stages:
             stage.check_session(session)
 
+    async def probe(self, session: Session) -> None:
+        for stage in self.stages:
+            await stage.probe(session)
+
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         run = session.require_run("Trainer.fit")
         progress = run.path / _PROGRESS
@@ -157,6 +180,7 @@ class Stages(Algorithm):
             checkpoint=checkpoint,
             plot=run.plot(run.history()),
             interrupted=result.interrupted,
+            stopped=result.stopped,
         )
 
 

@@ -12,10 +12,16 @@ asks the teacher only for the ones missing, so a paid API is not queried twice. 
 (random weights, built in memory) first gets its tokenizer retrained on the teacher's traffic, so the agent's
 prompts and tool schemas take few tokens. ``Trainer(algorithm=[tether.WarmStart(...), tether.GRPO(...)])``
 runs it before GRPO in one run (``tether.algorithms.stages``).
+
+The preflight probes the teacher once (``probe``): one short call must be answered within ``teacher_timeout_s``
+(60 s), so a teacher that is unreachable, refuses the key or hangs stops the run at once, named, instead of after
+every teacher rollout has failed or timed out. A teacher given as a local model string (``"embedded"``, ``hf:``) is
+not probed: loading it is the check.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import random
@@ -28,12 +34,15 @@ from tether.algorithms.base import Algorithm
 from tether.models.base import LoRACapable, ModelBackend, RefitsTokenizer, RendersReplies
 from tether.models.lora import LoRA
 from tether.policies import PolicyMap
+from tether.training.health import FitError
 from tether.training.result import FitResult
 from tether.types import Mode, RolloutStatus, Task
 
 if TYPE_CHECKING:
     from tether.training.session import Session
 
+#: what a ``RemoteBackend`` error says when the teacher did not answer the probe, or refused its key
+_NO_ANSWER = ("cannot reach", "did not answer", " answered 401", " answered 403", " answered 407")
 #: where the teacher's rollouts are kept, inside the run folder
 TEACHER_STORE = Path("warmstart") / "teacher.db"
 
@@ -52,7 +61,8 @@ class WarmStart(Algorithm):
     ``lora=tether.LoRA(...)``: train adapters instead of all the weights (give GRPO the same ``lora=`` when it
     follows). ``policies``: the policies of ``wrap(optimize={...})`` to train (None: all).
     ``refit_tokenizer``: retrain a fresh embedded model's tokenizer on the teacher's traffic first (a
-    checkpoint's or a pretrained one is kept).
+    checkpoint's or a pretrained one is kept). ``teacher_timeout_s``: how long the preflight's one probe call to
+    the teacher may take before the run stops naming it.
     """
 
     #: a finished warm start is not redone when its run resumes (``tether.algorithms.stages``)
@@ -71,6 +81,7 @@ class WarmStart(Algorithm):
     lora: LoRA | None = None
     policies: Sequence[str] | None = None
     refit_tokenizer: bool = True
+    teacher_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if isinstance(self.teacher, str):
@@ -87,6 +98,12 @@ class WarmStart(Algorithm):
             raise ValueError(
                 f"WarmStart needs rollouts >= 1 (teacher rollouts to learn from), got {self.rollouts!r}"
             )
+        if isinstance(self.teacher, str):
+            from tether.models import check_model
+
+            check_model(self.teacher)  # a URL without a host, a bad option: refused now
+        if not self.teacher_timeout_s > 0:
+            raise ValueError(f"WarmStart(teacher_timeout_s=...) must be > 0 seconds, got {self.teacher_timeout_s}")
         if self.temperature is not None and self.temperature < 0:
             raise ValueError(f"WarmStart(temperature=...) must be >= 0 or None, got {self.temperature}")
         self._sft()  # the fine-tuning's own checks (epochs, lr, batch sizes), now rather than after the teacher
@@ -103,6 +120,43 @@ class WarmStart(Algorithm):
                 f"'hf:<path>'); the {type(backend).__name__} cannot (it is no tether.models.base.LoRACapable)"
             )
         backend.attach_lora(self.lora)
+
+    async def probe(self, session: Session) -> None:
+        """One short call to the teacher, answered within ``teacher_timeout_s``, or a ``FitError`` naming it. Any
+        answer shows the teacher is there, an error included (a 404 for a model this probe does not name: the
+        agent's calls name theirs); no answer, no connection or a refused key (401/403) stops the run."""
+        del session
+        from tether.models import open_backend
+        from tether.models.base import BackendError, BadRequest, ChatRequest
+
+        given = self.teacher
+        if isinstance(given, str) and not given.strip().startswith(("http://", "https://")):
+            return  # a local model: loading it is the check
+        teacher = open_backend(given.strip()) if isinstance(given, str) else given
+        name = given.strip() if isinstance(given, str) else f"{type(given).__name__} {getattr(given, 'name', '')}"
+        call = ChatRequest(messages=[{"role": "user", "content": "Reply with OK."}], max_tokens=1, temperature=0.0)
+        try:
+            async with asyncio.timeout(self.teacher_timeout_s):
+                await teacher.start()
+                await teacher.chat(call)
+        except TimeoutError:
+            raise FitError(
+                f"preflight: the WarmStart teacher {name} did not answer a one-token call within "
+                f"{self.teacher_timeout_s:g} s (WarmStart(teacher_timeout_s=)): check that it is up and not "
+                "overloaded, or give another teacher"
+            ) from None
+        except BadRequest:
+            return  # it answered
+        except BackendError as exc:
+            if not any(sign in str(exc) for sign in _NO_ANSWER):
+                return  # it answered (a 404 for a model this probe does not name, a scripted server's 500)
+            raise FitError(
+                f"preflight: the WarmStart teacher {name} failed a one-token call: {exc}. Check its URL and API "
+                "key (the agent's client sends its own key; a RemoteBackend(api_key=...) teacher its own)"
+            ) from None
+        finally:
+            if isinstance(given, str):
+                await teacher.close()
 
     async def fit(self, session: Session, train: Sequence[Task], val: Sequence[Task]) -> FitResult:
         """Collect the teacher's rollouts (those not already kept), then fine-tune the student on the good ones."""
@@ -121,6 +175,13 @@ class WarmStart(Algorithm):
         url = f"sqlite:///{path}"
         record = await self._demonstrate(session, train, url)
         run.log(record)
+        if record["teacher_rollouts"] == 0:
+            raise ValueError(
+                f"WarmStart: none of the teacher's {record['asked']} rollouts finished "
+                f"({record['teacher_failed']} failed{': ' + record['problem'] if record['problem'] else ''}): "
+                "nothing to learn from. Check the teacher and the agent with Trainer(model=<teacher>).dev(...); "
+                "min_reward plays no part yet"
+            )
         if record["kept"] == 0:
             raise ValueError(
                 f"WarmStart: none of the teacher's {record['teacher_rollouts']} finished rollouts reached "

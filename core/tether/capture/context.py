@@ -25,6 +25,7 @@ class RolloutScope:
     rollout_id: str
     attempt_id: str
     base_url: str  # the proxy URL for this attempt, ending in /v1
+    token: str | None = None  # the proxy's token (sent as ``TOKEN_HEADER``) when it has one
 
 
 current_scope: ContextVar[RolloutScope | None] = ContextVar("tether_rollout_scope", default=None)
@@ -79,6 +80,8 @@ def current_agent_name() -> str | None:
 #: CrewAI role ending in a newline, a node name with spaces or non-ASCII text — is a valid header value.
 AGENT_HEADER = "X-Tether-Agent"
 CALL_ID_HEADER = "X-Tether-Call-Id"
+#: the header that carries a proxy's token (``ProxyServer(token=...)``: a proxy bound beyond loopback)
+TOKEN_HEADER = "X-Tether-Token"
 
 
 def encode_agent_header(name: str) -> str:

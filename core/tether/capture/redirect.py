@@ -2,12 +2,12 @@
 
 While ``tether.capture.context.current_scope`` is set (the runner sets it around each rollout), each request that
 an ``openai`` client builds is rewritten to the scope's ``base_url`` — the rollout's proxy URL — keeping the path
-after the client's own base URL (``/chat/completions``, ``/responses``), and gets two headers:
-``X-Tether-Agent`` (the sub-agent making the call, from ``tether.capture.context.current_agent_name()``) and
-``X-Tether-Call-Id`` (a fresh id per HTTP request, also left in ``last_call_id`` for the caller). Outside any
-scope requests are untouched, and so are those ``tether.passthrough`` exempts (a judge's client or code
-region): they are only recorded, their answers read from the SDK's ``_process_response``, wrapped while the
-redirect is installed.
+after the client's own base URL (``/chat/completions``, ``/responses``), and gets two headers (three when the
+scope has a proxy token: ``X-Tether-Token``): ``X-Tether-Agent`` (the sub-agent making the call, from
+``tether.capture.context.current_agent_name()``) and ``X-Tether-Call-Id`` (a fresh id per HTTP request, also left
+in ``last_call_id`` for the caller). Outside any scope requests are untouched, and so are those
+``tether.passthrough`` exempts (a judge's client or code region): they are only recorded, their answers read from
+the SDK's ``_process_response``, wrapped while the redirect is installed.
 
 The seam is the SDK's shared base client request builder, ``openai._base_client.BaseClient._build_request``:
 every sync and async client (and Azure's, which calls it via ``super()``) goes through it on every request and
@@ -49,6 +49,7 @@ from tether.capture import passthrough as passthrough_calls
 from tether.capture.context import (
     AGENT_HEADER,
     CALL_ID_HEADER,
+    TOKEN_HEADER,
     RolloutScope,
     current_agent_name,
     current_scope,
@@ -285,6 +286,8 @@ def redirect_request(client_base_url: Any, request: Any, scope: RolloutScope) ->
     call_id = supplied.decode("latin-1") if supplied is not None else new_id("call")
     if supplied is None:
         new_raw.append((CALL_ID_HEADER.encode(), call_id.encode("ascii")))
+    if scope.token is not None:
+        new_raw.append((TOKEN_HEADER.encode(), scope.token.encode("utf-8")))
     request.headers = request.headers.__class__(new_raw)
     last_call_id.set(call_id)
     return call_id

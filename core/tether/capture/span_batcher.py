@@ -18,14 +18,26 @@ A store that fails (a server restarting, a database failing over) is retried wit
 ``outage_s`` (60 s): spans are dropped only after that. A retry is idempotent: the first try may have been
 committed with its answer lost, so before writing again the batcher reads which of the batch's spans the store
 already holds (by span id) and writes only the others.
+
+Spans waiting for their batch are not lost when the process is asked to end: the writer, cancelled while spans
+are pending (``asyncio.run`` cancels every task when its main coroutine returns or gets ``KeyboardInterrupt`` from
+SIGINT), writes them before it ends; and a batcher bound to a loop on the main thread installs a SIGTERM handler
+on that loop (only where SIGTERM has its default action) that writes every open batcher's pending spans, then ends
+the process by SIGTERM as before. Tether's synchronous entry points (``Trainer.fit``, ``dev``), whose loop runs on
+a thread of its own, install the same from the main thread (``install_sigterm_flush``). What remains under
+``kill -9`` is the window ``docs/store.md`` states.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store
@@ -33,6 +45,13 @@ from tether.store.retry import DEFAULT_OUTAGE_S, is_outage
 from tether.types import Span
 
 log = logging.getLogger(__name__)
+
+#: how long a SIGTERM waits for the open batchers' pending spans before the process ends
+SIGTERM_FLUSH_S = 10.0
+#: the open batchers (a SIGTERM writes their pending spans first)
+_open: weakref.WeakSet[SpanBatcher] = weakref.WeakSet()
+#: the loops that have tether's SIGTERM handler
+_handled: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 #: the ``quiet_s`` of a batcher behind a proxy: the agents' calls come in bursts (one answer each, then the
 #: next call), so 5 ms without an answered call means the burst is over and a write delays no call
@@ -157,6 +176,8 @@ class SpanBatcher:
         self._has_items = asyncio.Event()
         self._write_lock = asyncio.Lock()
         self._task = loop.create_task(self._run(), name="tether-span-batcher")
+        _open.add(self)
+        _handle_sigterm(loop)
 
     def _submit_here(self, span: Span | Callable[[], Span]) -> None:
         if self._task is None:  # closed while this call was on its way from another thread
@@ -177,14 +198,20 @@ class SpanBatcher:
 
     async def _run(self) -> None:
         assert self._has_items is not None and self._write_lock is not None
-        while True:
-            await self._has_items.wait()
-            if len(self._pending) < self.max_batch and self.max_delay_s > 0:
-                await self._wait_for_batch()
-            async with self._write_lock:
+        try:
+            while True:
+                await self._has_items.wait()
+                if len(self._pending) < self.max_batch and self.max_delay_s > 0:
+                    await self._wait_for_batch()
+                async with self._write_lock:
+                    while self._pending:
+                        await self._write_next()
+                    self._has_items.clear()
+        except asyncio.CancelledError:
+            if not self._closed and self._pending:  # the loop is ending (not close(): it writes them itself)
                 while self._pending:
                     await self._write_next()
-                self._has_items.clear()
+            raise
 
     async def _wait_for_batch(self) -> None:
         """Until ``max_batch`` spans are pending, ``max_delay_s`` has passed, or no span came for ``quiet_s``.
@@ -283,6 +310,55 @@ class SpanBatcher:
             span.attempt_id,
             why,
         )
+
+
+def _handle_sigterm(loop: asyncio.AbstractEventLoop) -> None:
+    """On the main thread's loop, where SIGTERM has its default action: write the open batchers' pending spans
+    on SIGTERM, then end the process by SIGTERM as it would have ended."""
+    if loop in _handled or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the program handles SIGTERM itself (and should close its batchers)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, TypeError):  # Windows, a closed loop
+        loop.add_signal_handler(signal.SIGTERM, _on_sigterm, loop)
+        _handled.add(loop)
+
+
+def _on_sigterm(loop: asyncio.AbstractEventLoop) -> None:
+    loop.remove_signal_handler(signal.SIGTERM)
+    loop.create_task(_flush_then_terminate(loop), name="tether-sigterm-flush")
+
+
+async def _flush_then_terminate(loop: asyncio.AbstractEventLoop) -> None:
+    batchers = [b for b in list(_open) if b._loop is loop and not b._closed]
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(SIGTERM_FLUSH_S):
+            await asyncio.gather(*(b.flush() for b in batchers), return_exceptions=True)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def install_sigterm_flush() -> None:
+    """From the main thread, where SIGTERM has its default action: on SIGTERM write the pending spans of every
+    open batcher, whichever thread's loop runs it (for up to ``SIGTERM_FLUSH_S``), then end the process by
+    SIGTERM. For synchronous callers whose batchers run on another thread's loop (``tether._loop``)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    signal.signal(signal.SIGTERM, _sigterm_from_main_thread)
+
+
+def _sigterm_from_main_thread(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    deadline = time.monotonic() + SIGTERM_FLUSH_S
+    for batcher in list(_open):
+        loop = batcher._loop
+        if batcher._closed or loop is None or loop.is_closed() or batcher._loop_thread == threading.get_ident():
+            continue
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(batcher.flush(), loop).result(max(0.0, deadline - time.monotonic()))
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _wake(waiter: asyncio.Future[None] | None) -> None:

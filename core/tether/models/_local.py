@@ -26,6 +26,7 @@ from tether.models._kv_cache import PrefixKV, parse_budget
 from tether.models._local_weights import LocalWeights
 from tether.models._sample_dtype import SamplingCopies, cpu_sample_dtype, say_once
 from tether.models._sampling import Sample, SampleParams, generate, row_seed
+from tether.models._spec import usable_cores
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, Choice, ModelBackend
 from tether.policies import DEFAULT_POLICY
 
@@ -81,6 +82,11 @@ class LocalBackend(LocalWeights, ModelBackend):
         default_max_tokens: int = 256,
         kv_cache: int | str | None = None,
     ) -> None:
+        if threads is not None and not 1 <= threads <= usable_cores():
+            raise ValueError(
+                f"threads={threads!r}: threads is the number of torch CPU threads, an integer from 1 to "
+                f"{usable_cores()} (the CPU cores this process may use)"
+            )
         LocalWeights.__init__(self)
         #: a rollout's KV across its turns (``tether.models._kv_cache``), within ``kv_cache`` bytes (0: off)
         self.kv_cache = PrefixKV(parse_budget(kv_cache))

@@ -204,15 +204,26 @@ def parse_completion(data: dict[str, Any], model: str | None = None) -> ChatResu
 def _token_ids(ids: Any) -> list[int]:
     """Token ids as a list of ints: the decoded list itself when it holds only ints (checked in C by ``array``,
     ~15 ns an id), else each coerced by ``int``. Coercing every id (~40 ns each) was the largest piece of the
-    proxy's own work per call, and it grows with the prompt."""
+    proxy's own work per call, and it grows with the prompt. An id beyond 64 bits is a ``ValueError`` (the call
+    fails, 502): a store holds ids as 64-bit integers, so its transition could not be recorded."""
     if type(ids) is list:
         try:
             array("q", ids)
-        except (TypeError, OverflowError):
+        except TypeError:
             pass
+        except OverflowError:
+            raise ValueError(_TOO_BIG) from None
         else:
             return ids
-    return list(map(int, ids))
+    coerced = list(map(int, ids))
+    try:
+        array("q", coerced)
+    except OverflowError:
+        raise ValueError(_TOO_BIG) from None
+    return coerced
+
+
+_TOO_BIG = "a token id does not fit in 64 bits, so the call's transition could not be stored"
 
 
 def _index(choice: dict[str, Any]) -> Any:

@@ -24,6 +24,12 @@ answered (413), since its transition could not be stored; a failed-call span rec
 
 A web page cannot use the proxy (``tether._net.refusal``): on loopback a ``Host`` that is not this machine's
 is refused (DNS rebinding), as is a call with a foreign ``Origin`` or a body that is not JSON.
+
+The proxy follows every tether server's bind rule (``tether._net.check_bind``): beyond loopback it needs a
+``token`` (anyone who reached it could make calls to the model with the trainer's key), and with one every request
+but ``GET /health`` must carry it, as ``X-Tether-Token: <token>`` (what the endpoint redirect adds from the
+rollout's ``RolloutScope.token``; the runner passes the proxy's) or ``Authorization: Bearer <token>``; 401
+otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -38,10 +45,10 @@ from typing import Any
 
 import orjson
 
-from tether._net import refusal
+from tether._net import check_bind, refusal, unbracket
 from tether._seeds import derive_seed
 from tether._slots import Slots
-from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, decode_agent_header
+from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, TOKEN_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ModelBackend
 from tether.policies import PolicyMap
@@ -67,6 +74,7 @@ _SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
 _refusal = functools.lru_cache(maxsize=256)(refusal)
 _CALL_ID = CALL_ID_HEADER.lower()
 _AGENT = AGENT_HEADER.lower()
+_TOKEN = TOKEN_HEADER.lower()
 _SSE_HEADERS = {"Cache-Control": "no-cache"}
 _CALLS = ("/v1/chat/completions", "/v1/responses")
 _ENDPOINTS = (
@@ -88,6 +96,9 @@ class ProxyServer:
     (the ``AGENT_HEADER``): ``ChatRequest.policy`` is set to it unless the map is shared (one model serves
     every sub-agent: the backend's default policy answers), and the call's span records it under
     ``spans.POLICY`` (``"policy"`` when shared). None: every call goes to the default policy and spans record none.
+
+    ``token``: required beyond loopback (``ValueError`` otherwise); with one, each request must carry it
+    (``X-Tether-Token`` or ``Authorization: Bearer``) or gets 401.
     """
 
     def __init__(
@@ -102,7 +113,9 @@ class ProxyServer:
         max_concurrent_calls: int = 512,
         queue_timeout_s: float = 10.0,
         max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
+        token: str | None = None,
     ) -> None:
+        check_bind(unbracket(host), token, "the proxy", "Pass ProxyServer(token=<secret>)")
         if max_concurrent_calls < 1:
             raise ValueError(f"max_concurrent_calls must be >= 1, got {max_concurrent_calls}")
         self.backend = backend
@@ -111,6 +124,8 @@ class ProxyServer:
         self.host = host
         self.port = port
         self.close_backend = close_backend
+        self.token = token or None
+        self._bearer = f"Bearer {token}".encode() if token else b""
         self.calls = 0  # successful recorded calls
         self.failures = 0  # calls answered with an error
         self._server: HttpServer | None = None
@@ -208,11 +223,24 @@ class ProxyServer:
         """``POST [/r/{rid}/{aid}]/v1/chat/completions``, ``GET [/r/{rid}/{aid}]/v1/models``, ``GET /health``."""
         headers = request.headers
         refused = _refusal(
-            request.method, headers.get("host"), headers.get("origin"), request.content_type, request.local_address
+            request.method,
+            headers.get("host"),
+            headers.get("origin"),
+            request.content_type,
+            request.local_address,
+            token=self.token is not None,
         )
         if refused is not None:  # a web page driving the proxy (and the trainer's key behind it)
             return self._error(refused[0], refused[1], code="refused")
         path = request.path
+        if self.token is not None and path != "/health" and not self._authorized(headers):
+            return self._error(
+                401,
+                "missing or wrong proxy token: send 'X-Tether-Token: <token>' (the runner's endpoint redirect "
+                "does) or 'Authorization: Bearer <token>'",
+                kind="authentication_error",
+                code="unauthorized",
+            )
         key: tuple[str, str] | None = None
         sampling: dict[str, Any] | None = None
         if path.startswith("/r/"):
@@ -240,6 +268,14 @@ class ProxyServer:
                 return Response(b"ok", content_type="text/plain; charset=utf-8")
             return models_list(self.backend)
         return self._unknown(request, "no such endpoint")
+
+    def _authorized(self, headers: Mapping[str, str]) -> bool:
+        assert self.token is not None
+        given = headers.get(_TOKEN)
+        if given is not None:
+            return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self.token.encode())
+        bearer = headers.get("authorization", "").encode("utf-8", "surrogateescape")
+        return hmac.compare_digest(bearer, self._bearer)
 
     async def _chat(
         self, request: Request, key: tuple[str, str] | None, sampling: dict[str, Any] | None, responses: bool

@@ -1,13 +1,16 @@
 """The SQLite store's connection (``tether.store.sqlite``): opening its file, and SQLite's errors as store errors.
 
-``connect`` creates the folder and the file, sets the pragmas (WAL, ``synchronous=NORMAL``, the busy timeout,
-the WAL's size cap) and the schema; a path that cannot hold a store (a missing or read-only folder, a file
-that is not a database) is a ``StoreError`` naming it. ``store_error`` turns what SQLite raises during a call
-(a file locked past the busy timeout, a full disk, a number it cannot bind) into the contract's errors.
+``connect`` creates the folder and the file (readable by its owner only, ``0600``: spans hold prompts, answers and
+tool results; SQLite gives its ``-wal`` and ``-shm`` files the database file's mode), sets the pragmas (WAL,
+``synchronous=NORMAL``, the busy timeout, the WAL's size cap) and the schema; a path that cannot hold a store (a
+missing or read-only folder, a file that is not a database) is a ``StoreError`` naming it. ``store_error`` turns
+what SQLite raises during a call (a file locked past the busy timeout, a full disk, a number it cannot bind) into
+the contract's errors.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -22,6 +25,7 @@ def connect(path: Path | str, busy_timeout_s: float) -> sqlite3.Connection:
     try:
         if isinstance(path, Path):
             path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_s)
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open the SQLite store {path}: {_reason(exc)}") from None
@@ -41,6 +45,15 @@ def connect(path: Path | str, busy_timeout_s: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists (an existing file keeps its mode)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
 
 
 def store_error(exc: BaseException, path: Path | str) -> BaseException:

@@ -70,11 +70,13 @@ from tether.store.base import (
     InvalidTransition,
     NotFound,
     Store,
+    StoreError,
     validate_finish_status,
     validate_int,
     validate_number,
     validate_reward,
 )
+from tether.store.retry import DEFAULT_OUTAGE_S, is_outage
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, sql_page, usage_of, usage_sql
 from tether.types import (
     Attempt,
@@ -269,21 +271,37 @@ class PostgresStore(Store):
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], timeout: float | None = None, poll_s: float = 0.05
     ) -> list[Rollout]:
-        """Woken by NOTIFY when a watched rollout finishes (``poll_s`` is not used: nothing polls)."""
+        """Woken by NOTIFY when a watched rollout finishes (``poll_s`` is not used: nothing polls). A server that
+        goes away meanwhile (a restart, a failover) is waited for, listening again once it is back, for up to
+        ``DEFAULT_OUTAGE_S`` (60 s) at a time; a longer outage raises its ``StoreError``."""
         wanted = list(rollout_ids)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         woken = asyncio.Event()
         listener = await self._db.listener()  # listening before the first look: no finish slips between
         listener.watch(woken, frozenset(wanted))
+        outage: float | None = None  # when the server went away (loop time), while it is away
+        delay = 0.1
         try:
             while True:
                 woken.clear()
-                if listener.lost:  # the listening connection died: listen again (or report the server gone)
-                    listener.unwatch(woken)
-                    listener = await self._db.listener()
-                    listener.watch(woken, frozenset(wanted))
-                done = [r for r in await self.list_rollouts(rollout_ids=wanted) if r.status.finished]
+                try:
+                    if listener.lost:  # the listening connection died: listen again (or report the server gone)
+                        listener.unwatch(woken)
+                        listener = await self._db.listener()
+                        listener.watch(woken, frozenset(wanted))
+                    done = [r for r in await self.list_rollouts(rollout_ids=wanted) if r.status.finished]
+                except StoreError as exc:
+                    if not is_outage(exc):
+                        raise
+                    outage = loop.time() if outage is None else outage
+                    left = None if deadline is None else deadline - loop.time()
+                    if loop.time() - outage + delay > DEFAULT_OUTAGE_S or (left is not None and left <= 0):
+                        raise
+                    await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
+                    delay = min(delay * 2, 2.0)
+                    continue
+                outage, delay = None, 0.1
                 left = None if deadline is None else deadline - loop.time()
                 if len(done) == len(wanted) or (left is not None and left <= 0):
                     return done

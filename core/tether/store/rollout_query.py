@@ -62,6 +62,8 @@ class RolloutQuery:
                 raise InvalidInput(f"{name} must be a string or None, got {type(value).__name__}")
         if self.search is not None and len(self.search) > MAX_SEARCH:
             raise InvalidInput(f"search must be at most {MAX_SEARCH} characters")
+        if self.search is not None and "\x00" in self.search:  # SQLite's LIKE ends the pattern there: every row
+            raise InvalidInput("search must not contain NUL (\\x00)")
         version = self.resources_version
         version = None if version is None else validate_int(version, "resources_version")
         low = None if self.min_reward is None else validate_number(self.min_reward, "min_reward")

@@ -155,6 +155,7 @@ class QueryConformance:
         bad: list[dict[str, Any]] = [
             {"order": "sideways"}, {"limit": -1}, {"limit": 10**6}, {"offset": -3}, {"after": "garbage"},
             {"status": "nope"}, {"min_reward": float("nan")}, {"search": "x" * 1000},
+            {"search": "task\x00"},  # (SQLite's LIKE ended the pattern at the NUL: every row matched)
         ]  # fmt: skip
         for fields in bad:
             with pytest.raises(InvalidInput):

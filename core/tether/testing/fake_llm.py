@@ -55,6 +55,9 @@ class Reply:
     error_message: str | None = None
     error_type: str | None = None
     delay_s: float = 0.0  # wait this long before answering (for concurrency tests)
+    #: the response token ids sent when asked for them (None: the reply's UTF-8 bytes), for a backend that
+    #: sends ids a store cannot hold
+    token_ids: list[Any] | None = None
 
 
 def text(content: str, *, finish_reason: str = "stop", delay_s: float = 0.0) -> Reply:
@@ -299,7 +302,7 @@ class FakeLLM:
             if reply.tool_calls:
                 message["tool_calls"] = [self._tool_call_json(c) for c in reply.tool_calls]
             generated = _generated_text(message)
-            ids = list(generated.encode())
+            ids = list(generated.encode()) if reply.token_ids is None else list(reply.token_ids)
             completion_tokens += len(ids)
             finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
             choice: dict[str, Any] = {

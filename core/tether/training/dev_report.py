@@ -119,7 +119,7 @@ def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
             why = _last_line(result.rollout.error)
             failures[why] += 1
             problems.insert(0, f"rollout {result.rollout.rollout_id} failed: {why}")
-        if result.succeeded and result.rollout.reward is None:
+        if result.succeeded and result.rollout.reward is None and not any("in reward=" in p for p in problems):
             problems.append(
                 f"rollout {result.rollout.rollout_id} has no reward: pass reward= to tether.wrap or call "
                 "tether.emit_reward in the agent"
@@ -138,6 +138,19 @@ def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
     return out
 
 
+def all_zero(found: DevReport) -> str | None:
+    """What it means for ``fit`` that every finished rollout scored 0 (None when some did not)."""
+    rewards = [r.reward for r in found.rollouts if r.status == RolloutStatus.SUCCEEDED and r.reward is not None]
+    if not rewards or any(reward != 0 for reward in rewards):
+        return None
+    return (
+        f"every reward was 0 ({len(rewards)} rollout{'s' if len(rewards) > 1 else ''}): fit would learn nothing "
+        "from rollouts like these (GRPO needs rewards that differ within a task's group; its preflight stops on "
+        "them). Check that the reward scores what the agent does (its trace above); if this model never succeeds, "
+        "warm it up from a stronger model first (tether.WarmStart) or ease the tasks"
+    )
+
+
 def _transitions_by_span(spans_: list[Span], transitions: list[Transition]) -> dict[int, Transition]:
     """Each proxy LLM span's transition (both in sequence order), keyed by the span's id()."""
     ordered = sorted(spans_, key=lambda s: s.sequence if s.sequence is not None else 0)
@@ -153,7 +166,7 @@ def _credit(t: Transition) -> str:
 
 
 def _describe(span: Span) -> str:
-    agent = f"{span.agent_name} → " if span.agent_name else ""
+    agent = f"{printable(span.agent_name)} → " if span.agent_name else ""
     attrs = span.attributes
     call = spans.proxy_call(span)
     if call is not None:
@@ -189,6 +202,12 @@ def _describe(span: Span) -> str:
         final = " (final)" if attrs.get(spans.REWARD_FINAL) else ""
         return f"{agent}reward {attrs.get(spans.REWARD_VALUE)}{whose}{final}"
     return f"{agent}{span.kind.value} {span.name}"
+
+
+def printable(name: str) -> str:
+    """A name as a trace prints it: itself when printable, else its repr (a CrewAI role ending in a newline
+    would break the trace's lines)."""
+    return name if name.isprintable() else repr(name)
 
 
 def _last_line(text: str | None) -> str:

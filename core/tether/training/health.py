@@ -62,16 +62,26 @@ def is_reward_error(text: str | None) -> bool:
     return "RewardError: " in last_line(text)
 
 
+def unknown_targets(
+    targets: Iterable[str], agent_names: set[str], policies: PolicyMap, optimize: frozenset[str] | None
+) -> list[str]:
+    """The names of a ``reward=`` mapping that are neither a sub-agent (captured in the rollout or named in
+    ``optimize=``) nor a policy, sorted."""
+    known_agents = set(agent_names) | set(optimize or ())
+    known_policies = set(policies.names) if not policies.shared else set()
+    return sorted(t for t in targets if t not in known_agents and t not in known_policies)
+
+
 def unknown_reward_targets(
     targets: Iterable[str], agent_names: set[str], policies: PolicyMap, optimize: frozenset[str] | None
 ) -> str | None:
     """The error for a ``reward=`` mapping that names neither a sub-agent (captured in the rollout or named
     in ``optimize=``) nor a policy, naming the known ones; None when every name is known."""
-    known_agents = set(agent_names) | set(optimize or ())
-    known_policies = set(policies.names) if not policies.shared else set()
-    unknown = sorted(t for t in targets if t not in known_agents and t not in known_policies)
+    unknown = unknown_targets(targets, agent_names, policies, optimize)
     if not unknown:
         return None
+    known_agents = set(agent_names) | set(optimize or ())
+    known_policies = set(policies.names) if not policies.shared else set()
     noun = "sub-agent or policy" if known_policies else "sub-agent"
     quoted = ", ".join(repr(name) for name in unknown)
     text = f"unknown {noun} {quoted} in reward=; captured agents are: {', '.join(sorted(known_agents)) or 'none'}"

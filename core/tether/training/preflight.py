@@ -1,12 +1,13 @@
 """``fit``'s preflight: the checks ``Trainer.dev`` makes, on a few training tasks, before step 1.
 
-A few training tasks run as one group each (the algorithm's ``preflight_group``: GRPO's group size and
-temperature), marked ``tether.phase = "preflight"`` and kept in the store like any rollout. Their dev report
-(``tether.training.dev_report``) is then checked: a reward that raises, no reward (when the algorithm learns
-from one: ``needs_reward``), every rollout failed
-(backend failures included), unknown ``optimize=`` names or reward targets, no LLM call captured, no
-trainable transition, every reward identical. Any of these stops the run with a ``FitError`` in the report's
-words and the first failing rollout's error, before anything trains; ``fit(preflight=False)`` skips it.
+First the algorithm probes what it needs besides the student (``Algorithm.probe``: a warm start's teacher
+answers one call within ``WarmStart(teacher_timeout_s=)``). Then a few training tasks run as one group each (the
+algorithm's ``preflight_group``: GRPO's group size and temperature), marked ``tether.phase = "preflight"`` and
+kept in the store like any rollout. Their dev report (``tether.training.dev_report``) is then checked: a reward
+that raises, no reward (when the algorithm learns from one: ``needs_reward``), every rollout failed (backend
+failures included), unknown ``optimize=`` names or reward targets, no LLM call captured, no trainable
+transition, every reward identical. Any of these stops the run with a ``FitError`` in the report's words and the
+first failing rollout's error, before anything trains; ``fit(preflight=False)`` skips it.
 """
 
 from __future__ import annotations
@@ -53,9 +54,13 @@ class Preflighted(Protocol):
 
     def reads_store_prompts(self) -> bool: ...
 
+    async def probe(self, session: Session) -> None: ...
+
 
 async def run_preflight(session: Session, algorithm: Preflighted, train: Sequence[Task]) -> DevReport:
-    """Run the preflight rollouts and raise ``FitError`` on the first problem found; returns the report."""
+    """Probe what the algorithm needs besides the student (``Algorithm.probe``: a warm start's teacher), run the
+    preflight rollouts, and raise ``FitError`` on the first problem found; returns the report."""
+    await algorithm.probe(session)
     tasks = list(train[:PREFLIGHT_TASKS])
     if not tasks or not algorithm.uses_train_tasks:
         return DevReport()
@@ -107,13 +112,13 @@ def _problem(
         first = failed[0]
         return f"{found.problems[0]}\nfirst failing rollout {first.rollout_id}:\n{_tail(first.error)}"
     succeeded = [r for r in results if r.succeeded]
-    if needs_reward and any(r.rollout.reward is None for r in succeeded):
+    targets = [p for r in succeeded for p in r.problems if "in reward=" in p]  # (such a reward may be None)
+    if needs_reward and any(r.rollout.reward is None for r in succeeded) and not targets:
         return next(p for r in found.rollouts for p in r.problems if _NO_REWARD in p)
     optimize = session.agent.optimize
     unknown = unknown_optimize_names(optimize, found.agent_names)
     if unknown and optimize is not None and not (optimize & found.agent_names):
         return f"{unknown}; nothing would be trained"
-    targets = [p for r in succeeded for p in r.problems if "in reward=" in p]
     if targets:
         return targets[0]
     if succeeded and not any(r.transitions for r in succeeded):  # nothing reached the model through tether

@@ -10,8 +10,12 @@ evaluation, an APO round...) goes to every sink named in ``report_to``, as scala
 - ``wandb`` (``pip install "tether[wandb]"``): a W&B run named after the run folder, its files under
   ``runs/<name>/wandb/``; W&B's own settings apply (``WANDB_PROJECT``, default ``tether``; ``WANDB_MODE=offline``).
 - ``mlflow`` (``pip install "tether[mlflow]"``): an MLflow run named after the run folder in the experiment
-  ``MLFLOW_EXPERIMENT_NAME`` (default ``tether``) of the tracking store ``MLFLOW_TRACKING_URI`` (MLflow's default
-  when unset); names MLflow refuses have those characters replaced by ``_``.
+  ``MLFLOW_EXPERIMENT_NAME`` (default ``tether``) of the tracking store ``MLFLOW_TRACKING_URI``; names MLflow
+  refuses have those characters replaced by ``_``. Unset, it is MLflow's default where MLflow can open it (its
+  SQLite database needs the full ``mlflow``), else the file store ``./mlruns`` (what ``mlflow ui`` reads); a
+  ``file:`` store is opened without MLflow 3's opt-in (``MLFLOW_ALLOW_FILE_STORE``); a tracking server
+  (``http(s)://``) must answer within ``MLFLOW_PROBE_S`` (5 s) when the run starts, else the run stops naming it
+  (MLflow's own retries would block it for minutes).
 
 Nothing is imported until a run that asked for a sink starts; a sink whose package is missing is refused when the
 ``Trainer`` is made, with the ``pip install`` command that adds it.
@@ -167,23 +171,30 @@ class _WandB:
 _MLFLOW_NAME = re.compile(r"[^\w\-. /:]")
 
 
+#: how long the MLflow tracking server has to answer when a run starts
+MLFLOW_PROBE_S = 5.0
+
+
 class _MLflow:
     def __init__(self, run_dir: Path, config: dict[str, Any]) -> None:
-        import mlflow
         from mlflow.tracking import MlflowClient
 
-        self._client = MlflowClient()
-        experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "tether"
-        try:
-            experiment = self._client.get_experiment_by_name(experiment_name)
-        except ModuleNotFoundError as exc:  # mlflow-skinny without its database store's packages
-            raise ImportError(
-                f"MLflow's tracking store {mlflow.get_tracking_uri()} needs {exc.name}: pip install mlflow, or "
-                "set MLFLOW_TRACKING_URI to a tracking server (http://...)"
-            ) from exc
-        experiment_id = (
-            experiment.experiment_id if experiment is not None else self._client.create_experiment(experiment_name)
-        )
+        uri = _mlflow_uri()
+        with _file_store_allowed(uri):  # (the store is made, and kept by the client, in this block)
+            self._client = MlflowClient(tracking_uri=uri)
+            experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "tether"
+            try:
+                experiment = self._client.get_experiment_by_name(experiment_name)
+            except ModuleNotFoundError as exc:  # mlflow-skinny without its database store's packages
+                raise ImportError(
+                    f"MLflow's tracking store {uri} needs {exc.name}: pip install mlflow, or set "
+                    "MLFLOW_TRACKING_URI to a tracking server (http://...) or a folder (file:///path/mlruns)"
+                ) from exc
+            experiment_id = (
+                experiment.experiment_id
+                if experiment is not None
+                else self._client.create_experiment(experiment_name)
+            )
         self._run_id: str | None = self._client.create_run(experiment_id, run_name=run_dir.name).info.run_id
         for key, value in config.items():
             self._client.log_param(self._run_id, key, value)
@@ -201,6 +212,54 @@ class _MLflow:
         if self._run_id is not None:
             self._client.set_terminated(self._run_id)
             self._run_id = None
+
+
+def _mlflow_uri() -> str:
+    """The tracking URI to use: ``MLFLOW_TRACKING_URI`` (a server checked to answer), else MLflow's default when
+    its packages can open it, else the file store ``./mlruns``."""
+    given = os.environ.get("MLFLOW_TRACKING_URI")
+    if given:
+        if given.startswith(("http://", "https://")):
+            _probe_mlflow(given)
+        return given
+    import mlflow
+
+    default = str(mlflow.get_tracking_uri())
+    if not default.startswith("sqlite:") or all(importlib.util.find_spec(m) for m in ("sqlalchemy", "alembic")):
+        return default
+    return (Path.cwd() / "mlruns").as_uri()  # mlflow-skinny: its default database needs the full mlflow
+
+
+def _probe_mlflow(uri: str) -> None:
+    """Refuse a tracking server that does not answer within ``MLFLOW_PROBE_S``: MLflow retries for minutes."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=MLFLOW_PROBE_S):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConnectionError(
+            f"report_to='mlflow': the MLflow tracking server {uri} (MLFLOW_TRACKING_URI) did not answer within "
+            f"{MLFLOW_PROBE_S:g} s ({reason}): start it (mlflow server), fix the URI, or unset "
+            "MLFLOW_TRACKING_URI to log to ./mlruns"
+        ) from None
+
+
+@contextlib.contextmanager
+def _file_store_allowed(uri: str) -> Iterator[None]:
+    """MLflow 3 opens a ``file:`` store only with ``MLFLOW_ALLOW_FILE_STORE``: set while the store is made."""
+    if not uri.startswith("file:") or "MLFLOW_ALLOW_FILE_STORE" in os.environ:
+        yield
+        return
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    try:
+        yield
+    finally:
+        os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
 
 
 _OPEN: dict[str, Any] = {"tensorboard": _TensorBoard, "wandb": _WandB, "mlflow": _MLflow}

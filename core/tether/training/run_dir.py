@@ -69,6 +69,28 @@ class RunDir:
             return []
         return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
 
+    def run_step(self, step: int) -> int:
+        """``step`` (the algorithm's own count) as the run numbers it in ``metrics.jsonl``."""
+        return step
+
+    def trained_before(self) -> bool:
+        """Whether an earlier part of the run (a previous stage) trained the weights."""
+        return False
+
+    def drop_from(self, step: int) -> None:
+        """Remove the rows at ``step`` and after (the algorithm's own count) from ``metrics.jsonl``: a resumed
+        run redoes those steps, and each must be in the metrics once."""
+        self._rewrite(lambda row: isinstance(row.get("step"), int) and row["step"] >= self.run_step(step))
+
+    def _rewrite(self, drop: Callable[[dict[str, Any]], bool]) -> None:
+        rows = self.history()
+        kept = [row for row in rows if not drop(row)]
+        if len(kept) == len(rows):
+            return
+        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        tmp.replace(self.metrics_path)
+
     def save_checkpoint(self, write_weights: Callable[[Path], None], state: dict[str, Any]) -> Path:
         """Write weights (via ``write_weights(dir)``) and trainer state atomically into ``checkpoint/``."""
         tmp = self.path / "checkpoint.tmp"

@@ -249,7 +249,7 @@ class Runner:
                 rollout_id, attempt_id, _sampling(rollout, attempt, resources.llm.sampling), replacements
             ) as base_url:
                 resources.llm.base_url = base_url
-                with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url)):
+                with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url, self.proxy.token)):
                     async with contextlib.AsyncExitStack() as stack:
                         stack.enter_context(redirect.held())  # the SDK's requests reach this attempt's URL
                         for manager in get_plugins().rollout_contexts(rollout):
@@ -278,7 +278,7 @@ class Runner:
                 error = f"attempt timed out after {rollout.timeout_s:g} s"
                 log.info("rollout %s attempt %s: %s", rollout_id, attempt_id, error)
             else:
-                error = "".join(traceback.format_exception(exc)).strip()
+                error = format_error(exc)
                 log.info("rollout %s attempt %s failed: %s", rollout_id, attempt_id, exc)
             try:
                 await self.sink.flush()
@@ -339,3 +339,12 @@ def _beat_every(rollout: Rollout) -> float:
     """Seconds between the runner's heartbeats of an attempt of ``rollout``."""
     limit = rollout.heartbeat_timeout_s
     return HEARTBEAT_EVERY_S if limit is None else min(limit / 3, HEARTBEAT_EVERY_S)
+
+
+def format_error(exc: BaseException) -> str:
+    """``exc``'s traceback, its notes first: a framework's note on the exception (LangGraph's "During task with
+    name 'model' and id ...") would otherwise be its last line, where summaries read the error."""
+    formatted = traceback.TracebackException.from_exception(exc)
+    notes = [str(note) for note in formatted.__notes__ or ()]
+    formatted.__notes__ = None
+    return ("".join(note + "\n" for note in notes) + "".join(formatted.format())).strip()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from tether.training.batch import Batch as Batch
 from tether.training.batch import Job as Job
 from tether.training.batch import RolloutResult as RolloutResult
 from tether.training.credit import assign_credit
-from tether.training.health import FAILURES_FILE, log_failures, unknown_reward_targets
+from tether.training.health import FAILURES_FILE, log_failures, unknown_reward_targets, unknown_targets
 from tether.training.run_dir import RunDir
 from tether.training.settings import Settings as Settings
 from tether.training.transitions import build_transitions
@@ -40,6 +41,7 @@ from tether.types import (
     LLMEndpoint,
     Mode,
     PromptTemplate,
+    Rollout,
     RolloutSpec,
     RolloutStatus,
     Task,
@@ -315,11 +317,15 @@ class Session:
         unknown = unknown_reward_targets(
             built.target_rewards, built.agent_names, self.agent.policies, self.agent.optimize
         )
-        if unknown:  # a reward for nobody: nothing of this rollout trains on it
+        rollout = item.rollout
+        if unknown:  # a reward for nobody: nothing of this rollout trains on it, and it is no part of its reward
             built.problems.insert(0, f"rollout {item.rollout.rollout_id}: {unknown}")
             built.transitions = []
+            rollout = _without_targets(rollout, built.target_rewards, unknown_targets(
+                built.target_rewards, built.agent_names, self.agent.policies, self.agent.optimize
+            ))  # fmt: skip
         return RolloutResult(
-            item.rollout,
+            rollout,
             last,
             len(item.attempts),
             built.transitions,
@@ -369,3 +375,10 @@ def _key(task: Any) -> str:
         return _json.dumps(task).decode()
     except TypeError:
         return repr(task)
+
+
+def _without_targets(rollout: Rollout, rewards: dict[str, float], unknown: list[str]) -> Rollout:
+    """``rollout`` with its reward the mean of its ``reward=`` mapping's known targets only (None when it named
+    no known one): the runner averaged every value, a sub-agent's that never ran included."""
+    known = [value for target, value in rewards.items() if target not in unknown]
+    return dataclasses.replace(rollout, reward=sum(known) / len(known) if known else None)

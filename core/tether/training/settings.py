@@ -1,5 +1,6 @@
-"""The trainer's settings an algorithm reads from its session (``Session.settings``), and the credit rule they
-give."""
+"""The trainer's settings an algorithm reads from its session (``Session.settings``), the credit rule they
+give, and the checks of the trainer's counts (``check_counts``: refused when the ``Trainer`` is built, not after a
+step)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,30 @@ class Settings:
     def credit_rule(self) -> Credit:
         """The credit rule these settings give (``ValueError`` naming the fix for a bad one)."""
         return Credit(self.credit, self.tool_error_penalty, self.gamma, self.scale_by_std)
+
+
+#: the trainer's whole-number settings, each with its floor and what it counts (for ``check_counts``' errors)
+_COUNTS = {
+    "steps": (1, "training steps"),
+    "eval_every": (1, "steps between evaluations; a value above steps evaluates at the end only"),
+    "n_runners": (1, "rollouts run at once"),
+    "max_attempts": (1, "attempts a rollout gets"),
+}
+#: the trainer's durations that may be None (no limit) but are otherwise positive
+_DURATIONS = {"timeout_s": "a rollout's time limit", "heartbeat_timeout_s": "the time an attempt may go silent"}
+
+
+def check_counts(values: Mapping[str, Any]) -> None:
+    """``ValueError`` naming the setting, its range and what it means, for a count or duration out of range."""
+    for name, (floor, meaning) in _COUNTS.items():
+        value = values.get(name, floor)
+        if isinstance(value, bool) or not isinstance(value, int) or value < floor:
+            raise ValueError(f"Trainer({name}=...) must be an int >= {floor} ({meaning}), got {value!r}")
+    for name, meaning in _DURATIONS.items():
+        value = values.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(
+                f"Trainer({name}=...) must be a number of seconds > 0 ({meaning}) or None, got {value!r}"
+            )

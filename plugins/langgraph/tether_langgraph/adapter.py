@@ -7,9 +7,14 @@ Capture has two parts, both installed by ``instrument`` and removed exactly by `
   ``langchain`` plugin): ``uninstrument`` detaches the handler (it drops every event once it has no sink) and
   takes the hook out of LangChain's private hook list where that list still is.
 - An agent-name resolver (``tether.capture.context.add_agent_resolver``) that reads the running graph node from
-  LangChain's config context variable (``var_child_runnable_config`` → metadata ``langgraph_node``). The
-  endpoint redirect (``tether.capture.redirect``) calls it for the ``X-Tether-Agent`` header of every SDK request,
-  so the proxy's span of the call — the one with token ids — is named after the node.
+  LangChain's config context variable (``var_child_runnable_config`` → its metadata). The endpoint redirect
+  (``tether.capture.redirect``) calls it for the ``X-Tether-Agent`` header of every SDK request, so the proxy's
+  span of the call — the one with token ids — is named after the node.
+
+A call is named after the node **of the wrapped graph** that made it (``agent_node``): inside a subgraph (a
+``create_react_agent`` added as the node ``math_agent``, whose own node is ``agent``) that is the outer node,
+the first part of LangGraph's ``langgraph_checkpoint_ns`` (``math_agent:<task id>|agent:<task id>``), so
+``optimize=["math_agent"]`` names what the graph's author named; outside subgraphs it is ``langgraph_node``.
 
 ``run`` feeds a task to the graph with ``ainvoke``: a dict is the graph's input state, a string becomes
 ``{"messages": [("user", task)]}``. The runner holds the endpoint redirect around the rollout.
@@ -37,7 +42,20 @@ def node_name() -> str | None:
     config = config_module.var_child_runnable_config.get()
     if not config:
         return None
-    node = (config.get("metadata") or {}).get("langgraph_node")
+    return agent_node(config.get("metadata"))
+
+
+def agent_node(metadata: dict[str, Any] | None) -> str | None:
+    """The node of the outermost graph running a call, from LangChain run metadata: the first segment of
+    ``langgraph_checkpoint_ns`` (``outer:<id>|inner:<id>``; LangGraph refuses ``|`` and ``:`` in node names),
+    else ``langgraph_node``; None outside a graph."""
+    metadata = metadata or {}
+    namespace = metadata.get("langgraph_checkpoint_ns")
+    if isinstance(namespace, str) and namespace:
+        outer = namespace.split("|", 1)[0].partition(":")[0]
+        if outer:
+            return outer
+    node = metadata.get("langgraph_node")
     return node if isinstance(node, str) and node else None
 
 

@@ -2,7 +2,8 @@
 
 Imported only by ``LangGraphAdapter.instrument`` (it subclasses LangChain's ``BaseCallbackHandler``). The events
 and spans are the core's (``tether.plugin.langchain_callbacks.CallbackCapture``, shared with the ``langchain``
-plugin); this handler names each call after the graph node that made it (``metadata["langgraph_node"]``) and
+plugin); this handler names each call after the node of the wrapped graph that made it
+(``tether_langgraph.adapter.agent_node``: a subgraph's calls after the outer node) and
 gives each root run an ``other`` span named ``graph`` with ``graph.name`` (the graph being invoked).
 """
 
@@ -14,6 +15,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from tether.plugin.langchain_callbacks import CallbackCapture
+from tether_langgraph.adapter import agent_node
 
 
 class TetherCallbackHandler(CallbackCapture, BaseCallbackHandler):
@@ -29,5 +31,4 @@ class TetherCallbackHandler(CallbackCapture, BaseCallbackHandler):
 
 
 def _node(metadata: dict[str, Any] | None) -> str | None:
-    node = (metadata or {}).get("langgraph_node")
-    return node if isinstance(node, str) and node else None
+    return agent_node(metadata)

@@ -156,8 +156,8 @@ async def fit(
     await session.cancel_unfinished()  # left by an interrupted run
     loop = Loop(algorithm, session, backend, run)
     loop.policies = trained_policies(algorithm.policies, session.agent.policies)
-    if session.resume:
-        await loop.restore()
+    if session.resume and not await loop.restore():
+        run.drop_from(0)  # no checkpoint of this run: its steps so far are redone, and logged once
     rng = random.Random(f"{settings.seed}:{loop.step}")
     result = FitResult(run_dir=run.path)
     try:
@@ -295,14 +295,16 @@ class Loop:
         self.idle_steps += 1
         if limit is None or self.idle_steps < limit:
             return None
-        last = f"the last, step {record['step']}"
+        last = f"the last, step {self.run.run_step(record['step'])}"
         what = f"{self.idle_steps} steps in a row trained nothing ({last}): {record.get('idle')}"
         regardless = "Trainer(stop_after_idle_steps=None) trains on regardless"
         trained = sum(1 for h in self.history if h.get("kind") == "train" and h.get("trained"))
-        if not trained:
+        before = self.run.trained_before()  # a warm start (or an earlier stage) trained: its result is kept
+        if not trained and not before:
             raise FitError(f"{what}. Metrics: {self.run.metrics_path}; {regardless}")
+        after = f"after {trained} steps that did train" if trained else "after an earlier stage trained"
         return (
-            f"stopped early after step {record['step']}: {what}, after {trained} steps that did train. The "
+            f"stopped early after step {self.run.run_step(record['step'])}: {what}, {after}. The "
             f"policy has settled where these rewards no longer tell its samples apart (a higher temperature or "
             f"group_size, or a reward that grades finer, gives it more to learn); {regardless}"
         )
@@ -349,6 +351,7 @@ class Loop:
             for name in self.policies or []:
                 with self.backend.policy(name) as model:
                     self.algorithm.load_state_dict(model, saved, name)
+        self.run.drop_from(self.step + 1)  # the steps after the checkpoint are redone: each is logged once
         self.history = [h for h in self.run.history() if h.get("step", 0) <= self.step]
         return True
 
