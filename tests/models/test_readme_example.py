@@ -46,12 +46,12 @@ def test_the_readme_example_trains(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the user's agent builds its client with their key
     block = _the_block()
     swaps = {
-        '"https://api.example.com/v1", rollouts=200': f'"{teacher.base_url}", rollouts=24',
+        '"https://api.example.com/v1", rollouts=64': f'"{teacher.base_url}", rollouts=24',
         'model="smollm2"': "model=STUDENT",
-        "steps=40": "steps=1, eval_every=1, progress=False",
-        "group_size=8": "group_size=4, tasks_per_step=2",
+        "steps=8, eval_every=4": "steps=1, eval_every=1, progress=False",
+        "group_size=4, tasks_per_step=4": "group_size=4, tasks_per_step=2",
         "tasks[:300]": "tasks[:24]",
-        "tasks[300:]": "tasks[390:]",
+        "tasks[300:340]": "tasks[390:]",
     }
     for old, new in swaps.items():
         assert old in block, f"the README block no longer says {old!r}: update this test's swaps"
