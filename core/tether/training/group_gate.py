@@ -76,6 +76,8 @@ class GroupGate:
             if not group.scoring and await self._complete(group):
                 group.scoring = True
                 try:
+                    if self.failure is not None:  # a group of this session failed: the step stops, none is asked
+                        raise GroupRewardError(f"not scored: an earlier group failed ({self.failure})")
                     group.result.set_result(await self._score(group))
                 except GroupRewardError as exc:
                     self.failure = self.failure or exc
