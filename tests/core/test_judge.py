@@ -22,8 +22,10 @@ pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
 from tether import spans  # noqa: E402
+from tether.dashboard.trace import rollout_detail  # noqa: E402
 from tether.models.remote import RemoteBackend  # noqa: E402
 from tether.rewards import judge_prompt  # noqa: E402
+from tether.store import open_store  # noqa: E402
 from tether.testing.fake_llm import FakeLLM, error, text  # noqa: E402
 from tether.testing.judge import judge_attempts, judge_handler  # noqa: E402
 from tether.types import RolloutStatus, SpanKind  # noqa: E402
@@ -129,6 +131,30 @@ async def test_a_judge_answered_from_the_run_folders_cache_is_never_paid_twice(t
         assert sorted(r.rollout.reward for r in again.batches[0].results) == [0.0, 0.0, 1.0, 1.0]
         cached = [_judge_spans(r)[0].attributes["judge.cached"] for r in again.batches[0].results]
         assert cached == [True] * 4
+    # the dashboard's trace shows each rollout's judge score with its reason
+    store = open_store(f"sqlite:///{tmp_path / 'r' / 'store.db'}")
+    try:
+        rollout = again.batches[0].results[0].rollout
+        detail = await rollout_detail(store, rollout.rollout_id, None)
+    finally:
+        await store.close()
+    nodes = _flatten(detail)
+    (judged,) = [n for n in nodes if n.get("type") == "reward" and n.get("name") == "judge"]
+    assert judged["value"] == rollout.reward and judged["reason"] == f"scored {rollout.reward:g} by the script"
+    assert judged["details"]["judge.prompt_version"] == judge_prompt.PROMPT_VERSION
+
+
+def _flatten(value: Any) -> list[dict[str, Any]]:
+    """Every dict nested anywhere in ``value`` (the trace's nodes)."""
+    out: list[dict[str, Any]] = []
+    if isinstance(value, dict):
+        out.append(value)
+        for item in value.values():
+            out.extend(_flatten(item))
+    elif isinstance(value, list):
+        for item in value:
+            out.extend(_flatten(item))
+    return out
 
 
 async def test_a_reply_that_is_not_scores_is_retried_then_stops_the_step_showing_it(tmp_path: Path) -> None:

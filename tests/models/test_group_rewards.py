@@ -82,3 +82,14 @@ def test_grpo_trains_on_majority_vote_and_warns_when_answers_differ(warm_start: 
         differ = trainer.fit(unique, train=_tasks(8), preflight=False)
     (step,) = [h for h in differ.history if h["kind"] == "train"]
     assert step["majority/all_different"] == 2 and step["trained"] == 0
+
+
+def test_a_local_judge_that_cannot_answer_the_schema_fails_its_group_showing_its_reply(warm_start: Path) -> None:
+    # the nano model as judge, through its own embedded backend: it answers letters, never the scores' JSON
+    judge = tether.Judge(f"embedded:{warm_start}", retries=1, max_tokens=4)
+    trainer = tether.Trainer(model=f"embedded:{warm_start}", sampling={"max_tokens": 4}, progress=False)
+    report = trainer.dev(tether.wrap(pick_letter, reward=judge), _tasks(1), repeats=2)
+    assert [r.reward for r in report] == [None, None]
+    error = report[0].error or ""
+    assert f"GroupRewardError: Judge(model='embedded:{warm_start}') gave no valid scores in 2 tries" in error
+    assert "its last reply:" in error
