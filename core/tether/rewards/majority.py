@@ -50,7 +50,8 @@ class MajorityVote(GroupReward):
         top = max(counts.values(), default=0)
         metrics = {
             "majority/groups": float(n > 1),  # (a group of one, as in evaluation, agrees with itself)
-            "majority/all_different": float(n > 1 and top <= 1),
+            # every rollout gave an answer and no two agree: every reward is 1/n (a missing answer's 0 differs)
+            "majority/all_different": float(n > 1 and top <= 1 and None not in answers),
             f"majority/agreement{MEAN_SUFFIX}": top / n if n else 0.0,
         }
         return Verdict(scores, metrics)
