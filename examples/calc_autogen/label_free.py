@@ -68,26 +68,15 @@ def scripted_judge(accuracy: float, seed: int) -> Iterator[FakeLLM]:
         yield llm
 
 
-def main(argv: list[str] | None = None) -> int:
-    extra = argparse.ArgumentParser(add_help=False)
-    extra.add_argument("--reward", choices=("vote", "judge"), default="vote")
-    extra.add_argument("--judge-accuracy", type=float, default=1.0)
-    mine, rest = extra.parse_known_args(argv)
-    args = train.parse_settings(rest)
-    run_dir = Path(args.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    from agent import agent  # the user's AutoGen agent, unchanged
+def _history(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
-    problems = data.splits(n_train=args.n_train, n_val=0, n_test=args.n_test, seed=args.seed)
-    train_tasks = [p.task() for p in problems["train"]]
-    test_tasks = [p.task() for p in problems["test"]]
+
+def _warm_start(
+    args: Any, agent: Any, problems: Any, train_tasks: list[Any], test_tasks: list[Any], common: dict[str, Any]
+) -> tether.FitResult:
+    """Stage 1: the warm start on every demonstration, evaluated against the hidden answers."""
     student, lora = train._student(args)
-    common: dict[str, Any] = {
-        "n_runners": args.runners,
-        "seed": args.seed,
-        "run_root": str(run_dir),
-        "sampling": {"max_tokens": args.max_tokens},
-    }
     with train.scripted_teacher(problems["train"], data.demo_accuracy(args.demo_accuracy), args.seed) as teacher:
         warm_start = tether.WarmStart(
             teacher=teacher.base_url,
@@ -100,11 +89,40 @@ def main(argv: list[str] | None = None) -> int:
             lora=lora,
         )
         try:  # (data.reward here only measures the held-out accuracy: nothing trains on it)
-            warm = tether.Trainer(model=student, algorithm=warm_start, name="warm", **common).fit(
+            return tether.Trainer(model=student, algorithm=warm_start, name="warm", **common).fit(
                 tether.wrap(agent, reward=data.reward), train=train_tasks, val=test_tasks
             )
         finally:
             asyncio.run(student.close())
+
+
+def main(argv: list[str] | None = None) -> int:
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--reward", choices=("vote", "judge"), default="vote")
+    extra.add_argument("--judge-accuracy", type=float, default=1.0)
+    extra.add_argument(
+        "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
+    )
+    mine, rest = extra.parse_known_args(argv)
+    args = train.parse_settings(rest)
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from agent import agent  # the user's AutoGen agent, unchanged
+
+    problems = data.splits(n_train=args.n_train, n_val=0, n_test=args.n_test, seed=args.seed)
+    train_tasks = [p.task() for p in problems["train"]]
+    test_tasks = [p.task() for p in problems["test"]]
+    common: dict[str, Any] = {
+        "n_runners": args.runners,
+        "seed": args.seed,
+        "run_root": str(run_dir),
+        "sampling": {"max_tokens": args.max_tokens},
+    }
+    warm_dir = run_dir / "warm"
+    if mine.reuse_warm_start and (warm_dir / "checkpoint").exists():  # stage 1 of an earlier run, same flags
+        warm = tether.FitResult(run_dir=warm_dir, history=_history(warm_dir), checkpoint=warm_dir / "checkpoint")
+    else:
+        warm = _warm_start(args, agent, problems, train_tasks, test_tasks, common)
     assert warm.checkpoint is not None
     grpo = tether.GRPO(
         group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr, micro_batch=args.micro_batch
@@ -123,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             reward: Any = tether.Judge(judge_llm.base_url)
         else:
             reward = tether.MajorityVote(extract=last_number)
-        voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks)
+        voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks, preflight=not args.no_preflight)
     assert voted.checkpoint is not None
     after: dict[str, float] = {}
     for label, temperature in (("greedy", 0.0), ("T=1", 1.0)):
