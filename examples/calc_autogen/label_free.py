@@ -5,7 +5,8 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
    (``min_reward=0``: no label decides what is kept).
 2. GRPO from that checkpoint with ``reward=tether.MajorityVote(extract=last_number)``: each rollout is rewarded by
    the share of its group giving the same final number. No answer is used.
-   With ``--reward judge --judge-accuracy P``: ``reward=tether.Judge(...)`` whose judge is a scripted stand-in
+   With ``--reward label``, the labelled reward (``data.reward``) instead, for comparison. With ``--reward judge
+   --judge-accuracy P``: ``reward=tether.Judge(...)`` whose judge is a scripted stand-in
    for an API model (``tether.testing.judge``): it sees the hidden answer in the task and scores each attempt
    1 if its last number is right, else 0 — for a group with probability P; otherwise it scores the group's
    attempts at random (a judge that got it wrong).
@@ -98,7 +99,7 @@ def _warm_start(
 
 def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
-    extra.add_argument("--reward", choices=("vote", "judge"), default="vote")
+    extra.add_argument("--reward", choices=("vote", "judge", "label"), default="vote")
     extra.add_argument("--judge-accuracy", type=float, default=1.0)
     extra.add_argument(
         "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
@@ -139,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         if mine.reward == "judge":
             judge_llm = stack.enter_context(scripted_judge(mine.judge_accuracy, args.seed))
             reward: Any = tether.Judge(judge_llm.base_url)
+        elif mine.reward == "label":  # the comparison: the labelled reward train.py uses
+            reward = data.reward
         else:
             reward = tether.MajorityVote(extract=last_number)
         voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks, preflight=not args.no_preflight)
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             f"judge (right on a group {mine.judge_accuracy:.0%} of the time): {cost['judge/calls']:.0f} calls, "
             f"{cost['judge/prompt_tokens']:.0f} prompt + {cost['judge/completion_tokens']:.0f} completion tokens"
         )
-    else:
+    elif mine.reward == "vote":
         print(
             f"majority agreement: step 1 {first.get('majority/agreement', 0):.2f}, "
             f"step {last['step']} {last.get('majority/agreement', 0):.2f}"
