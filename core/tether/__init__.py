@@ -71,6 +71,14 @@ def __getattr__(name: str) -> object:
         from tether.algorithms.verl import VERL
 
         return VERL
+    if name == "Judge":  # rewards without an answer key (tether.rewards)
+        from tether.rewards.judge import Judge
+
+        return Judge
+    if name == "MajorityVote":
+        from tether.rewards.majority import MajorityVote
+
+        return MajorityVote
     raise AttributeError(f"module 'tether' has no attribute {name!r}")
 
 
@@ -94,8 +102,10 @@ __all__ = [
     "FitError",
     "FitResult",
     "Joint",
+    "Judge",
     "LLMEndpoint",
     "LoRA",
+    "MajorityVote",
     "Mode",
     "OTLPExport",
     "PromptTemplate",

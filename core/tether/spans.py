@@ -98,6 +98,14 @@ CREDIT_METADATA = "tether.credit"
 #: metadata of a rollout: its seed (an int) when its run is seeded (``Trainer(seed=...)``): each attempt's and
 #: call's sampling seed derives from it (``tether._seeds``)
 SEED_METADATA = "tether.seed"
+#: metadata of a rollout: the key of its group (its task, resources version and batch), by which a group reward
+#: (``tether.Judge``, ``tether.MajorityVote``) scores the rollouts of a group together
+GROUP_METADATA = "tether.group"
+#: on a group reward's reward span: the one-line reason it gave the rollout's score
+REWARD_REASON = "reward.reason"
+#: on a group reward's reward span: the weight and the target of its part of ``reward=`` (absent: 1, the rollout)
+REWARD_WEIGHT = "reward.weight"
+REWARD_PART_OF = "reward.part_of"
 #: metadata of a rollout imported from traces (``tether import``, the store's ``/v1/traces``): where from; and,
 #: set True, an attribute of each span it holds
 IMPORTED = "tether.imported"

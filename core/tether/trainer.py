@@ -26,7 +26,7 @@ from tether.plugin.wrap import WrappedAgent
 from tether.training.credit import Credit, CreditRule
 from tether.training.dev_report import DevReport, all_zero, report
 from tether.training.health import check_idle_limit
-from tether.training.preflight import run_preflight
+from tether.training.preflight import check_group_rewards, run_preflight
 from tether.training.ray_runners import RayRunners
 from tether.training.report import check_report_to, reporting
 from tether.training.result import FitResult
@@ -136,9 +136,11 @@ class Trainer:
             raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
         if repeats > 1:  # a task's repeats share its id: they are its group
             items = [as_task(item) for item in items]
+        unreachable = await agent.reward_problems()  # a judge that cannot answer, named before any rollout
         async with self.session(agent, model=model, trains=False) as session:
             batch = await session.run_batch(items, repeats, mode=Mode.VAL, harvest=False)
         out = report(batch, agent.optimize)
+        out.problems[:0] = unreachable
         out.notes.extend(batch.credit.notes)
         zero = all_zero(out)
         if zero is not None:  # said in the report and as a warning: a dev run is where this is cheap to see
@@ -284,6 +286,7 @@ class Trainer:
         with reporting(self.report_to, run, config):
             # the algorithm may set the backend up before it starts (GRPO with LoRA attaches adapters)
             session = self.session(agent, run=run, resume=resume, before_start=algorithm.prepare_backend)
+            await check_group_rewards(agent)  # an unreachable judge stops the run before anything starts
             if not algorithm.uses_session:  # (verl runs its own workers: no store, backend, proxy or runner)
                 algorithm.check_session(session)
                 return await algorithm.fit(session, train, val)

@@ -59,6 +59,9 @@ async def evaluate(
         record[f"{label}_failed"] = batch.failed
         for target, value in batch.target_rewards.items():  # a reward= mapping's targets, each on its own
             record[f"{label}_accuracy/{target}"] = value
+        for key, value in batch.group_metrics.items():  # a judge's tokens: what fit's summary adds up
+            if key.startswith("judge/"):
+                record[key] = record.get(key, 0.0) + value
     return record
 
 

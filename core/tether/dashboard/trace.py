@@ -271,7 +271,11 @@ def _node(span: Span) -> dict[str, Any]:
             "call_id": a.get(spans.TOOL_CALL_ID),
         }
     if span.kind == SpanKind.REWARD:
-        return {**base, "type": "reward", "value": a.get(spans.REWARD_VALUE)}
+        node = {**base, "type": "reward", "value": a.get(spans.REWARD_VALUE)}
+        if spans.REWARD_REASON in a:  # a group reward's (tether.Judge): its reason and what it recorded
+            node["reason"] = a.get(spans.REWARD_REASON)
+            node["details"] = {k: v for k, v in a.items() if k not in (spans.REWARD_VALUE, spans.REWARD_REASON)}
+        return node
     return {**base, "type": "other", "attributes": a}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,8 @@ from tether.plugin._shipping import ship, unship
 from tether.plugin.adapters import Adapter, CannotCopy
 from tether.plugin.manager import get_plugins
 from tether.policies import PolicyMap
+from tether.rewards.base import GroupReward
+from tether.rewards.plan import RewardPlan
 from tether.types import Resources, RewardError, check_rewards
 
 #: ``reward(task, output)``: the rollout's reward, or ``{sub-agent or policy name: reward, ...}`` (sync or async)
@@ -33,15 +35,33 @@ class WrappedAgent:
 
     agent: Any
     adapter: Adapter
-    reward: RewardFn | None = None
+    #: a function, or a form with group rewards (``tether.rewards.plan``)
+    reward: Any = None
     policies: PolicyMap = field(default_factory=lambda: PolicyMap.from_optimize(None))
     run: RunFn | None = None
     #: the ``passthrough=`` clients (kept alive here: they are matched by id) and their openai clients' ids
     passthrough: tuple[Any, ...] = ()
     _passthrough_ids: frozenset[int] = field(init=False, repr=False, default=frozenset())
+    _plan: RewardPlan | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         self._passthrough_ids = client_ids(self.passthrough)
+        self._plan = RewardPlan.of(self.reward)
+
+    @property
+    def plan(self) -> RewardPlan | None:
+        """The parts of a ``reward=`` that is not a plain function (None for a function or no reward)."""
+        return self._plan
+
+    @property
+    def group_rewards(self) -> list[GroupReward]:
+        """The group rewards in ``reward=`` (``tether.Judge``, ``tether.MajorityVote``), each once."""
+        return self._plan.group_parts if self._plan is not None else []
+
+    async def reward_problems(self) -> list[str]:
+        """What would stop the group rewards scoring (an unreachable judge), in words naming the fix."""
+        found = [await part.problem() for part in self.group_rewards]
+        return [p for p in found if p is not None]
 
     @property
     def optimize(self) -> frozenset[str] | None:
@@ -86,6 +106,10 @@ class WrappedAgent:
         it calls keeps its own endpoint and is never trained."""
         if self.reward is None:
             return None
+        if self._plan is not None:
+            if self._plan.group_parts:
+                raise RuntimeError("a reward= with group rewards is scored by the runner's group gate")
+            return self._plan.combine(await self.score_functions(task, output), {})
         try:
             with passthrough(), clients_held(self._passthrough_ids):
                 value = self.reward(task, output)
@@ -95,6 +119,15 @@ class WrappedAgent:
         except Exception as exc:  # said as the reward's fault, so a report tells it from the agent's
             raise RewardError(f"reward(task, output) raised {type(exc).__name__}: {exc}") from exc
 
+    async def score_functions(self, task: Any, output: Any) -> dict[int, float]:
+        """The values of the functions in a ``reward=`` plan (by term index), run as ``score`` runs them."""
+        assert self._plan is not None
+        try:
+            with passthrough(), clients_held(self._passthrough_ids):
+                return await self._plan.score_functions(task, output)
+        except Exception as exc:
+            raise RewardError(f"reward(task, output) raised {type(exc).__name__}: {exc}") from exc
+
     def is_trainable(self, agent_name: str | None) -> bool:
         return self.policies.trains(agent_name)
 
@@ -102,7 +135,7 @@ class WrappedAgent:
 def wrap(
     agent: Any,
     *,
-    reward: RewardFn | None = None,
+    reward: RewardFn | GroupReward | Sequence[tuple[float, Any]] | Mapping[str, Any] | None = None,
     optimize: Mapping[str, Iterable[str] | str] | Iterable[str] | str | None = None,
     adapter: str | Adapter | None = None,
     run: RunFn | None = None,
@@ -112,7 +145,10 @@ def wrap(
 
     ``reward(task, output)`` scores a rollout, with a number or with ``{sub-agent or policy: number}`` (each
     sub-agent's calls are then credited with their own value; the rollout's reward is the mean of the values),
-    or the agent calls ``tether.emit_reward``; ``optimize`` names the sub-agents whose calls are trained
+    or the agent calls ``tether.emit_reward``; ``reward=`` also takes a group reward that scores a task's
+    rollouts together (``tether.Judge``, ``tether.MajorityVote``), a weighted list such as
+    ``[(0.7, tether.Judge(...)), (0.3, fn)]``, or ``{sub-agent or policy: one of those}``
+    (``tether.rewards.plan``); ``optimize`` names the sub-agents whose calls are trained
     (default: all), as a list (one shared policy serves every sub-agent) or as ``{policy: [sub-agent, ...]}``
     (a policy with its own weights per key; the sub-agents not named are served by the frozen starting model,
     see ``tether.policies``); ``adapter`` picks the adapter by name when the automatic choice is ambiguous;
@@ -123,8 +159,7 @@ def wrap(
     inside a rollout their calls keep their own endpoint and are recorded, never trained
     (``tether.passthrough``).
     """
-    if reward is not None and not callable(reward):
-        raise TypeError(f"reward must be a function (task, output) -> float, got {type(reward).__name__}")
+    RewardPlan.of(reward)  # TypeError / ValueError naming the forms, before anything runs
     if run is not None and not callable(run):
         raise TypeError(f"run must be a function (agent, task) -> output, got {type(run).__name__}")
     plugins = get_plugins()

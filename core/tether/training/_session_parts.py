@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.models.base import ModelBackend, PolicyBackend
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from tether.capture.span_batcher import SpanBatcher
     from tether.plugin.wrap import WrappedAgent
     from tether.proxy import ProxyServer
+    from tether.training.group_gate import GroupGate
     from tether.training.ray_runners import RayPool, RayRunners
     from tether.training.runner import Runner
 
@@ -29,6 +31,8 @@ class Parts:
     batcher: SpanBatcher
     proxy: ProxyServer
     runner: Runner | RayPool
+    #: where a group reward's rollouts meet (None when ``reward=`` has no group reward)
+    gate: GroupGate | None = None
 
 
 async def open_parts(
@@ -41,15 +45,26 @@ async def open_parts(
     before_start: Callable[[ModelBackend], None] | None,
     runners: RayRunners | None,
     n_runners: int,
+    cache_dir: Path | None = None,
 ) -> Parts:
-    """Open every part, pushing each one's close on ``stack`` (the caller closes the stack on failure)."""
+    """Open every part, pushing each one's close on ``stack`` (the caller closes the stack on failure).
+    ``cache_dir``: the run folder, where group rewards keep their judgements."""
     from tether.capture.span_batcher import PROXY_QUIET_S, SpanBatcher
     from tether.models import open_backend
     from tether.proxy import ProxyServer
+    from tether.training.group_gate import GroupGate
     from tether.training.runner import Runner
 
+    if agent.group_rewards and runners is not None:
+        raise ValueError(
+            "group rewards (tether.Judge, tether.MajorityVote) score a task's rollouts together in this process: "
+            "drop Trainer(runners=...) or use a reward function"
+        )
     store = open_store(store_url)
     stack.push_async_callback(store.close)
+    gate = GroupGate(agent.plan, store, cache_dir) if agent.plan is not None and agent.group_rewards else None
+    if gate is not None:
+        stack.push_async_callback(gate.close)  # (after the runner stops: closes the judges' backends)
     if isinstance(model, ModelBackend):
         backend = model
     else:
@@ -67,9 +82,9 @@ async def open_parts(
         runner = await _start_remote(runners, stack, agent, store_url, store, backend)
     else:
         runner = await stack.enter_async_context(
-            Runner(agent, store, proxy, batcher=batcher, concurrency=n_runners)
+            Runner(agent, store, proxy, batcher=batcher, concurrency=n_runners, gate=gate)
         )
-    return Parts(store, backend, batcher, proxy, runner)
+    return Parts(store, backend, batcher, proxy, runner, gate)
 
 
 async def _start_remote(

@@ -51,6 +51,8 @@ class Batch:
     seconds: float = 0.0
     trained: list[Transition] = field(default_factory=list)
     credit: CreditStats = field(default_factory=CreditStats)
+    #: what the group rewards did for this batch (``judge/prompt_tokens``, ``majority/all_different``, ...)
+    group_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def rollouts(self) -> list[Rollout]:

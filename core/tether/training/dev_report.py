@@ -196,6 +196,14 @@ def _describe(span: Span) -> str:
         )
         args = _clip(attrs.get(spans.TOOL_ARGUMENTS), 40)
         return f"{agent}tool {attrs.get(spans.TOOL_NAME, span.name)}({args}) → {outcome}"
+    if span.kind == SpanKind.REWARD and spans.REWARD_REASON in attrs:  # a group reward's (tether.Judge)
+        part_of = attrs.get(spans.REWARD_PART_OF)
+        whose = f" for {part_of}" if part_of else ""
+        weight = f" x{attrs[spans.REWARD_WEIGHT]:g}" if spans.REWARD_WEIGHT in attrs else ""
+        value = attrs.get(spans.REWARD_VALUE)
+        shown = f"{value:.2f}" if isinstance(value, float) else repr(value)
+        cached = " (cached)" if attrs.get("judge.cached") else ""
+        return f"{span.name} {shown}{weight}{whose}{cached}: {_clip(attrs[spans.REWARD_REASON], 120)}"
     if span.kind == SpanKind.REWARD:
         target = attrs.get(spans.REWARD_TARGET)
         whose = f" for {target}" if target else ""

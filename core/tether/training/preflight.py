@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.models.base import TrainableBackend
 from tether.training.dev_report import DevReport, report
@@ -23,6 +23,9 @@ from tether.training.health import FLAT_FIX, FitError, idle_reason, is_reward_er
 from tether.training.session import PHASE_METADATA, Batch, Session
 from tether.training.transitions import unknown_optimize_names
 from tether.types import Mode, RolloutStatus, Task
+
+if TYPE_CHECKING:
+    from tether.plugin.wrap import WrappedAgent
 
 #: training tasks the preflight runs (each as a group)
 PREFLIGHT_TASKS = 4
@@ -92,6 +95,14 @@ async def run_preflight(session: Session, algorithm: Preflighted, train: Sequenc
         # (attributed to tether, not to the asyncio frame that happens to run the preflight)
         warnings.warn_explicit(f"preflight: {partly if note == unknown else note}", UserWarning, "tether.fit", 0)
     return found
+
+
+async def check_group_rewards(agent: WrappedAgent) -> None:
+    """``fit``'s check, before any rollout, that every group reward in ``reward=`` can score (a judge's server
+    answers at its URL): ``FitError`` naming each one that cannot, and the fix."""
+    problems = await agent.reward_problems()
+    if problems:
+        raise FitError("preflight: " + "; ".join(problems))
 
 
 def _problem(

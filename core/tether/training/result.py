@@ -100,6 +100,14 @@ class FitResult:
             text += " (no per-task rewards: noise unknown)"
         return f"{cells[0]:>14}{cells[1]:>14}{text}"
 
+    @property
+    def judge_cost(self) -> dict[str, float]:
+        """What ``tether.Judge`` cost over the run's steps and evaluations (their records' ``judge/*``): calls,
+        prompt and completion tokens, and judgements answered from the run's cache."""
+        keys = ("judge/calls", "judge/prompt_tokens", "judge/completion_tokens", "judge/cache_hits")
+        records = [h for h in self.history if h.get("kind") in ("train", "eval")]
+        return {k: float(sum(h.get(k, 0.0) for h in records)) for k in keys}
+
     def _notes(self) -> list[str]:
         """Lines under the table: whether anything was trained, and the failed rollouts' commonest errors."""
         out = []
@@ -107,6 +115,13 @@ class FitResult:
         if steps and not any(h["trained"] for h in steps):
             why = steps[-1].get("idle") or "no step trained a transition"
             out.append(f"no update happened: none of the {len(steps)} steps trained anything ({why})")
+        judge = self.judge_cost
+        if judge["judge/calls"] or judge["judge/cache_hits"]:
+            out.append(
+                f"judge: {judge['judge/calls']:.0f} calls, {judge['judge/prompt_tokens']:.0f} prompt + "
+                f"{judge['judge/completion_tokens']:.0f} completion tokens; {judge['judge/cache_hits']:.0f} "
+                "judgements from the run's cache (tether.Judge)"
+            )
         count, top = read_top_failures(self.run_dir / FAILURES_FILE)
         if count:
             commonest = "; ".join(f"{error} (x{n})" for error, n in top)

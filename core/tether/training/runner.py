@@ -45,14 +45,16 @@ from tether.plugin.adapters import Tracer
 from tether.plugin.manager import get_plugins
 from tether.plugin.wrap import WrappedAgent
 from tether.proxy import system_messages
+from tether.rewards.base import Member
 from tether.store.base import InvalidTransition, NotFound, StoreError
 from tether.store.retry import DEFAULT_OUTAGE_S, retry_outage
-from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout
+from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout, SpanKind
 
 if TYPE_CHECKING:
     from tether.capture.span_batcher import SpanBatcher
     from tether.proxy import ProxyServer
     from tether.store import Store
+    from tether.training.group_gate import GroupGate
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class Runner:
         poll_s: float = 0.02,
         store_patience_s: float = 30.0,
         outage_s: float = DEFAULT_OUTAGE_S,
+        gate: GroupGate | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -103,6 +106,9 @@ class Runner:
         self.store_patience_s = store_patience_s  # how long a store that refuses every dequeue is retried
         self.outage_s = outage_s  # how long ending an attempt is retried while the store fails
         self.stats = RunnerStats()
+        #: where a group reward's rollouts wait for their group (``tether.training.group_gate``)
+        self.gate = gate
+        self._parked = 0  # rollouts waiting there: they hold no runner slot
         self.sink: RolloutSink | None = None
         self._instrumented: list[Tracer] = []
         #: attempts running here: attempt id -> (seconds between heartbeats, monotonic time of the last one)
@@ -148,7 +154,7 @@ class Runner:
             ended[0] += 1
 
         while True:
-            free = self.concurrency - len(running)
+            free = self.concurrency - len(running) + self._parked
             ended_before = ended[0]
             try:
                 claimed = await self.store.dequeue(self.worker_id, limit=free) if free > 0 else []
@@ -257,7 +263,11 @@ class Runner:
                         async with deadline:
                             output = await self.agent.run_task(rollout.input, resources)
                         # still in the scope: a judge in reward= is recorded (tether.passthrough), not redirected
-                        score = await self.agent.score(rollout.input, output)
+                        score: float | dict[str, float] | None
+                        if self.agent.group_rewards:
+                            score = await self._score_in_group(rollout, attempt_id, output)
+                        else:
+                            score = await self.agent.score(rollout.input, output)
                         # {sub-agent or policy: reward}: recorded as final reward spans; the mean is the reward
                         reward = record_final_rewards(score) if isinstance(score, dict) else score
             emitted = self.sink.pop_rewards(attempt_id)
@@ -296,6 +306,33 @@ class Runner:
         finally:
             self._beats.pop(attempt_id, None)
             current_sink.reset(sink_token)
+
+    async def _score_in_group(self, rollout: Rollout, attempt_id: str, output: Any) -> float | dict[str, float]:
+        """The reward of a ``reward=`` with group rewards: its functions' values now, its group rewards' once
+        the rollout's group has met at the gate (the rollout parked meanwhile), each score recorded as a reward
+        span with its reason."""
+        plan, gate, sink = self.agent.plan, self.gate, self.sink
+        if plan is None or gate is None or sink is None:
+            raise RuntimeError("group rewards need the session's group gate (tether.training.group_gate)")
+        values = await self.agent.score_functions(rollout.input, output)
+        await sink.flush()  # what the judge reads: every span of the attempt so far
+        member = Member(rollout.rollout_id, output, tuple(await self.store.get_spans(attempt_id)))
+        key = rollout.metadata.get(spans.GROUP_METADATA) if isinstance(rollout.metadata, dict) else None
+        self._parked += 1
+        try:
+            scores = await gate.arrive(str(key or rollout.rollout_id), rollout.input, member)
+        finally:
+            self._parked -= 1
+        for index, score in sorted(scores.items()):
+            term = plan.terms[index]
+            extra: dict[str, Any] = {spans.REWARD_FINAL: True, spans.REWARD_REASON: score.reason, **score.details}
+            if term.weight != 1.0:
+                extra[spans.REWARD_WEIGHT] = term.weight
+            if term.target is not None:
+                extra[spans.REWARD_PART_OF] = term.target
+            name = getattr(term.part, "name", spans.REWARD)
+            sink.emit(SpanKind.REWARD, name, spans.reward_attributes(score.value, **extra))
+        return plan.combine(values, scores)
 
     async def _finish(self, rollout_id: str, attempt_id: str, status: AttemptStatus, **fields: Any) -> None:
         """End the attempt, riding out a store outage (``tether.store.retry``); a retry that finds the attempt

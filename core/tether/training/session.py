@@ -33,7 +33,7 @@ from tether.training.batch import Batch as Batch
 from tether.training.batch import Job as Job
 from tether.training.batch import RolloutResult as RolloutResult
 from tether.training.credit import assign_credit
-from tether.training.health import FAILURES_FILE, log_failures, unknown_reward_targets, unknown_targets
+from tether.training.health import FAILURES_FILE, FitError, log_failures, unknown_reward_targets, unknown_targets
 from tether.training.run_dir import RunDir
 from tether.training.settings import Settings as Settings
 from tether.training.transitions import build_transitions
@@ -129,6 +129,7 @@ class Session:
                 before_start=self.before_start,
                 runners=self.runners,
                 n_runners=self.settings.n_runners,
+                cache_dir=self.run.path if self.run is not None else None,
             )
         except BaseException:
             await stack.aclose()
@@ -234,16 +235,27 @@ class Session:
         ]
         enqueued = await self.store.enqueue(specs)
         ids = [r.rollout_id for r in enqueued]
+        groups = _groups(enqueued)
+        gate = self._open.gate
+        if gate is not None:
+            for key, members in groups.items():
+                gate.expect(key, members)
         watch = asyncio.create_task(self._watch(ids, progress)) if progress is not None else None
         try:
             await self.runner.run_until_idle(ids)  # (remote runners may hold some: wait for those too)
         finally:
+            if gate is not None:
+                gate.forget(list(groups))
             if watch is not None:
                 watch.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watch
         if progress is not None:
             progress(len(ids), len(ids))
+        group_metrics, group_notes = gate.take_batch() if gate is not None else ({}, [])
+        if gate is not None and gate.failure is not None and self.run is not None:
+            failure, gate.failure = gate.failure, None
+            raise FitError(f"the group reward failed, so this step stops: {failure}") from failure
         items = await self.store.harvest(ids) if harvest else await self._read(ids)
         if self._exporter is not None:
             self._exporter.export(items)
@@ -267,6 +279,8 @@ class Session:
         for batch in batches:
             batch.seconds = seconds
             batch.trained, batch.credit = assign_credit(batch.results, self.settings.credit_rule)  # (recorded)
+            batch.credit.notes.extend(group_notes)
+            batch.group_metrics = dict(group_metrics)  # (of all the jobs run together)
         return batches
 
     async def _watch(self, ids: Sequence[str], progress: Callable[[int, int], None]) -> None:
@@ -289,6 +303,9 @@ class Session:
         # what training builds and credits this rollout's transitions with, for the dashboard to do the same
         meta[spans.POLICIES_METADATA] = self.agent.policies.to_metadata()
         meta[spans.CREDIT_METADATA] = self.settings.credit_rule.to_metadata()
+        if self.agent.group_rewards:  # a group: one task's rollouts under one resources version in one batch
+            who = task.task_id if known else hashlib.sha1(_key(task).encode()).hexdigest()[:12]
+            meta[spans.GROUP_METADATA] = f"{place[0]}:{version}:{who}"
         return RolloutSpec(
             input=task.input if known else task,
             task_id=task.task_id if known else None,
@@ -367,6 +384,15 @@ class Session:
                 f"another worker took {algorithm}'s history record: stop remote runners while it starts"
             )
         return rollout.rollout_id, claimed[0][1].attempt_id
+
+
+def _groups(rollouts: Sequence[Any]) -> dict[str, list[str]]:
+    """The rollout ids of each group key (``spans.GROUP_METADATA``)."""
+    out: dict[str, list[str]] = {}
+    for rollout in rollouts:
+        key = rollout.metadata.get(spans.GROUP_METADATA) if isinstance(rollout.metadata, dict) else None
+        out.setdefault(str(key or rollout.rollout_id), []).append(rollout.rollout_id)
+    return out
 
 
 def _key(task: Any) -> str:

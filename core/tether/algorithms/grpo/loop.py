@@ -278,6 +278,7 @@ class Loop:
             "failed": batch.failed,
             **stats.metrics(),
             **{f"reward/{target}": value for target, value in batch.target_rewards.items()},
+            **batch.group_metrics,  # a group reward's: the judge's tokens, MajorityVote's agreement
             "transitions": len(batch.transitions),
             "rollouts_per_s": len(batch.results) / max(batch.seconds, 1e-9),
             **update,

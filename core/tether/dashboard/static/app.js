@@ -464,8 +464,12 @@ function treeNode(node) {
       bad && node.result !== null && node.result !== undefined ? [h("div", { class: "section-label" }, "The model was told"), h("pre", { class: "block boxed" }, json(node.result))] : null,
       node.call_id ? h("div", { class: "note" }, `tool call id ${node.call_id}`) : null);
   } else if (node.type === "reward") {
-    kind = "reward"; kindClass = "k-reward"; title = node.name; preview = fmtNum(node.value, 4); meta = "";
-    body = null;
+    kind = "reward"; kindClass = "k-reward"; title = node.name; meta = "";
+    const reason = node.reason !== undefined && node.reason !== null;
+    preview = reason ? `${fmtNum(node.value, 2)} · ${oneLine(node.reason, 140)}` : fmtNum(node.value, 4);
+    body = reason ? h("div", {},
+      h("div", { class: "section-label" }, "Reason"), h("pre", { class: "block boxed" }, node.reason),
+      h("div", { class: "section-label" }, "Recorded"), h("pre", { class: "block boxed" }, json(node.details))) : null;
   } else {
     kind = node.type; kindClass = "k-other"; title = node.name; preview = oneLine(node.error || node.attributes, 120); meta = "";
     body = h("div", {}, node.error ? h("pre", { class: "block boxed error" }, node.error) : null, h("pre", { class: "block boxed" }, json(node.attributes)));

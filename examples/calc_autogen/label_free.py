@@ -1,0 +1,185 @@
+"""The calculator demo with no labels in training: ``reward=tether.MajorityVote(...)``, or ``tether.Judge`` backed
+by a scripted judge of a chosen accuracy (docs/judge.md).
+
+1. Warm start (``tether.WarmStart``), as in ``train.py``: the scripted teacher's demonstrations, every one kept
+   (``min_reward=0``: no label decides what is kept).
+2. GRPO from that checkpoint with ``reward=tether.MajorityVote(extract=last_number)``: each rollout is rewarded by
+   the share of its group giving the same final number. No answer is used.
+   With ``--reward label``, the labelled reward (``data.reward``) instead, for comparison. With ``--reward judge
+   --judge-accuracy P``: ``reward=tether.Judge(...)`` whose judge is a scripted stand-in
+   for an API model (``tether.testing.judge``): it sees the hidden answer in the task and scores each attempt
+   1 if its last number is right, else 0 — for a group with probability P; otherwise it scores the group's
+   attempts at random (a judge that got it wrong).
+3. The held-out problems are then evaluated against their hidden answers (``data.reward``), greedy and at T=1,
+   after the warm start (stage 1's last evaluation) and after GRPO.
+
+Run: ``python examples/calc_autogen/label_free.py --steps 40`` (``train.py``'s flags, and ``--reward``,
+``--judge-accuracy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import data  # noqa: E402
+import train  # noqa: E402
+
+import tether  # noqa: E402
+from tether.testing.fake_llm import FakeLLM, Reply, text  # noqa: E402
+from tether.testing.judge import judge_attempts  # noqa: E402
+
+
+def last_number(output: Any) -> str | None:
+    """The agent's answer: the last number in its final message (None: it gave none)."""
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", str(output))
+    return f"{float(numbers[-1]):g}" if numbers else None
+
+
+@contextlib.contextmanager
+def scripted_judge(accuracy: float, seed: int) -> Iterator[FakeLLM]:
+    """A judge that, for a group with probability ``accuracy``, scores right answers 1 and wrong ones 0, and
+    otherwise scores the group's attempts at random (served from a thread, as an API model would be)."""
+    rng = random.Random(f"judge:{seed}")
+
+    def judge(request: dict[str, Any]) -> Reply:
+        task, attempts = judge_attempts(request)
+        answer = float(json.loads(task)["answer"])  # the hidden answer: the scripted judge sees it
+        right = rng.random() < accuracy
+        scores = []
+        for name, transcript in attempts.items():
+            said = last_number(transcript.rsplit("final output: ", 1)[-1])
+            correct = said is not None and abs(float(said) - answer) < 1e-6
+            value = float(correct) if right else round(rng.random(), 2)
+            scores.append({"id": name, "score": value, "reason": "right" if correct else "wrong"})
+        return text(json.dumps({"scores": scores}))
+
+    with FakeLLM(handler=judge) as llm:
+        yield llm
+
+
+def _history(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _warm_start(
+    args: Any, agent: Any, problems: Any, train_tasks: list[Any], test_tasks: list[Any], common: dict[str, Any]
+) -> tether.FitResult:
+    """Stage 1: the warm start on every demonstration, evaluated against the hidden answers."""
+    student, lora = train._student(args)
+    with train.scripted_teacher(problems["train"], data.demo_accuracy(args.demo_accuracy), args.seed) as teacher:
+        warm_start = tether.WarmStart(
+            teacher=teacher.base_url,
+            rollouts=args.n_train,
+            min_reward=0.0,  # every demonstration kept: no label decides
+            epochs=args.sft_epochs,
+            lr=args.sft_lr,
+            batch_size=args.sft_batch,
+            micro_batch=min(args.sft_batch, args.micro_batch),
+            lora=lora,
+        )
+        try:  # (data.reward here only measures the held-out accuracy: nothing trains on it)
+            return tether.Trainer(model=student, algorithm=warm_start, name="warm", **common).fit(
+                tether.wrap(agent, reward=data.reward), train=train_tasks, val=test_tasks
+            )
+        finally:
+            asyncio.run(student.close())
+
+
+def main(argv: list[str] | None = None) -> int:
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--reward", choices=("vote", "judge", "label"), default="vote")
+    extra.add_argument("--judge-accuracy", type=float, default=1.0)
+    extra.add_argument(
+        "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
+    )
+    mine, rest = extra.parse_known_args(argv)
+    args = train.parse_settings(rest)
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from agent import agent  # the user's AutoGen agent, unchanged
+
+    problems = data.splits(n_train=args.n_train, n_val=0, n_test=args.n_test, seed=args.seed)
+    train_tasks = [p.task() for p in problems["train"]]
+    test_tasks = [p.task() for p in problems["test"]]
+    common: dict[str, Any] = {
+        "n_runners": args.runners,
+        "seed": args.seed,
+        "run_root": str(run_dir),
+        "sampling": {"max_tokens": args.max_tokens},
+    }
+    warm_dir = run_dir / "warm"
+    if mine.reuse_warm_start and (warm_dir / "checkpoint").exists():  # stage 1 of an earlier run, same flags
+        warm = tether.FitResult(run_dir=warm_dir, history=_history(warm_dir), checkpoint=warm_dir / "checkpoint")
+    else:
+        warm = _warm_start(args, agent, problems, train_tasks, test_tasks, common)
+    assert warm.checkpoint is not None
+    grpo = tether.GRPO(
+        group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr, micro_batch=args.micro_batch
+    )
+    trainer = tether.Trainer(
+        model=f"embedded:{warm.checkpoint}",
+        algorithm=grpo,
+        steps=args.steps,
+        eval_every=args.steps,
+        name=mine.reward,
+        **common,
+    )
+    with contextlib.ExitStack() as stack:
+        if mine.reward == "judge":
+            judge_llm = stack.enter_context(scripted_judge(mine.judge_accuracy, args.seed))
+            reward: Any = tether.Judge(judge_llm.base_url)
+        elif mine.reward == "label":  # the comparison: the labelled reward train.py uses
+            reward = data.reward
+        else:
+            reward = tether.MajorityVote(extract=last_number)
+        voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks, preflight=not args.no_preflight)
+    assert voted.checkpoint is not None
+    after: dict[str, float] = {}
+    for label, temperature in (("greedy", 0.0), ("T=1", 1.0)):
+        scorer = tether.Trainer(
+            model=f"embedded:{voted.checkpoint}",
+            n_runners=args.runners,
+            seed=args.seed,
+            sampling={"max_tokens": args.max_tokens, "temperature": temperature},
+            progress=False,
+        )
+        after[label] = scorer.evaluate(tether.wrap(agent, reward=data.reward), test_tasks)["mean_reward"]
+    steps = [h for h in voted.history if h.get("kind") == "train"]
+    first, last = steps[0], steps[-1]
+    print(f"\nheld-out problems: {len(test_tasks)}, against their hidden answers")
+    for label, key in (("greedy", "greedy_accuracy"), ("T=1", "sampled_accuracy")):
+        before = warm.evals[0][key]
+        warmed = warm.evals[-1][key]
+        print(
+            f"accuracy ({label}): before {before:.0%}, after the warm start {warmed:.0%}, after {args.steps} "
+            f"GRPO steps ({mine.reward}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
+        )
+    if mine.reward == "judge":
+        cost = voted.judge_cost
+        print(
+            f"judge (right on a group {mine.judge_accuracy:.0%} of the time): {cost['judge/calls']:.0f} calls, "
+            f"{cost['judge/prompt_tokens']:.0f} prompt + {cost['judge/completion_tokens']:.0f} completion tokens"
+        )
+    elif mine.reward == "vote":
+        print(
+            f"majority agreement: step 1 {first.get('majority/agreement', 0):.2f}, "
+            f"step {last['step']} {last.get('majority/agreement', 0):.2f}"
+        )
+    print(f"train reward: step 1 {first['reward']:.2f}, step {last['step']} {last['reward']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

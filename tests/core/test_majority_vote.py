@@ -1,0 +1,92 @@
+"""``tether.MajorityVote`` as ``reward=``: each rollout is rewarded by the share of its group that gave the same
+answer, with a plain OpenAI-client agent on the scripted fake LLM through the real proxy, runner and store; a
+batch in which every answer differs says so in its metrics and notes."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("tether_openai")
+
+import tether  # noqa: E402
+from tether import spans  # noqa: E402
+from tether.models.remote import RemoteBackend  # noqa: E402
+from tether.testing.fake_llm import FakeLLM, text  # noqa: E402
+from tether.types import SpanKind  # noqa: E402
+
+client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
+
+
+def answer(task: str) -> str:
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": task}])
+    return reply.choices[0].message.content or ""
+
+
+def _script(*answers: str) -> Any:
+    turns = itertools.count()
+    return lambda request: text(answers[next(turns) % len(answers)])
+
+
+def last_word(output: str) -> str | None:
+    words = output.split()
+    return words[-1] if words else None
+
+
+async def _dev(reward: Any, llm: FakeLLM, tasks: list[str], repeats: int) -> Any:
+    backend = RemoteBackend(llm.base_url)
+    try:
+        trainer = tether.Trainer(model=backend, progress=False, n_runners=2)  # a group larger than the runners
+        return await trainer.adev(tether.wrap(answer, reward=reward), tasks, repeats=repeats)
+    finally:
+        await backend.close()
+
+
+async def test_each_rollout_is_rewarded_by_the_share_of_its_group_giving_its_answer() -> None:
+    async with FakeLLM(handler=_script("it is 4", "so 4", "it is 5", "answer: 4")) as llm:
+        report = await _dev(tether.MajorityVote(extract=last_word), llm, ["2+2?"], repeats=4)
+    assert sorted((last_word(r.output), r.reward) for r in report) == [
+        ("4", 0.75),
+        ("4", 0.75),
+        ("4", 0.75),
+        ("5", 0.25),
+    ]
+    for rollout in report:
+        (span,) = [s for s in rollout.spans if s.kind == SpanKind.REWARD and s.name == "majority_vote"]
+        agree = "3 of 4" if rollout.reward == 0.75 else "1 of 4"
+        assert span.attributes[spans.REWARD_REASON].endswith(f": {agree} agree")
+    assert not report.notes
+
+
+async def test_no_answer_scores_zero_and_the_default_answer_is_the_trimmed_text() -> None:
+    async with FakeLLM(handler=_script("Four", " four ", "")) as llm:
+        report = await _dev(tether.MajorityVote(), llm, ["2+2?"], repeats=3)
+    assert sorted(r.reward for r in report) == [0.0, pytest.approx(2 / 3), pytest.approx(2 / 3)]
+
+
+async def test_every_answer_differing_in_every_group_is_said_in_the_notes_and_metrics(tmp_path: Path) -> None:
+    class Batches:
+        def __init__(self) -> None:
+            self.batches: list[tether.Batch] = []
+
+        async def fit(self, session: Any, train: Any, val: Any) -> tether.FitResult:
+            self.batches.append(await session.run_batch(train, 3))
+            return tether.FitResult(run_dir=session.require_run("Batches").path)
+
+    algorithm = Batches()
+    async with FakeLLM(handler=_script("a", "b", "c", "d", "e", "f", "g")) as llm:
+        backend = RemoteBackend(llm.base_url)
+        try:
+            trainer = tether.Trainer(model=backend, algorithm=algorithm, run_root=str(tmp_path), progress=False)
+            await trainer.afit(tether.wrap(answer, reward=tether.MajorityVote()), ["x?", "y?"], preflight=False)
+        finally:
+            await backend.close()
+    (batch,) = algorithm.batches
+    assert batch.group_metrics["majority/groups"] == 2.0 and batch.group_metrics["majority/all_different"] == 2.0
+    assert batch.group_metrics["majority/agreement"] == pytest.approx(1 / 3)
+    (note,) = [n for n in batch.credit.notes if n.startswith("MajorityVote")]
+    assert "every answer differed within each of the batch's 2 groups" in note and "tether.Judge" in note
