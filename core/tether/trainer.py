@@ -143,8 +143,8 @@ class Trainer:
         out.problems[:0] = unreachable
         out.notes.extend(batch.credit.notes)
         zero = all_zero(out)
-        if zero is not None:  # said in the report and as a warning: a dev run is where this is cheap to see
-            out.problems.append(zero)
+        if zero is not None:  # a note and a warning (not a wiring problem): a dev run is where it is cheap to see
+            out.notes.append(zero)
             warnings.warn_explicit(zero, UserWarning, "tether.dev", 0)
         return out
 
