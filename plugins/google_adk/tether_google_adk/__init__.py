@@ -21,7 +21,7 @@ from tether.plugin.hookspecs import hookimpl
 # access (it only helps when this plugin loads before LiteLLM is imported: set it yourself to be sure)
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from tether_google_adk.adapter import GoogleADKAdapter, GoogleADKOutput, NotLiteLlm  # noqa: E402
+from tether_google_adk.adapter import GoogleADKAdapter, GoogleADKOutput, NotLiteLlm
 
 EXTRA = "google-adk"
 #: top-level modules (``google`` is a namespace package: the extra's distributions are checked by version)
