@@ -158,6 +158,7 @@ class GoogleADKAdapter(Adapter):
         from google.adk.runners import InMemoryRunner
         from google.genai import types
 
+        check_models(agent)  # what run_scope checks for a user's run=
         token = current_agent.set(None)
         runner = InMemoryRunner(agent=agent, app_name=_APP)
         try:
