@@ -99,8 +99,16 @@ def base_url(run: Path) -> Iterator[str]:
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         assert process.stdout is not None
-        line = process.stdout.readline()
-        assert f"hf:{run / 'checkpoint'} at http://127.0.0.1:" in line, line + process.stdout.read()
+        said = []  # notices first (the sampler's dtype, on stderr), then the URL line
+        for line in process.stdout:
+            said.append(line)
+            if line.startswith("tether serve:") or len(said) > 20:
+                break
+        if not said[-1].startswith("tether serve:"):
+            process.kill()
+            pytest.fail("tether serve printed no URL:\n" + "".join(said) + process.stdout.read())
+        line = said[-1]
+        assert f"hf:{run / 'checkpoint'} at http://127.0.0.1:" in line, line
         yield line.split(" at ", 1)[1].strip()
     finally:
         process.send_signal(signal.SIGTERM)
