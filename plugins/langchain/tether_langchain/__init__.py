@@ -2,7 +2,7 @@
 
 ``LangChainAdapter`` runs any LangChain ``Runnable`` — an LCEL chain, a ``langchain_classic`` ``AgentExecutor``,
 a ``langchain.agents.create_agent`` graph — on each task and captures its model and tool calls through a
-global LangChain callback handler, naming each call after the agent run that made it (``tether_langchain.naming``:
+global LangChain callback handler, naming each call after the agent run that made it (``tether_langchain.names``:
 the wrapped runnable, or an inner one with a name of its own). Model calls reach tether's proxy through
 tether's endpoint redirect. LangSmith tracing is switched off inside rollouts. Graphs built with LangGraph's
 ``StateGraph`` are the ``langgraph`` plugin's. Importing this module does not import LangChain.

@@ -2,7 +2,7 @@
 
 Capture has two parts, both installed by ``instrument`` and removed exactly by ``uninstrument``:
 
-- A global LangChain callback handler (``tether_langgraph.handler``), attached to every LangChain run in the
+- A global LangChain callback handler (``tether_langgraph.capture``), attached to every LangChain run in the
   process through a configure hook (``tether.plugin.langchain_hooks.ConfigureHook``, shared with the
   ``langchain`` plugin): ``uninstrument`` detaches the handler (it drops every event once it has no sink) and
   takes the hook out of LangChain's private hook list where that list still is.
@@ -87,7 +87,7 @@ class LangGraphAdapter(Adapter):
         return False
 
     def _instrument(self, sink: SpanSink) -> None:
-        from tether_langgraph.handler import TetherCallbackHandler
+        from tether_langgraph.capture import TetherCallbackHandler
 
         self._hook.attach(TetherCallbackHandler).sink = sink
         add_agent_resolver(node_name)
