@@ -16,8 +16,8 @@ from typing import Any
 
 from tether.plugin.adapters import Adapter
 from tether.plugin.hookspecs import hookimpl
-from tether.plugin.langchain_hooks import no_langsmith_tracing
 from tether_langchain.adapter import LangChainAdapter, is_create_agent_graph, task_input
+from tether_langchain_base.hooks import no_langsmith_tracing
 
 EXTRA = "langchain"
 REQUIRES = ("langchain_core", "langchain_openai")
