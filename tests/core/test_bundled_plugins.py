@@ -1,6 +1,12 @@
 """Every bundled plugin (``plugins/<fw>/tether_<fw>``) imports without its framework, declares ``EXTRA`` and
 ``REQUIRES``, is packaged and registered as an entry point, and is listed as unavailable with its
-``pip install "tether[<extra>]"`` hint when its framework is missing — without breaking the other plugins."""
+``pip install "tether[<extra>]"`` hint when its framework is missing — without breaking the other plugins. All
+follow one layout (docs/plugin-tutorial.md): ``plugins/<fw>/tether_<fw>/`` with ``__init__.py`` (EXTRA, REQUIRES
+and every hook implementation), ``adapter.py`` (the adapter classes) or ``tracer.py`` (a tracer-only plugin's
+tracers), and the same module name for the same job in every plugin. ``plugins/_template`` (folders starting with
+``_``) is no plugin: tests/core/test_plugin_tutorial.py checks it. ``plugins/<name>_base`` is a base package that
+plugins may share (``tether_langchain_base``, for langchain and langgraph): packaged, but with no entry point,
+hooks or extra, importing no plugin and no framework at import time."""
 
 from __future__ import annotations
 
@@ -18,7 +24,26 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLED = sorted(p for p in ROOT.glob("plugins/*/tether_*") if (p / "__init__.py").is_file())
+
+
+def _is_base(folder: Path) -> bool:
+    """``plugins/<name>_base``: code two plugins share (not a plugin: no entry point, hooks or extra)."""
+    return folder.name.endswith("_base")
+
+
+BUNDLED = sorted(
+    p
+    for p in ROOT.glob("plugins/*/tether_*")
+    if (p / "__init__.py").is_file() and not p.parent.name.startswith("_") and not _is_base(p.parent)
+)
+BASES = sorted(p for p in ROOT.glob("plugins/*/tether_*") if (p / "__init__.py").is_file() and _is_base(p.parent))
+#: module names for a job some plugins share, and the names the same job must not go by
+_JOB_NAMES = {
+    "capture": ("handler", "handlers", "callbacks", "hooks", "events", "listener"),
+    "names": ("naming", "agent_names", "resolver"),
+    "tools": ("tool", "tool_calls", "tool_spans"),
+    "tracer": ("tracing", "spans"),
+}
 
 
 def _declared(package_dir: Path) -> dict[str, Any]:
@@ -174,3 +199,100 @@ def test_imports_no_other_plugin(package_dir: Path) -> None:
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
             found += [f"{where} imports {n}" for n in names if n.split(".")[0] in others]
     assert not found, "\n".join(found)
+
+
+def test_every_plugin_folder_holds_one_package_named_after_it() -> None:
+    folders = sorted(p for p in (ROOT / "plugins").iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    # a base package follows the same naming: plugins/langchain_base/tether_langchain_base
+    wrong = []
+    for folder in folders:
+        packages = sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file())
+        if packages != [f"tether_{folder.name}"]:
+            wrong.append(f"plugins/{folder.name} holds {packages}, expected ['tether_{folder.name}']")
+    assert not wrong, "\n".join(wrong)
+    assert len(BUNDLED) + len(BASES) == len(folders)
+
+
+def _classes_by_base(package_dir: Path) -> dict[str, list[str]]:
+    """Module stem -> the classes it defines whose bases name ``Adapter`` or ``Tracer``."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(package_dir.glob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                for base in bases & {"Adapter", "Tracer"}:
+                    found.setdefault(base, []).append(f"{path.stem}:{node.name}")
+    return found
+
+
+def _hookimpls(path: Path) -> list[str]:
+    return [
+        node.name
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(
+            (d.id if isinstance(d, ast.Name) else getattr(d, "attr", "")) == "hookimpl"
+            for d in node.decorator_list
+        )
+    ]
+
+
+@pytest.mark.parametrize("package_dir", BUNDLED, ids=[p.name for p in BUNDLED])
+def test_follows_the_plugin_layout(package_dir: Path) -> None:
+    modules = {p.stem for p in package_dir.glob("*.py")}
+    classes = _classes_by_base(package_dir)
+    assert classes, f"{package_dir.name} defines no Adapter or Tracer subclass"
+    for base, home in (("Adapter", "adapter"), ("Tracer", "tracer")):
+        misplaced = [c for c in classes.get(base, []) if not c.startswith(f"{home}:")]
+        assert not misplaced, f"{package_dir.name}: {base} subclasses live in {home}.py, found {misplaced}"
+    elsewhere = [
+        f"{p.name}:{name}"
+        for p in sorted(package_dir.glob("*.py"))
+        if p.name != "__init__.py"
+        for name in _hookimpls(p)
+    ]
+    assert not elsewhere, f"{package_dir.name}: hook implementations belong in __init__.py, found {elsewhere}"
+    assert _hookimpls(package_dir / "__init__.py"), f"{package_dir.name}/__init__.py implements no hook"
+    for job, other_names in _JOB_NAMES.items():
+        clash = sorted(modules & set(other_names))
+        assert not clash, f"{package_dir.name}: rename {clash} to {job}.py, the name every plugin gives that job"
+    assert not [p for p in package_dir.iterdir() if p.is_dir() and p.name != "__pycache__"], (
+        f"{package_dir.name}: keep the plugin one flat package (modules, no sub-packages)"
+    )
+
+
+def test_the_langchain_base_is_shared_by_langchain_and_langgraph() -> None:
+    assert [p.name for p in BASES] == ["tether_langchain_base"]
+    users = sorted(
+        d.name for d in BUNDLED if any("tether_langchain_base" in p.read_text() for p in d.glob("*.py"))
+    )
+    assert users == ["tether_langchain", "tether_langgraph"]
+
+
+@pytest.mark.parametrize("base_dir", BASES, ids=[p.name for p in BASES])
+def test_a_base_package_is_packaged_but_no_plugin(base_dir: Path) -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    folder = base_dir.parent.relative_to(ROOT).as_posix()
+    assert folder in pyproject["tool"]["setuptools"]["packages"]["find"]["where"]
+    assert folder in pyproject["tool"]["mypy"]["mypy_path"].replace("\\\n", "").replace(" ", "").split(":")
+    assert base_dir.name in pyproject["tool"]["ruff"]["lint"]["isort"]["known-first-party"]
+    assert base_dir.name not in pyproject["project"]["entry-points"]["tether"].values()
+    assert not _declared(base_dir), f"{base_dir.name} is no plugin: no EXTRA or REQUIRES"
+    hooks = [f"{p.name}:{h}" for p in sorted(base_dir.glob("*.py")) for h in _hookimpls(p)]
+    assert not hooks, f"{base_dir.name} is no plugin: no hook implementations ({hooks})"
+    plugins = {d.name for d in BUNDLED}
+    for path in sorted(base_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            assert not {n.split(".")[0] for n in names} & plugins, f"{path.name}:{node.lineno} imports a plugin"
+    modules = [f"{base_dir.name}.{p.stem}" for p in sorted(base_dir.glob("*.py")) if p.stem != "__init__"]
+    probe = (
+        f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('langchain', 'langchain_core', 'langsmith',"
+        " 'langgraph')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"importing {base_dir.name} imported {done.stdout.strip()}"

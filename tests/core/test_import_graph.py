@@ -211,3 +211,34 @@ def test_the_layer_checker_catches_an_upward_tie(tmp_path: Path) -> None:
     targets = _imports(source, _modules(), "tether.store.probe")
     allowed = GROUND | LAYERS["store"] | {"store"}
     assert [t for t in targets if _floor(t) not in allowed] == ["tether.training.session"]
+
+
+def _plugin_requirements() -> dict[str, set[str]]:
+    """Each bundled plugin package and the top-level modules its ``REQUIRES`` names (read without importing)."""
+    found: dict[str, set[str]] = {}
+    for init in sorted(ROOT.parent.glob("plugins/*/tether_*/__init__.py")):
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "REQUIRES" for t in node.targets):
+                found[init.parent.name] = set(ast.literal_eval(node.value))
+    return found
+
+
+def test_the_core_holds_no_framework_code() -> None:
+    """No core module imports a plugin, a plugins' base package or a framework (LangChain's shared callbacks
+    live in ``plugins/langchain_base``), by any route; ``openai``, which the endpoint redirect and the fake LLM
+    speak, is the one exception."""
+    requirements = _plugin_requirements()
+    assert "tether_langchain" in requirements and "langchain_core" in requirements["tether_langchain"]
+    frameworks = set().union(*requirements.values()) - {"openai"}
+    bases = {p.name for p in ROOT.parent.glob("plugins/*/tether_*")}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            top = {n.split(".")[0] for n in names}
+            bad = top & (frameworks | bases)
+            if bad:
+                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {sorted(bad)}")
+    assert not found, "\n".join(found)

@@ -2,7 +2,7 @@
 
 ``LangChainAdapter`` runs any LangChain ``Runnable`` — an LCEL chain, a ``langchain_classic`` ``AgentExecutor``,
 a ``langchain.agents.create_agent`` graph — on each task and captures its model and tool calls through a
-global LangChain callback handler, naming each call after the agent run that made it (``tether_langchain.naming``:
+global LangChain callback handler, naming each call after the agent run that made it (``tether_langchain.names``:
 the wrapped runnable, or an inner one with a name of its own). Model calls reach tether's proxy through
 tether's endpoint redirect. LangSmith tracing is switched off inside rollouts. Graphs built with LangGraph's
 ``StateGraph`` are the ``langgraph`` plugin's. Importing this module does not import LangChain.
@@ -16,8 +16,8 @@ from typing import Any
 
 from tether.plugin.adapters import Adapter
 from tether.plugin.hookspecs import hookimpl
-from tether.plugin.langchain_hooks import no_langsmith_tracing
 from tether_langchain.adapter import LangChainAdapter, is_create_agent_graph, task_input
+from tether_langchain_base.hooks import no_langsmith_tracing
 
 EXTRA = "langchain"
 REQUIRES = ("langchain_core", "langchain_openai")

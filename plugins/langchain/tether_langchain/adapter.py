@@ -3,8 +3,8 @@ graphs, and any other ``Runnable``.
 
 Capture is LangChain's own seam, installed by ``instrument`` and removed exactly by ``uninstrument``:
 
-- A global callback handler (``tether_langchain.handler``), attached to every LangChain run in the process
-  through a configure hook (``tether.plugin.langchain_hooks.ConfigureHook``, shared with the ``langgraph``
+- A global callback handler (``tether_langchain.capture``), attached to every LangChain run in the process
+  through a configure hook (``tether_langchain_base.hooks.ConfigureHook``, shared with the ``langgraph``
   plugin): ``uninstrument`` detaches the handler (it drops every event once it has no sink) and takes the hook
   out of LangChain's private hook list where that list still is.
 - An agent-name resolver (``tether.capture.context.add_agent_resolver``): during a model call, LangChain's
@@ -24,9 +24,9 @@ from typing import Any
 
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
 from tether.plugin.adapters import Adapter, SpanSink
-from tether.plugin.langchain_hooks import ConfigureHook
 from tether.types import Resources
-from tether_langchain.naming import RunTree
+from tether_langchain.names import RunTree
+from tether_langchain_base.hooks import ConfigureHook
 
 #: (module, class) of LangGraph's compiled graphs, which the langgraph adapter runs unless create_agent made them
 _GRAPH_TYPES = (("langgraph.pregel.main", "Pregel"), ("langgraph.pregel", "Pregel"))
@@ -77,7 +77,7 @@ class LangChainAdapter(Adapter):
         return self._tree.agent_of(getattr(manager, "parent_run_id", None))
 
     def _instrument(self, sink: SpanSink) -> None:
-        from tether_langchain.handler import LangChainHandler
+        from tether_langchain.capture import LangChainHandler
 
         self._hook.attach(lambda: LangChainHandler(self._tree)).sink = sink
         add_agent_resolver(self.agent_name)

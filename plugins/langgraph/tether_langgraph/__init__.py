@@ -16,7 +16,7 @@ from typing import Any
 
 from tether.plugin.adapters import Adapter
 from tether.plugin.hookspecs import hookimpl
-from tether.plugin.langchain_hooks import no_langsmith_tracing
+from tether_langchain_base.hooks import no_langsmith_tracing
 from tether_langgraph.adapter import LangGraphAdapter, node_name
 
 EXTRA = "langgraph"

@@ -2,8 +2,8 @@
 
 Capture has two parts, both installed by ``instrument`` and removed exactly by ``uninstrument``:
 
-- A global LangChain callback handler (``tether_langgraph.handler``), attached to every LangChain run in the
-  process through a configure hook (``tether.plugin.langchain_hooks.ConfigureHook``, shared with the
+- A global LangChain callback handler (``tether_langgraph.capture``), attached to every LangChain run in the
+  process through a configure hook (``tether_langchain_base.hooks.ConfigureHook``, shared with the
   ``langchain`` plugin): ``uninstrument`` detaches the handler (it drops every event once it has no sink) and
   takes the hook out of LangChain's private hook list where that list still is.
 - An agent-name resolver (``tether.capture.context.add_agent_resolver``) that reads the running graph node from
@@ -27,8 +27,8 @@ from typing import Any
 
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
 from tether.plugin.adapters import Adapter, SpanSink
-from tether.plugin.langchain_hooks import ConfigureHook
 from tether.types import Resources
+from tether_langchain_base.hooks import ConfigureHook
 
 #: (module, class) of compiled graphs: ``CompiledStateGraph`` and functional-API entrypoints are ``Pregel``s
 _GRAPH_TYPES = (("langgraph.pregel.main", "Pregel"), ("langgraph.pregel", "Pregel"))
@@ -87,7 +87,7 @@ class LangGraphAdapter(Adapter):
         return False
 
     def _instrument(self, sink: SpanSink) -> None:
-        from tether_langgraph.handler import TetherCallbackHandler
+        from tether_langgraph.capture import TetherCallbackHandler
 
         self._hook.attach(TetherCallbackHandler).sink = sink
         add_agent_resolver(node_name)

@@ -1,7 +1,7 @@
 """The LangChain callback handler that turns a graph's model and tool calls into tether spans, named by node.
 
 Imported only by ``LangGraphAdapter.instrument`` (it subclasses LangChain's ``BaseCallbackHandler``). The events
-and spans are the core's (``tether.plugin.langchain_callbacks.CallbackCapture``, shared with the ``langchain``
+and spans are the shared base's (``tether_langchain_base.callbacks.CallbackCapture``, shared with the ``langchain``
 plugin); this handler names each call after the node of the wrapped graph that made it
 (``tether_langgraph.adapter.agent_node``: a subgraph's calls after the outer node) and
 gives each root run an ``other`` span named ``graph`` with ``graph.name`` (the graph being invoked).
@@ -14,7 +14,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from tether.plugin.langchain_callbacks import CallbackCapture
+from tether_langchain_base.callbacks import CallbackCapture
 from tether_langgraph.adapter import agent_node
 
 

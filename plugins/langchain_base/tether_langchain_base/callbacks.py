@@ -16,7 +16,7 @@ sink sees the current rollout; events outside any rollout are ignored before any
 - ``other`` named ``root_span`` (``"chain"``, ``"graph"``) with ``<root_span>.name``: the name of each root run
   (the runnable being invoked).
 
-Part of core so that neither plugin imports the other; it imports LangChain only inside the events, which
+In the shared base so that neither plugin imports the other; it imports LangChain only inside the events, which
 LangChain alone fires.
 """
 

@@ -1,8 +1,8 @@
 """The LangChain callback handler that turns a runnable's model and tool calls into tether spans, named by agent.
 
 Imported only by ``LangChainAdapter.instrument`` (it subclasses LangChain's ``BaseCallbackHandler``). The events
-and spans are the core's (``tether.plugin.langchain_callbacks.CallbackCapture``, shared with the ``langgraph``
-plugin); this handler enters every chain and tool run in a ``RunTree`` (``tether_langchain.naming``), which names
+and spans are the shared base's (``tether_langchain_base.callbacks.CallbackCapture``, shared with the ``langgraph``
+plugin); this handler enters every chain and tool run in a ``RunTree`` (``tether_langchain.names``), which names
 the calls, and gives each root run an ``other`` span named ``chain`` with ``chain.name`` (the runnable invoked).
 """
 
@@ -13,8 +13,8 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from tether.plugin.langchain_callbacks import CallbackCapture
-from tether_langchain.naming import RunTree
+from tether_langchain.names import RunTree
+from tether_langchain_base.callbacks import CallbackCapture
 
 
 class LangChainHandler(CallbackCapture, BaseCallbackHandler):

@@ -1,0 +1,25 @@
+"""tether's ``myframework`` plugin: trains MyFramework agents unchanged (``pip install "tether[myframework]"``).
+
+TODO(framework): say what the adapter runs, how it captures model and tool calls, and how it names sub-agents.
+Importing this module does not import MyFramework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tether.plugin.adapters import Adapter
+from tether.plugin.hookspecs import hookimpl
+from tether_myframework.adapter import MyFrameworkAdapter
+
+#: TODO(framework): the extra's name in pyproject.toml ([project.optional-dependencies])
+EXTRA = "myframework"
+#: TODO(framework): the top-level modules the plugin needs (the framework's, and "openai" if its clients use it)
+REQUIRES = ("myframework", "openai")
+
+__all__ = ["EXTRA", "REQUIRES", "MyFrameworkAdapter", "register_adapters"]
+
+
+@hookimpl
+def register_adapters(register: Callable[[Adapter], None]) -> None:
+    register(MyFrameworkAdapter())
