@@ -276,11 +276,13 @@ class Session:
                 phase = job.metadata.get(PHASE_METADATA)
                 log_failures(self.run.path / FAILURES_FILE, batches[-1].rollouts, str(phase) if phase else None)
         seconds = time.perf_counter() - started
-        for batch in batches:
+        for i, batch in enumerate(batches):
             batch.seconds = seconds
             batch.trained, batch.credit = assign_credit(batch.results, self.settings.credit_rule)  # (recorded)
             batch.credit.notes.extend(group_notes)
-            batch.group_metrics = dict(group_metrics)  # (of all the jobs run together)
+            # the group reward's figures are of all the jobs run together: on the first batch only, so that a
+            # sum over the batches (an evaluation's two passes) counts each judge call once
+            batch.group_metrics = dict(group_metrics) if i == 0 else {}
         return batches
 
     async def _watch(self, ids: Sequence[str], progress: Callable[[int, int], None]) -> None:
