@@ -6,9 +6,11 @@ import io
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
-from tether.training.progress import FitProgress, evaluation_bar
+import tether.training.progress as progress_module
+from tether.training.progress import FitProgress, evaluation_bar, sampling_bar
 
 
 def _line(*records: dict[str, object]) -> str:
@@ -118,3 +120,25 @@ def test_a_piped_process_prints_a_line_per_update() -> None:
     lines = done.stdout.splitlines()
     assert [" ".join(line.split()[:2]) for line in lines] == ["step 1/2", "step 2/2"]
     assert all("loss 1.500" in line and "3.0 examples/s" in line for line in lines)
+
+
+def test_a_slow_steps_rollouts_are_heard_in_a_pipe_at_least_every_30_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    assert sampling_bar(3, 64) is None  # outside a bar's block: nothing to show it on
+    with FitProgress(5, console=Console(file=out, width=200)):
+        rollouts = sampling_bar(3, 64)
+        assert rollouts is not None
+        rollouts(10, 64)  # a quick step says nothing of its rollouts: the step's own line follows
+        clock[0] += 31.0
+        rollouts(10, 64)  # no rollout finished for 31 s: still heard from
+        clock[0] += 40.0
+        rollouts(64, 64)
+        rollouts.close()
+    assert out.getvalue().splitlines() == [
+        "sampling step 3: 10/64 rollouts 0:31",
+        "sampling step 3: 64/64 rollouts 1:11",
+    ]

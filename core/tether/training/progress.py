@@ -29,6 +29,7 @@ _EVAL_PASSES = (("greedy_accuracy", "greedy"), ("sampled_accuracy", "T=1"))
 #: in a pipe, the least seconds between two lines of training steps, or of one evaluation's progress (the last
 #: step's and an evaluation's last line always show)
 LINE_INTERVAL_S = 5.0
+QUIET_LIMIT_S = 30.0  # a rollout bar with no news repeats its line after this long (in a pipe)
 
 
 class FitProgress:
@@ -134,6 +135,13 @@ class FitProgress:
             self._lines.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
+def sampling_bar(step: int, total: int) -> EvalBar | None:
+    """The bar of a training step's rollouts (``sampling step 3: 12/64 rollouts 0:41`` in a pipe) inside a
+    ``FitProgress`` block, or None outside one: a long step is never silent while its rollouts run."""
+    bar = _ACTIVE.get()
+    return EvalBar(bar, step, total, label="sampling") if bar is not None else None
+
+
 def evaluation_bar(step: int, total: int) -> EvalBar | None:
     """The bar of an evaluation run inside a ``FitProgress`` block (an algorithm's own, such as SFT's), or None
     outside one: how ``tether.algorithms.evaluation.evaluate`` shows progress it was given no callback for."""
@@ -145,33 +153,38 @@ class EvalBar:
     """One evaluation's progress (``FitProgress.evaluation``): a second bar on a terminal, a line per update
     (at most one each ``line_interval_s``, and the last) in a pipe."""
 
-    def __init__(self, owner: FitProgress, step: int, total: int) -> None:
+    def __init__(self, owner: FitProgress, step: int, total: int, label: str = "eval") -> None:
         self._owner = owner
+        self._label = label
         self._step = step
         self._total = total
         self._started = time.monotonic()
-        self._said = -float("inf")
+        # an evaluation's lines: its start, each ``line_interval_s``, its end; a step's rollouts (sampling): only
+        # while it is slow, each QUIET_LIMIT_S (the step's own line follows it)
+        self._interval = owner._interval if label == "eval" else QUIET_LIMIT_S
+        self._said = -float("inf") if label == "eval" else 0.0
         self._done = -1
         self._task: Any = None
         if owner._progress is not None:
+            described = "evaluating" if label == "eval" else label
             self._task = owner._progress.add_task(
-                "evaluating", total=total, **{**owner._fields, "val": f"(evaluating step {step})"}
+                described, total=total, **{**owner._fields, "val": f"({described} step {step})"}
             )
         self(0, total)
 
     def __call__(self, done: int, total: int) -> None:
-        if done == self._done:
-            return
+        now = time.monotonic() - self._started
+        if done == self._done and now - self._said < QUIET_LIMIT_S:  # (the same count again: said at most
+            return  # each QUIET_LIMIT_S, so a pipe hears from a slow step at least that often)
         self._done, self._total = done, total
         progress = self._owner._progress
         if progress is not None and self._task is not None:
             progress.update(self._task, completed=done, total=total)
             return
-        now = time.monotonic() - self._started
-        if now - self._said >= self._owner._interval or done >= total:
+        if now - self._said >= self._interval or (done >= total and self._label == "eval"):
             self._said = now
             minutes, seconds = divmod(int(now), 60)
-            self._owner._say(f"eval step {self._step}: {done}/{total} rollouts {minutes}:{seconds:02d}")
+            self._owner._say(f"{self._label} step {self._step}: {done}/{total} rollouts {minutes}:{seconds:02d}")
 
     def close(self) -> None:
         progress = self._owner._progress

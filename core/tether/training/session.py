@@ -195,15 +195,18 @@ class Session:
         prompts: dict[str, PromptTemplate] | None = None,
         harvest: bool = False,
         metadata: Mapping[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Batch:
         """Run each task ``repeats`` times with ``sampling`` (and ``prompts``) and return the batch.
 
         ``tasks`` are ``Task`` objects or raw inputs; ``metadata`` is added to each rollout's. The rollouts stay
         in the store (a ``memory:`` store keeps the latest ``keep_rollouts``); ``harvest=True`` removes them.
+        ``progress(finished, total)`` is called as the rollouts finish (the store polled each second).
         """
         started = time.perf_counter()
         version = await self.publish(sampling, prompts)
-        (batch,) = await self._run([Job(tasks, version, repeats, metadata or {})], mode, harvest, started)
+        job = Job(tasks, version, repeats, metadata or {})
+        (batch,) = await self._run([job], mode, harvest, started, progress)
         return batch
 
     async def run_jobs(

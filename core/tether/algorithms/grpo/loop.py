@@ -36,7 +36,7 @@ from tether.training.credit import CreditStats
 from tether.training.health import FitError, idle_reason, top_errors
 from tether.training.kv_metrics import kv_metrics, kv_stats
 from tether.training.preflight import PreflightGroup
-from tether.training.progress import FitProgress
+from tether.training.progress import FitProgress, sampling_bar
 from tether.training.result import FitResult
 from tether.training.run_dir import RunDir
 from tether.training.session import Batch, Session
@@ -248,9 +248,19 @@ class Loop:
         algo = self.algorithm
         tasks = rng.sample(list(train), min(algo.tasks_per_step, len(train)))
         kv_before = kv_stats(self.backend)
-        batch = await self.session.run_batch(
-            tasks, algo.group_size, {"temperature": algo.temperature}, Mode.TRAIN, prompts=self.prompts
-        )
+        sampling = sampling_bar(self.step + 1, len(tasks) * algo.group_size)
+        try:
+            batch = await self.session.run_batch(
+                tasks,
+                algo.group_size,
+                {"temperature": algo.temperature},
+                Mode.TRAIN,
+                prompts=self.prompts,
+                progress=sampling,
+            )
+        finally:
+            if sampling is not None:
+                sampling.close()
         self.last_batch = batch
         if self.step == 0:
             self._check_wiring(batch)
