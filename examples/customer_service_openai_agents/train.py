@@ -26,6 +26,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import agent  # noqa: E402  (the SDK's example, unchanged)
+
 import tether  # noqa: E402
 
 RUBRIC = (
@@ -74,9 +76,7 @@ def judge(model: str, model_name: str | None = None, api_key: str | None = None)
 
 def wrapped(reward: Any, optimize: list[str] | None = None) -> tether.WrappedAgent:
     """The example's triage agent, unchanged, wrapped with ``reward`` (each rollout gets a fresh context)."""
-    from agent import triage_agent  # the SDK's example, unchanged
-
-    return tether.wrap(triage_agent, reward=reward, optimize=optimize or None)
+    return tether.wrap(agent.triage_agent, reward=reward, optimize=optimize or None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,10 @@ def _load(name: str, path: Path) -> Any:
 
 agent = _load("agent", EXAMPLE_DIR / "agent.py")  # train.py imports it as ``agent``: the same module
 train = _load("customer_service_train", EXAMPLE_DIR / "train.py")
+# out of the way of other tests' ``agent`` modules (train.py holds its own reference)
+del sys.modules["agent"]
+sys.path.remove(str(EXAMPLE_DIR))
+assert train.agent is agent
 
 FAQ, SEAT = (
     "How many bags can I bring on the plane?",
