@@ -137,7 +137,7 @@ async def measure(model: str, groups: int, size: int, seed: int, max_tokens: int
                 verdict = await judge.score_group(Group({"question": problem.question}, members))
             except GroupRewardError as exc:
                 failed += 1
-                print(f"unparsed: {str(exc)[:160]}", flush=True)
+                print(f"unparsed ({len(recorded.reply)} chars): {str(exc)[:160]}", flush=True)
                 loose = _lenient(recorded, candidates)
                 if loose is not None:
                     w, n, t = agreement(loose, labels)
