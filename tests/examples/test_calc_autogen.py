@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -127,3 +128,42 @@ async def _dashboard_rollouts(runs: Path, name: str) -> tuple[int, dict[str, int
     finally:
         await server.stop()
     return everything["total"], modes
+
+
+def _judge_agreement(score: Any, groups: int = 6) -> dict[str, Any]:
+    """``judge_agreement.measure`` against a scripted judge on the fake LLM."""
+    import judge_agreement
+
+    from tether.testing.fake_llm import FakeLLM, text
+    from tether.testing.judge import judge_handler
+
+    async def run() -> dict[str, Any]:
+        handler = judge_handler(score) if callable(score) else (lambda request: text(str(score)))
+        async with FakeLLM(handler=handler) as judge:
+            return await judge_agreement.measure(judge.base_url, groups, 4, 0, 256)
+
+    return asyncio.run(run())
+
+
+def test_judge_agreement_scores_a_judges_ranking_against_the_labels() -> None:
+    answers = {p.question: p.answer for p in data.splits(seed=0)["test"]}
+
+    def right(task: str, attempt: str) -> float:
+        (answer,) = [a for q, a in answers.items() if q in task]
+        return data.reward({"answer": answer}, attempt)
+
+    perfect = _judge_agreement(right)
+    assert perfect["parsed"] == 6 and perfect["parse_failures"] == 0
+    assert perfect["pairwise_agreement"] == 1.0 and perfect["top_pick_right"] == 1.0
+    assert perfect["lenient_pairwise_agreement"] == 1.0
+    inverted = _judge_agreement(lambda task, attempt: 1.0 - right(task, attempt))
+    assert inverted["pairwise_agreement"] == 0.0 and inverted["top_pick_right"] == 0.0
+    flat = _judge_agreement(lambda task, attempt: 0.5)
+    assert flat["pairwise_agreement"] == 0.5  # ties count half
+    # a reply that is not scores fails its group; read leniently, numbers outside [0, 1] still rank
+    assert _judge_agreement("no idea")["parse_failures"] == 6
+    scaled = _judge_agreement(
+        '{"scores": [{"id": "t1", "score": 7}, {"id": "t2", "score": 3}, '
+        '{"id": "t3", "score": 3}, {"id": "t4", "score": 3}]}'
+    )
+    assert scaled["parsed"] == 0 and scaled["lenient_parsed"] == 6
