@@ -137,7 +137,7 @@ def test_store_serve_help_names_postgresql() -> None:
 
 
 def test_the_store_servers_routes_are_documented() -> None:
-    from tether.store import http_server
+    from tether.store.http import server as http_server
 
     doc = (ROOT / "docs" / "store.md").read_text()
     for method, path, _ in http_server._ROUTES:

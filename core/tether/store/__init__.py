@@ -63,7 +63,7 @@ def open_store(url: str = DEFAULT_STORE_URL, *, token: str | None = None) -> Sto
             raise ValueError(f"bad SQLite URL {url!r}: write sqlite:///relative.db or sqlite:////abs/path.db")
         return SqliteStore(Path(path[1:]) if path != "/:memory:" else ":memory:")
     if url.startswith(("http://", "https://")):
-        from tether.store.http_client import HttpStore
+        from tether.store.http.client import HttpStore
 
         return HttpStore(url, token=token)
     if url.startswith(("postgresql://", "postgres://")):

@@ -100,7 +100,7 @@ async def _start_remote(
     import secrets
 
     from tether.models.http_backend import TOKEN_ENV, BackendServer
-    from tether.store.http_server import start_server
+    from tether.store.http.server import start_server
 
     # each server gets a token of this session's, handed to the actors in their runtime env: beyond
     # loopback the bind rule needs one, and on loopback it keeps other local users out

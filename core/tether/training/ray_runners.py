@@ -7,7 +7,7 @@ taking rollouts from a shared store and writing their spans there; the trainer e
 as it does with in-process runners. What the actors share with the trainer:
 
 - the store: a ``postgresql://`` or ``http://`` store URL is used by the actors as is; any other store
-  (``memory:``, SQLite) is served to them over HTTP (``tether.store.http_server``) by the trainer.
+  (``memory:``, SQLite) is served to them over HTTP (``tether.store.http.server``) by the trainer.
 - the model: the trainer's backend, served whole over HTTP (``tether.models.http_backend``): each actor's
   proxy records the backend's own results (token ids, logprobs, weights version), so the spans are the ones
   an in-process run records, and an actor's proxy and adapters share one span queue, keeping their order.

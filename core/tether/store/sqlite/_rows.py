@@ -73,7 +73,7 @@ CREATE UNIQUE INDEX spans_order ON spans (attempt_id, sequence);
 CREATE TABLE resources (version INTEGER PRIMARY KEY, data BLOB NOT NULL);
 """
 
-#: an imported trace's spans by id, to skip those it already holds (``tether.store._sqlite_import``); partial,
+#: an imported trace's spans by id, to skip those it already holds (``tether.store.sqlite._import``); partial,
 #: so that the spans of enqueued rollouts (the hot path) do not pay for it
 IMPORTED = "substr(attempt_id, 1, 7) = 'at-imp-'"
 IMPORTED_SPANS_INDEX = f"CREATE INDEX IF NOT EXISTS spans_imported ON spans (attempt_id, span_id) WHERE {IMPORTED}"

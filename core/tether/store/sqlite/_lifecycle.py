@@ -11,7 +11,9 @@ import time
 from typing import Any
 
 from tether import _json
-from tether.store._sqlite_rows import (
+from tether.store._stale import stale_reason, timed_out_span
+from tether.store.base import InvalidInput, InvalidTransition, NotFound
+from tether.store.sqlite._rows import (
     ATTEMPT_COLS,
     NEXT_QUEUE_POS,
     ROLLOUT_COLS,
@@ -19,8 +21,6 @@ from tether.store._sqlite_rows import (
     qualified,
     rollout_from_row,
 )
-from tether.store._stale import stale_reason, timed_out_span
-from tether.store.base import InvalidInput, InvalidTransition, NotFound
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
 # -- lookups ------------------------------------------------------------------------------------------------

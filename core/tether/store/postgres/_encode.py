@@ -8,8 +8,6 @@ from typing import Any
 
 from tether import _json
 from tether.store._frozen import frozen_size, snapshot
-from tether.store._pg_ops import opt_float
-from tether.store._pg_schema import NOT_RUNNING, UNKNOWN_ATTEMPT, WRONG_ROLLOUT
 from tether.store._span_cache import SPAN_BYTES
 from tether.store.base import (
     InvalidInput,
@@ -19,6 +17,8 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
+from tether.store.postgres._ops import opt_float
+from tether.store.postgres._schema import NOT_RUNNING, UNKNOWN_ATTEMPT, WRONG_ROLLOUT
 from tether.types import Mode, Rollout, RolloutSpec, Span, SpanKind, new_id
 
 # executemany runs the rows in order, so the queue positions (a column default) follow them

@@ -9,19 +9,19 @@ Semantics are the SQLite store's (``tether.store.sqlite``), with PostgreSQL doin
 - ``dequeue`` claims rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` in queue order, so any number of
   workers, in any number of processes, take different rollouts without waiting on each other; a requeued
   rollout takes a fresh position from the ``tether_queue_pos`` sequence (the back of the queue).
-- Every change is one transaction (``tether.store._pg_conn``); changes to a rollout lock its row first, then
+- Every change is one transaction (``tether.store.postgres._conn``); changes to a rollout lock its row first, then
   its attempts', so finishing, cancelling and the stale sweep never interleave on one rollout.
 - ``add_spans`` takes each attempt's sequence numbers by bumping ``tether_attempts.next_seq`` (which also
   locks the attempt: concurrent batches of one attempt get consecutive numbers) and inserts the batch; an
   invalid span rolls the whole batch back. It and ``finish_attempt`` are one round trip each: PL/pgSQL
-  functions of the schema (``tether.store._pg_schema``) run their steps, so a call is one statement, atomic
+  functions of the schema (``tether.store.postgres._schema``) run their steps, so a call is one statement, atomic
   on its own, rather than ``BEGIN``, four statements and ``COMMIT`` each waited for (the cost that dominated
   PostgreSQL's lifecycle on a busy machine).
 - ``wait_for_rollouts`` is woken by ``LISTEN``/``NOTIFY``: a trigger announces each rollout that reaches a
   finished status when its transaction commits.
-- The schema is created and migrated on first use (``tether.store._pg_schema``), never dropped.
-- The statements of a rollout's life are in ``tether.store._pg_ops``; new rollouts and spans become rows in
-  ``tether.store._pg_encode``; listing, resources and harvests are in ``tether.store._pg_queries``.
+- The schema is created and migrated on first use (``tether.store.postgres._schema``), never dropped.
+- The statements of a rollout's life are in ``tether.store.postgres._ops``; new rollouts and spans become rows in
+  ``tether.store.postgres._encode``; listing, resources and harvests are in ``tether.store.postgres._queries``.
 
 A server that goes away (restart, failover) makes calls raise ``StoreError`` naming it; once it is back the
 pool reconnects and the next call works.
@@ -35,32 +35,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
-from tether.store._pg_conn import Connections
-from tether.store._pg_encode import INSERT_ROLLOUTS, rollout_rows, span_columns, span_refusal
-from tether.store._pg_import import import_work
-from tether.store._pg_ops import (
-    ADD_SPANS,
-    CLAIM_QUEUED,
-    FINISH_ATTEMPT,
-    ROLLOUT_BY_ID,
-    cancel,
-    claim_queued,
-    lock_running_attempt,
-    sweep_stale,
-)
-from tether.store._pg_overlap import ReadOrder
-from tether.store._pg_queries import list_sql, publish_resources, take_finished
-from tether.store._pg_schema import (
-    ATTEMPT_COLS,
-    NOT_RUNNING,
-    ROLLOUT_COLS,
-    SCHEMA_VERSION,
-    UNKNOWN_ATTEMPT,
-    attempt_from_row,
-    qualified,
-    rollout_from_row,
-)
-from tether.store._pg_spans import NEXT_SEQ, SPANS_FROM, read_spans
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
 from tether.store.base import (
     Harvested,
@@ -76,6 +50,32 @@ from tether.store.base import (
     validate_number,
     validate_reward,
 )
+from tether.store.postgres._conn import Connections
+from tether.store.postgres._encode import INSERT_ROLLOUTS, rollout_rows, span_columns, span_refusal
+from tether.store.postgres._import import import_work
+from tether.store.postgres._ops import (
+    ADD_SPANS,
+    CLAIM_QUEUED,
+    FINISH_ATTEMPT,
+    ROLLOUT_BY_ID,
+    cancel,
+    claim_queued,
+    lock_running_attempt,
+    sweep_stale,
+)
+from tether.store.postgres._overlap import ReadOrder
+from tether.store.postgres._queries import list_sql, publish_resources, take_finished
+from tether.store.postgres._schema import (
+    ATTEMPT_COLS,
+    NOT_RUNNING,
+    ROLLOUT_COLS,
+    SCHEMA_VERSION,
+    UNKNOWN_ATTEMPT,
+    attempt_from_row,
+    qualified,
+    rollout_from_row,
+)
+from tether.store.postgres._spans import NEXT_SEQ, SPANS_FROM, read_spans
 from tether.store.retry import DEFAULT_OUTAGE_S, is_outage
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, sql_page, usage_of, usage_sql
 from tether.types import (
@@ -95,8 +95,8 @@ _CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
 
 
 async def _ready_connection(conn: Any) -> None:
-    """Ready a new connection for the calls a training run makes most (``tether.store._pg_pool`` opens it in the
-    background while callers use the busy ones): asyncpg prepares each statement once per connection (and
+    """Ready a new connection for the calls a training run makes most (``tether.store.postgres._pool`` opens it
+    in the background while callers use the busy ones): asyncpg prepares each statement once per connection (and
     introspects the array types of ``tether_add_spans``' arguments, 15-40 ms on a cold connection), and
     PostgreSQL compiles each PL/pgSQL function once per connection. Each statement is run so that it changes
     nothing: no rows to insert, a claim of none, an unknown attempt."""
@@ -117,7 +117,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str, *, pool_size: int = 10, span_cache_bytes: int = DEFAULT_SPAN_CACHE_BYTES) -> None:
         """``span_cache_bytes`` bounds the memory of the spans this store wrote and keeps for reads
-        (``tether.store._pg_spans``); 0 turns the cache off."""
+        (``tether.store.postgres._spans``); 0 turns the cache off."""
         self.url = url
         self._db = Connections(url, max_size=pool_size, warm=_ready_connection)
         self._cache = SpanCache(span_cache_bytes)
@@ -180,7 +180,7 @@ class PostgresStore(Store):
             raise InvalidInput(f"rollout output: {exc}") from None
 
         async def finish(conn: Any) -> Rollout:
-            try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
+            try:  # one statement, atomic on its own (``tether.store.postgres._schema``: the steps it takes)
                 row = await conn.fetchrow(
                     FINISH_ATTEMPT, attempt_id, final.value, output_blob, reward, error, time.time()
                 )
@@ -324,7 +324,7 @@ class PostgresStore(Store):
         wanted = sorted(counts)  # a fixed lock order for batches that share attempts
 
         async def insert(conn: Any) -> list[int]:
-            try:  # one statement, atomic on its own (``tether.store._pg_schema``: the steps it takes)
+            try:  # one statement, atomic on its own (``tether.store.postgres._schema``: the steps it takes)
                 found = await conn.fetchval(
                     ADD_SPANS, wanted, [counts[aid] for aid in wanted], time.time(), *columns
                 )

@@ -8,7 +8,7 @@ A long run's memory stays flat: the store keeps the latest ``keep_rollouts`` fin
 default; ``memory:?keep_rollouts=N``), dropping the oldest finished one (with its attempts and spans) as each
 new one finishes. Queued and running rollouts are never dropped; ``keep_rollouts=None`` keeps everything.
 
-``import_rollout``'s work is in ``tether.store._memory_import``; the rule for when a running attempt is dead
+``import_rollout``'s work is in ``tether.store.memory._import``; the rule for when a running attempt is dead
 (``stale_reason``), shared by every backend, is in ``tether.store._stale`` and re-exported here.
 """
 
@@ -22,8 +22,6 @@ from typing import Any
 
 from tether import _json
 from tether.store._frozen import snapshot, thawed_span
-from tether.store._memory_import import prepare as prepare_import
-from tether.store._memory_import import write as write_import
 from tether.store._stale import stale_reason, timed_out_span
 from tether.store.base import (
     FINISHED_ATTEMPT_STATUSES,
@@ -42,6 +40,8 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
+from tether.store.memory._import import prepare as prepare_import
+from tether.store.memory._import import write as write_import
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, counts_of, page_of, usage_from
 from tether.types import (
     Attempt,

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 from tether import _json
-from tether.store._sqlite_rows import IMPORTED
 from tether.store.base import ImportedRollout, ImportResult, encode_import, import_id
+from tether.store.sqlite._rows import IMPORTED
 from tether.types import SpanKind
 
 

@@ -23,8 +23,8 @@ from aiohttp import web
 
 from tether import _json
 from tether._net import check_bind, local_address, refusal, unbracket
-from tether.store import _wire
 from tether.store.base import InvalidInput, Store
+from tether.store.http import _wire
 from tether.store.rollout_query import RolloutQuery
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Mount", "StoreServer", "create_app", "serve", "start_server"]
@@ -36,7 +36,7 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_WAIT_S = 60.0  # a wait request is a long poll; clients loop for longer waits
 _SHUTDOWN_S = 1.0  # on stop, in-flight requests (a long-polling wait) get this long before they are cut
 
-_log = logging.getLogger("tether.store.http_server")
+_log = logging.getLogger("tether.store.http.server")
 _STORE_KEY = web.AppKey("store", Store)
 _STOPPING_KEY = web.AppKey("stopping", asyncio.Event)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -2,7 +2,7 @@
 
 asyncpg connections belong to the event loop that opened them, so the store keeps one pool per loop that uses
 it (normally one), created on first use; the first pool of a store also brings the schema up to date
-(``tether.store._pg_schema``). ``Connections.transaction`` runs a unit of work in one transaction, retries it
+(``tether.store.postgres._schema``). ``Connections.transaction`` runs a unit of work in one transaction, retries it
 when PostgreSQL aborted it for a deadlock or a serialization failure (it changed nothing), and turns
 everything else the driver raises into the contract's errors: a lost or refused connection is a
 ``StoreError`` that names the server and says the call may not have been applied; the pool replaces broken
@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from tether.store._pg_overlap import Started
-from tether.store._pg_pool import Pool
-from tether.store._pg_schema import FINISHED_CHANNEL, migrate
 from tether.store.base import InvalidInput, StoreError
+from tether.store.postgres._overlap import Started
+from tether.store.postgres._pool import Pool
+from tether.store.postgres._schema import FINISHED_CHANNEL, migrate
 
 _T = TypeVar("_T")
 _RETRIES = 5  # deadlocks and serialization failures: PostgreSQL rolled the transaction back, so run it again
@@ -96,9 +96,9 @@ class Connections:
         return conn
 
     async def _make_pool(self, loop: asyncio.AbstractEventLoop) -> Pool:
-        # (``tether.store._pg_pool``: no reset between callers, since the store leaves no session state behind:
-        # advisory locks are transaction-scoped, no ``SET``, no cursor, and ``LISTEN`` is on the listener's own
-        # connection; a connection released inside a transaction is terminated, not reused)
+        # (``tether.store.postgres._pool``: no reset between callers, since the store leaves no session state
+        # behind: advisory locks are transaction-scoped, no ``SET``, no cursor, and ``LISTEN`` is on the
+        # listener's own connection; a connection released inside a transaction is terminated, not reused)
         try:
             pool = Pool(self._connect, self.max_size, self._closed)
             pool.release(await pool.acquire())  # the first connection now: an unreachable server fails here
@@ -152,7 +152,7 @@ class Connections:
 
     async def fetch_during(self, sql: str, args: tuple[Any, ...], work: Callable[[], _T]) -> tuple[list[Any], _T]:
         """``fetch(sql, *args)`` with ``work()`` run while the server answers: the statement is sent first
-        (``tether.store._pg_overlap``), then ``work`` runs, then the answer is read. Returns both results.
+        (``tether.store.postgres._overlap``), then ``work`` runs, then the answer is read. Returns both results.
         An exception from ``work`` is raised as it is (the statement's answer is not read: its connection is
         dropped)."""
         pool = await self.pool()

@@ -17,7 +17,6 @@ from urllib.parse import quote, urlencode
 
 from tether import _json
 from tether._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
-from tether.store import _wire
 from tether.store.base import (
     Harvested,
     ImportedRollout,
@@ -34,6 +33,7 @@ from tether.store.base import (
     validate_span,
     validate_spec,
 )
+from tether.store.http import _wire
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, usage_of
 from tether.types import (
     Attempt,

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
-from tether.store._pg_ops import attempts_of, status_of
-from tether.store._pg_schema import ROLLOUT_COLS, SPAN_COLS, rollout_from_row, span_from_row
 from tether.store._span_cache import SpanCache
 from tether.store.base import Harvested, InvalidTransition
+from tether.store.postgres._ops import attempts_of, status_of
+from tether.store.postgres._schema import ROLLOUT_COLS, SPAN_COLS, rollout_from_row, span_from_row
 from tether.types import LLMEndpoint, Mode, PromptTemplate, Resources, RolloutStatus, Span
 
 _FINISHED = ("succeeded", "failed", "cancelled")

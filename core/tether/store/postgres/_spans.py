@@ -10,7 +10,7 @@ database stays the truth: spans another process wrote, or the cache evicted, are
 The check's round trip is the one cost such a read has beyond SQLite's (which asks its file the same
 question in microseconds), so the copy of the cached spans is made while the server answers
 (``Connections.fetch_during``): with a core free for the server the read costs about the longer of the two
-rather than their sum (``tether.store._pg_overlap``: when that is slower, ``ReadOrder`` goes back to check,
+rather than their sum (``tether.store.postgres._overlap``: when that is slower, ``ReadOrder`` goes back to check,
 then copy). The copy is kept only when the answer says the cache held every span (it is made of a snapshot
 of the cache taken before the check was sent, so every span in it is below the ``next_seq`` the check sees).
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 import time
 
 from tether.store._frozen import thawed_span
-from tether.store._pg_conn import Connections
-from tether.store._pg_overlap import ReadOrder
-from tether.store._pg_schema import SPAN_COLS, qualified, span_from_row
 from tether.store._span_cache import SpanCache
+from tether.store.postgres._conn import Connections
+from tether.store.postgres._overlap import ReadOrder
+from tether.store.postgres._schema import SPAN_COLS, qualified, span_from_row
 from tether.types import Span
 
 __all__ = ["NEXT_SEQ", "SPANS_FROM", "read_spans"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tether.store._pg_schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.store._stale import stale_reason
 from tether.store.base import InvalidTransition, NotFound
+from tether.store.postgres._schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
 #: claim up to $1 queued rollouts in queue order (skipping those other workers hold), mark them running and
@@ -29,7 +29,7 @@ CLAIM_QUEUED = (
     "rollout_id, attempt_count, $3, 'running', $4, $4 FROM claimed) "
     "SELECT * FROM claimed ORDER BY queue_pos"
 )
-#: ``tether_finish_attempt`` and ``tether_add_spans`` (``tether.store._pg_schema``): one statement each
+#: ``tether_finish_attempt`` and ``tether_add_spans`` (``tether.store.postgres._schema``): one statement each
 FINISH_ATTEMPT = f"SELECT {ROLLOUT_COLS} FROM tether_finish_attempt($1, $2, $3, $4, $5, $6)"
 ADD_SPANS = "SELECT tether_add_spans($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 ROLLOUT_BY_ID = f"SELECT {ROLLOUT_COLS} FROM tether_rollouts WHERE rollout_id = $1"

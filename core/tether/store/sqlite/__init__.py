@@ -8,17 +8,17 @@ dequeue from the same file, and a busy file is waited on (``busy_timeout``) rath
 inline on the caller's thread: each call is a few short statements, cheaper than a hop to a thread pool. One
 connection per store, guarded by a lock, so a store may also be shared between threads.
 
-Group commit (``tether.store._group_commit``): writes that reach the store in the same turn of its event
+Group commit (``tether.store.sqlite._group_commit``): writes that reach the store in the same turn of its event
 loop share one transaction, each in a savepoint of its own; a lone write commits at once.
 
 Span sequence numbers come from ``attempts.next_seq`` inside the writing transaction; spans are inserted
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes. The
 statements each change runs inside its transaction (claiming, ending, sweeping, cancelling, inserting spans)
-are in ``tether.store._sqlite_lifecycle``; new rollouts and spans become rows in ``tether.store._sqlite_encode``,
-and listing, counting, resources and harvests are in ``tether.store._sqlite_queries``.
+are in ``tether.store.sqlite._lifecycle``; new rollouts and spans become rows in ``tether.store.sqlite._encode``,
+and listing, counting, resources and harvests are in ``tether.store.sqlite._queries``.
 
 Speed: a thread of the store's own runs passive WAL checkpoints so that commits rarely stall on one
-(``tether.store._sqlite_wal``); SQLite's own autocheckpoint stays on, raised to ``WAL_CAP_BYTES``, as the
+(``tether.store.sqlite._wal``); SQLite's own autocheckpoint stays on, raised to ``WAL_CAP_BYTES``, as the
 bound on the WAL's size. (Larger pages were tried: faster for span batches, slower for the small rollout
 transactions.) Neither changes what survives a crash: a commit is durable once ``COMMIT`` returns.
 """
@@ -36,37 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether import _json
-from tether.store._group_commit import GroupCommit
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
-from tether.store._sqlite_conn import connect, store_error
-from tether.store._sqlite_encode import insert_rollouts, rollout_rows, rollouts_of_rows, span_rows
-from tether.store._sqlite_import import import_work
-from tether.store._sqlite_lifecycle import (
-    attempts_of,
-    cancel,
-    claim,
-    end_attempt,
-    insert_spans,
-    rollout_of,
-    running_attempt,
-    status_of,
-    sweep,
-)
-from tether.store._sqlite_queries import (
-    count_in_file,
-    count_sql,
-    insert_resources,
-    latest_resources,
-    list_sql,
-    take_finished,
-)
-from tether.store._sqlite_rows import (
-    ROLLOUT_COLS,
-    SCHEMA_VERSION,
-    read_spans,
-    rollout_from_row,
-)
-from tether.store._sqlite_wal import WalCheckpointer
 from tether.store.base import (
     Harvested,
     ImportedRollout,
@@ -82,6 +52,36 @@ from tether.store.base import (
     validate_reward,
 )
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, sql_page, usage_of, usage_sql
+from tether.store.sqlite._conn import connect, store_error
+from tether.store.sqlite._encode import insert_rollouts, rollout_rows, rollouts_of_rows, span_rows
+from tether.store.sqlite._group_commit import GroupCommit
+from tether.store.sqlite._import import import_work
+from tether.store.sqlite._lifecycle import (
+    attempts_of,
+    cancel,
+    claim,
+    end_attempt,
+    insert_spans,
+    rollout_of,
+    running_attempt,
+    status_of,
+    sweep,
+)
+from tether.store.sqlite._queries import (
+    count_in_file,
+    count_sql,
+    insert_resources,
+    latest_resources,
+    list_sql,
+    take_finished,
+)
+from tether.store.sqlite._rows import (
+    ROLLOUT_COLS,
+    SCHEMA_VERSION,
+    read_spans,
+    rollout_from_row,
+)
+from tether.store.sqlite._wal import WalCheckpointer
 from tether.types import (
     Attempt,
     AttemptStatus,

@@ -1,7 +1,7 @@
 """Work done here while the PostgreSQL server answers a statement: its round trip and local work overlap.
 
 A read the span cache serves is one round trip (the attempt's ``next_seq``: which spans exist) plus the copy
-of the cached spans that SQLite's read makes too (``tether.store._pg_spans``). Done one after the other, the
+of the cached spans that SQLite's read makes too (``tether.store.postgres._spans``). Done one after the other, the
 read costs the sum; but once the statement is on the wire the server works on it in its own process (on
 another core when one is free) while this one would only wait. ``Started`` runs an asyncpg call up to its
 first wait, by which time asyncpg has written the statement to the socket; the caller copies the spans, then

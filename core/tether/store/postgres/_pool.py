@@ -1,4 +1,4 @@
-"""The PostgreSQL store's pool of asyncpg connections for one event loop (``tether.store._pg_conn``).
+"""The PostgreSQL store's pool of asyncpg connections for one event loop (``tether.store.postgres._conn``).
 
 asyncpg's own pool cost about 60 µs a call on top of the query (a task per release for ``asyncio.shield``, a
 timeout context, an inactivity timer cancelled and re-armed, a proxy object): as much as the loopback round
