@@ -61,7 +61,7 @@ from tether.algorithms.sft_data import Filter, read_finished, select, tokenize
 from tether.models import ChatRequest
 from tether.models.embedded import EmbeddedBackend
 from tether.store import open_store
-from tether.training import packing
+from tether.training.signal import packing
 from tether.types import Transition
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

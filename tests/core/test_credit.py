@@ -11,9 +11,9 @@ import pytest
 from tether import spans
 from tether.algorithms import credit_advantages, group_advantages
 from tether.policies import PolicyMap
-from tether.training.credit import CreditRule, check_credit
-from tether.training.session import RolloutResult
-from tether.training.transitions import build_transitions
+from tether.training.engine.session import RolloutResult
+from tether.training.signal.credit import CreditRule, check_credit
+from tether.training.signal.transitions import build_transitions
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, check_rewards
 
 

@@ -8,7 +8,7 @@ import sys
 
 from rich.console import Console
 
-from tether.training.progress import FitProgress, evaluation_bar
+from tether.training.run.progress import FitProgress, evaluation_bar
 
 
 def _line(*records: dict[str, object]) -> str:
@@ -109,7 +109,7 @@ def test_in_a_pipe_each_update_is_one_whole_line() -> None:
 
 def test_a_piped_process_prints_a_line_per_update() -> None:
     script = (
-        "from tether.training.progress import FitProgress\n"
+        "from tether.training.run.progress import FitProgress\n"
         "with FitProgress(2, kind='sft', line_interval_s=0.0) as bar:\n"
         "    for step in (1, 2):\n"
         "        bar.update({'kind': 'sft', 'step': step, 'loss': 1.5, 'examples_per_s': 3.0})\n"

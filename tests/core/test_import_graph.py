@@ -92,12 +92,12 @@ def test_the_walker_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from tether.trainer import Trainer\n"
-        "def f():\n    from tether.training import session\n    import tether.training.runner\n"
+        "def f():\n    from tether.training.engine import session\n    import tether.training.engine.runner\n"
     )
     assert _imports(source, _modules(), "tether.probe") == {
         "tether.trainer",
-        "tether.training.session",
-        "tether.training.runner",
+        "tether.training.engine.session",
+        "tether.training.engine.runner",
     }
 
 
@@ -207,7 +207,7 @@ def test_no_package_reaches_up() -> None:
 
 def test_the_layer_checker_catches_an_upward_tie(tmp_path: Path) -> None:
     source = tmp_path / "probe.py"
-    source.write_text("from tether.training.session import Session\n")
+    source.write_text("from tether.training.engine.session import Session\n")
     targets = _imports(source, _modules(), "tether.store.probe")
     allowed = GROUND | LAYERS["store"] | {"store"}
-    assert [t for t in targets if _floor(t) not in allowed] == ["tether.training.session"]
+    assert [t for t in targets if _floor(t) not in allowed] == ["tether.training.engine.session"]

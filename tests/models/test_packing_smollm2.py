@@ -20,7 +20,7 @@ from test_packing import TURNS, assert_packed_equals_per_call, chat, multi_turn_
 
 from tether.models import open_backend
 from tether.testing import smollm2
-from tether.training.packing import pack_calls
+from tether.training.signal.packing import pack_calls
 
 
 def _missing(what: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tether.algorithms.advantages import AdvantageStats, assign, group_advantages
-from tether.training.credit import Credit, CreditStats, assign_credit, credit_advantages
+from tether.training.signal.credit import Credit, CreditStats, assign_credit, credit_advantages
 
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
