@@ -12,9 +12,9 @@ from aiohttp import web
 
 from tether.store.base import Store
 from tether.store.http import server as http_server
-from tether.store.http.server import DEFAULT_MAX_BODY_BYTES, Mount, StoreServer
+from tether.store.http.server import Mount, StoreServer
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "StoreServer", "mounts", "serve", "start_server"]
+__all__ = ["mounts", "serve", "start_server"]
 
 
 def _mount_otlp(app: web.Application, store: Store, token: str | None) -> None:

@@ -24,14 +24,14 @@ from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
 from tether.training.engine.ray_runners import RayRunners
-from tether.training.engine.session import Session, Settings, as_task
+from tether.training.engine.session import Session, as_task
 from tether.training.run.dev_report import DevReport, all_zero, report
 from tether.training.run.health import check_idle_limit
 from tether.training.run.preflight import check_group_rewards, run_preflight
 from tether.training.run.report import check_report_to, reporting
 from tether.training.run.result import FitResult
 from tether.training.run.run_dir import RunDir
-from tether.training.run.settings import EvalSampled, check_counts, check_eval_sampled
+from tether.training.run.settings import EvalSampled, Settings, check_counts, check_eval_sampled
 from tether.training.signal.credit import Credit, CreditRule
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 

@@ -14,10 +14,12 @@ import pytest
 
 from tether import _json
 from tether.capture.span_batcher import SpanBatcher
-from tether.server import StoreServer, serve, start_server
+from tether.server import serve, start_server
 from tether.store import open_store
-from tether.store.base import InvalidInput, NotFound, Store
+from tether.store.base import Store
+from tether.store.errors import InvalidInput, NotFound
 from tether.store.http.client import HttpStore, StoreUnauthorized, StoreUnavailable
+from tether.store.http.server import StoreServer
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SqliteStore
 from tether.testing.store_conformance import StoreConformance, span, spec

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tether.store import StoreError
-from tether.store.base import NotFound
+from tether.store.errors import NotFound
 from tether.store.postgres import PostgresStore
 from tether.testing.pg_server import TempPostgres
 from tether.testing.store_conformance import span, spec

@@ -241,4 +241,6 @@ async def _stored_prompts(store: Store) -> dict[str, PromptTemplate]:
     return dict(resources.prompts)
 
 
-__all__ = ["APO", "APOResult", "Candidate"]
+__all__ = [
+    "APO",
+]

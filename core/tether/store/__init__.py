@@ -8,16 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tether.store.base import (
-    Harvested,
-    ImportedRollout,
-    ImportResult,
-    InvalidInput,
-    InvalidTransition,
-    NotFound,
-    Store,
-    StoreError,
-)
+from tether.store.base import Harvested, ImportedRollout, ImportResult, Store
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound, StoreError
 from tether.store.rollout_query import RolloutPage, RolloutQuery
 
 __all__ = [

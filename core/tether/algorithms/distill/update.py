@@ -42,7 +42,8 @@ from tether.training.run.result import FitResult
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
-    from tether.training.engine.session import Batch, Session
+    from tether.training.engine.session import Session
+    from tether.training.signal.batch import Batch
 
 
 def reverse_kl_advantages(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -32,12 +32,13 @@ from tether.algorithms.evaluation import carried_eval, evaluate
 from tether.algorithms.grpo.policies import trained_policies, update_policies
 from tether.models.base import TrainableBackend
 from tether.training.engine import memory
-from tether.training.engine.session import Batch, Session
+from tether.training.engine.session import Session
 from tether.training.run.health import FitError, idle_reason, top_errors
 from tether.training.run.preflight import PreflightGroup
 from tether.training.run.progress import FitProgress
 from tether.training.run.result import FitResult
 from tether.training.run.run_dir import RunDir
+from tether.training.signal.batch import Batch
 from tether.training.signal.credit import CreditStats
 from tether.training.signal.kv_metrics import kv_metrics, kv_stats
 from tether.training.signal.transitions import unknown_optimize_names

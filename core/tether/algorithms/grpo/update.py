@@ -4,7 +4,7 @@ The loss is token-level over response tokens only: for each trainable transition
 response token ids are scored by the current policy; the importance ratio against the sampling policy's
 logprobs (the trainer's own first pass for data the weights being updated sampled, the sampler's recorded ones
 for older data) is clipped as in PPO and multiplied by the transition's advantage (its rollout's
-group-relative advantage, see ``tether.algorithms.advantages``). Every response token in the update batch
+group-relative advantage, see ``tether.training.signal.credit``). Every response token in the update batch
 weighs the same. Optionally a KL penalty to the starting policy (k3 estimator) and, always, gradient
 clipping. The model is updated in place, so the backend serves the new weights on its next batch.
 

@@ -23,7 +23,9 @@ from typing import Any, TypedDict
 from tether import _json
 from tether.models.base import ModelBackend
 from tether.plugin.wrap import WrappedAgent, wrap
-from tether.training.engine.session import Job, RolloutResult, Session, Settings
+from tether.training.engine.session import Session
+from tether.training.run.settings import Settings
+from tether.training.signal.batch import Job, RolloutResult
 from tether.types import Mode, Task
 
 

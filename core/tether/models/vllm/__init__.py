@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.models.remote import RemoteBackend
 from tether.models.vllm._adapters import DEFAULT_POLICY, FROZEN_START, LORA_RANKS, AdapterServing, Swap, lora_rank
-from tether.models.vllm._server import SERVER_MODULE, vllm_launcher
+from tether.models.vllm._server import vllm_launcher
 from tether.models.vllm._server_process import ServerProcess, free_port
 from tether.policies import FROZEN_POLICY
 
@@ -39,7 +39,9 @@ if TYPE_CHECKING:
     from tether.models._adapters import AdapterPolicies
     from tether.models.lora import LoRA
 
-__all__ = ["DEFAULT_POLICY", "FROZEN_START", "LORA_RANKS", "SERVER_MODULE", "Swap", "VLLMBackend", "vllm_launcher"]
+__all__ = [
+    "VLLMBackend",
+]
 
 
 class VLLMBackend(AdapterServing, ModelBackend):

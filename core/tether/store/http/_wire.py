@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.store.base import ImportedRollout, InvalidInput, InvalidTransition, NotFound, StoreError
+from tether.store.base import ImportedRollout
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound, StoreError
 from tether.types import LLMEndpoint, Mode, PromptTemplate, RolloutSpec, RolloutStatus, Span, SpanKind
 
 # error type name on the wire -> (exception class, HTTP status)

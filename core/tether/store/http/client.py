@@ -17,22 +17,15 @@ from urllib.parse import quote, urlencode
 
 from tether import _json
 from tether._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
-from tether.store.base import (
-    Harvested,
-    ImportedRollout,
-    ImportResult,
-    InvalidInput,
-    Store,
-    StoreError,
+from tether.store._validate import (
     validate_finish_status,
-    validate_import,
-    validate_int,
     validate_limit,
-    validate_number,
     validate_reward,
     validate_span,
     validate_spec,
 )
+from tether.store.base import Harvested, ImportedRollout, ImportResult, Store, validate_import
+from tether.store.errors import InvalidInput, StoreError, validate_int, validate_number
 from tether.store.http import _wire
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, usage_of
 from tether.types import (

@@ -9,7 +9,7 @@ default; ``memory:?keep_rollouts=N``), dropping the oldest finished one (with it
 new one finishes. Queued and running rollouts are never dropped; ``keep_rollouts=None`` keeps everything.
 
 ``import_rollout``'s work is in ``tether.store.memory._import``; the rule for when a running attempt is dead
-(``stale_reason``), shared by every backend, is in ``tether.store._stale`` and re-exported here.
+(``stale_reason``), shared by every backend, is in ``tether.store._stale``.
 """
 
 from __future__ import annotations
@@ -23,23 +23,15 @@ from typing import Any
 from tether import _json
 from tether.store._frozen import snapshot, thawed_span
 from tether.store._stale import stale_reason, timed_out_span
-from tether.store.base import (
-    FINISHED_ATTEMPT_STATUSES,
-    Harvested,
-    ImportedRollout,
-    ImportResult,
-    InvalidInput,
-    InvalidTransition,
-    NotFound,
-    Store,
+from tether.store._validate import (
     validate_finish_status,
-    validate_int,
     validate_limit,
-    validate_number,
     validate_reward,
     validate_span,
     validate_spec,
 )
+from tether.store.base import FINISHED_ATTEMPT_STATUSES, Harvested, ImportedRollout, ImportResult, Store
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound, validate_int, validate_number
 from tether.store.memory._import import prepare as prepare_import
 from tether.store.memory._import import write as write_import
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, counts_of, page_of, usage_from

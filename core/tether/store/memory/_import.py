@@ -8,7 +8,8 @@ from typing import Any, Protocol
 
 from tether import _json
 from tether.store._frozen import snapshot
-from tether.store.base import ImportedRollout, ImportResult, InvalidInput, import_id, validate_import
+from tether.store.base import ImportedRollout, ImportResult, import_id, validate_import
+from tether.store.errors import InvalidInput
 from tether.types import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 
 

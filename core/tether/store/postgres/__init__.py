@@ -36,19 +36,15 @@ from typing import Any
 
 from tether import _json
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
-from tether.store.base import (
-    Harvested,
-    ImportedRollout,
-    ImportResult,
+from tether.store._validate import validate_finish_status, validate_reward
+from tether.store.base import Harvested, ImportedRollout, ImportResult, Store
+from tether.store.errors import (
     InvalidInput,
     InvalidTransition,
     NotFound,
-    Store,
     StoreError,
-    validate_finish_status,
     validate_int,
     validate_number,
-    validate_reward,
 )
 from tether.store.postgres._conn import Connections
 from tether.store.postgres._encode import INSERT_ROLLOUTS, rollout_rows, span_columns, span_refusal
@@ -69,7 +65,6 @@ from tether.store.postgres._schema import (
     ATTEMPT_COLS,
     NOT_RUNNING,
     ROLLOUT_COLS,
-    SCHEMA_VERSION,
     UNKNOWN_ATTEMPT,
     attempt_from_row,
     qualified,
@@ -372,4 +367,4 @@ class PostgresStore(Store):
         return await self._db.transaction(lambda conn: take_finished(conn, self._cache, rollout_ids))
 
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+__all__ = ["PostgresStore"]

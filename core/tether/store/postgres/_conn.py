@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from tether.store.base import InvalidInput, StoreError
+from tether.store.errors import InvalidInput, StoreError
 from tether.store.postgres._overlap import Started
 from tether.store.postgres._pool import Pool
 from tether.store.postgres._schema import FINISHED_CHANNEL, migrate

@@ -9,14 +9,8 @@ from typing import Any
 from tether import _json
 from tether.store._frozen import frozen_size, snapshot
 from tether.store._span_cache import SPAN_BYTES
-from tether.store.base import (
-    InvalidInput,
-    InvalidTransition,
-    validate_int,
-    validate_number,
-    validate_span,
-    validate_spec,
-)
+from tether.store._validate import validate_span, validate_spec
+from tether.store.errors import InvalidInput, InvalidTransition, validate_int, validate_number
 from tether.store.postgres._ops import opt_float
 from tether.store.postgres._schema import NOT_RUNNING, UNKNOWN_ATTEMPT, WRONG_ROLLOUT
 from tether.types import Mode, Rollout, RolloutSpec, Span, SpanKind, new_id

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from tether.store._stale import stale_reason
-from tether.store.base import InvalidTransition, NotFound
+from tether.store.errors import InvalidTransition, NotFound
 from tether.store.postgres._schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from tether import _json
 from tether.store._span_cache import SpanCache
-from tether.store.base import Harvested, InvalidTransition
+from tether.store.base import Harvested
+from tether.store.errors import InvalidTransition
 from tether.store.postgres._ops import attempts_of, status_of
 from tether.store.postgres._schema import ROLLOUT_COLS, SPAN_COLS, rollout_from_row, span_from_row
 from tether.types import LLMEndpoint, Mode, PromptTemplate, Resources, RolloutStatus, Span

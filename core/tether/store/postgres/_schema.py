@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
-from tether.store.base import StoreError
+from tether.store.errors import StoreError
 from tether.types import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 
 #: the channel a committed change of a rollout to a finished status is announced on (payload: its id)

@@ -37,20 +37,9 @@ from typing import Any, TypeVar
 
 from tether import _json
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
-from tether.store.base import (
-    Harvested,
-    ImportedRollout,
-    ImportResult,
-    InvalidInput,
-    NotFound,
-    Store,
-    StoreError,
-    validate_finish_status,
-    validate_int,
-    validate_limit,
-    validate_number,
-    validate_reward,
-)
+from tether.store._validate import validate_finish_status, validate_limit, validate_reward
+from tether.store.base import Harvested, ImportedRollout, ImportResult, Store
+from tether.store.errors import InvalidInput, NotFound, StoreError, validate_int, validate_number
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, sql_page, usage_of, usage_sql
 from tether.store.sqlite._conn import connect, store_error
 from tether.store.sqlite._encode import insert_rollouts, rollout_rows, rollouts_of_rows, span_rows
@@ -77,7 +66,6 @@ from tether.store.sqlite._queries import (
 )
 from tether.store.sqlite._rows import (
     ROLLOUT_COLS,
-    SCHEMA_VERSION,
     read_spans,
     rollout_from_row,
 )
@@ -362,4 +350,4 @@ class SqliteStore(Store):
         return out
 
 
-__all__ = ["DEFAULT_SPAN_CACHE_BYTES", "SCHEMA_VERSION", "SqliteStore"]
+__all__ = ["SqliteStore"]

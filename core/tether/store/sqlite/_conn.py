@@ -14,7 +14,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from tether.store.base import InvalidInput, StoreError
+from tether.store.errors import InvalidInput, StoreError
 from tether.store.sqlite._rows import create_schema
 
 WAL_CAP_BYTES = 64 * 1024 * 1024  # a writer checkpoints inline only past this (the background thread lags)

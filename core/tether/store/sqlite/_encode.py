@@ -10,7 +10,8 @@ from typing import Any
 from tether import _json
 from tether.store._frozen import frozen_size, snapshot
 from tether.store._span_cache import SPAN_BYTES
-from tether.store.base import InvalidInput, validate_span, validate_spec
+from tether.store._validate import validate_span, validate_spec
+from tether.store.errors import InvalidInput
 from tether.store.sqlite._rows import NEXT_QUEUE_POS
 from tether.types import Mode, Rollout, RolloutSpec, Span, SpanKind, new_id
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from tether import _json
 from tether.store._stale import stale_reason, timed_out_span
-from tether.store.base import InvalidInput, InvalidTransition, NotFound
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound
 from tether.store.sqlite._rows import (
     ATTEMPT_COLS,
     NEXT_QUEUE_POS,

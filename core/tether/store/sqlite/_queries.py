@@ -10,7 +10,7 @@ from typing import Any
 
 from tether import _json
 from tether.store._span_cache import SpanCache
-from tether.store.base import InvalidInput, InvalidTransition
+from tether.store.errors import InvalidInput, InvalidTransition
 from tether.store.sqlite._lifecycle import attempts_of, rollouts_by_id, status_of
 from tether.store.sqlite._rows import ROLLOUT_COLS, read_spans
 from tether.types import Attempt, LLMEndpoint, Mode, PromptTemplate, Resources, Rollout, RolloutStatus, Span

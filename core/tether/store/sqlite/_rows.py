@@ -14,7 +14,7 @@ from typing import Any
 from tether import _json
 from tether.store._frozen import thawed_span
 from tether.store._span_cache import SpanCache
-from tether.store.base import StoreError
+from tether.store.errors import StoreError
 from tether.types import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
 
 SCHEMA_VERSION = 1

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tether.store.base import ImportedRollout, InvalidInput, Store, import_id
+from tether.store.base import ImportedRollout, Store, import_id
+from tether.store.errors import InvalidInput
 from tether.types import AttemptStatus, Mode, RolloutSpec, RolloutStatus, Span, SpanKind
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store, StoreError
+from tether.store.base import Store
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound, StoreError
 from tether.testing.store_conformance._base import ConformanceBase, span, spec
 from tether.types import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tether.store.base import InvalidInput, Store
+from tether.store.base import Store
+from tether.store.errors import InvalidInput
 from tether.store.rollout_query import RolloutQuery, VersionUsage, counts_of
 from tether.types import AttemptStatus, Mode, Rollout, RolloutSpec, RolloutStatus
 

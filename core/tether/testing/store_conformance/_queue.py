@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tether.store.base import InvalidInput, NotFound, Store, StoreError
+from tether.store.base import Store
+from tether.store.errors import InvalidInput, NotFound, StoreError
 from tether.testing.store_conformance._base import ConformanceBase, span, spec
 from tether.types import (
     AttemptStatus,

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store
+from tether.store.base import Store
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound
 from tether.testing.store_conformance._base import ConformanceBase, span
 from tether.types import (
     AttemptStatus,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.rewards.base import Group, GroupReward, GroupRewardError, Member, Score, Verdict, merge_metrics
-from tether.store.base import StoreError
+from tether.store.errors import StoreError
 
 if TYPE_CHECKING:
     from tether.rewards.plan import RewardPlan

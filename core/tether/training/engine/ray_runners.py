@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tether.store.base import StoreError
+from tether.store.errors import StoreError
 from tether.types import RolloutStatus
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ from tether.plugin.manager import get_plugins
 from tether.plugin.wrap import WrappedAgent
 from tether.proxy import system_messages
 from tether.rewards.base import Member
-from tether.store.base import InvalidTransition, NotFound, StoreError
+from tether.store.errors import InvalidTransition, NotFound, StoreError
 from tether.store.retry import DEFAULT_OUTAGE_S, retry_outage
 from tether.types import Attempt, AttemptStatus, LLMEndpoint, Resources, Rollout, SpanKind
 

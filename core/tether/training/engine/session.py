@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,27 +26,21 @@ from tether._seeds import derive_seed
 from tether.models.base import ModelBackend
 from tether.store import Store, StoreError
 from tether.store.base import Harvested
+from tether.training.engine._results import rollout_result
 from tether.training.engine._session_parts import Parts, open_parts
-from tether.training.engine._session_parts import declare_policies as declare_policies
 from tether.training.run.health import (
     FAILURES_FILE,
     FitError,
     log_failures,
-    unknown_reward_targets,
-    unknown_targets,
 )
 from tether.training.run.run_dir import RunDir
-from tether.training.run.settings import Settings as Settings
-from tether.training.signal.batch import Batch as Batch
-from tether.training.signal.batch import Job as Job
-from tether.training.signal.batch import RolloutResult as RolloutResult
+from tether.training.run.settings import Settings
+from tether.training.signal.batch import Batch, Job, RolloutResult
 from tether.training.signal.credit import assign_credit
-from tether.training.signal.transitions import build_transitions
 from tether.types import (
     LLMEndpoint,
     Mode,
     PromptTemplate,
-    Rollout,
     RolloutSpec,
     RolloutStatus,
     Task,
@@ -335,29 +328,7 @@ class Session:
         return out
 
     def _result(self, item: Harvested) -> RolloutResult:
-        last = item.last_attempt_spans()
-        built = build_transitions(item.rollout, last, policies=self.agent.policies)
-        unknown = unknown_reward_targets(
-            built.target_rewards, built.agent_names, self.agent.policies, self.agent.optimize
-        )
-        rollout = item.rollout
-        if unknown:  # a reward for nobody: nothing of this rollout trains on it, and it is no part of its reward
-            built.problems.insert(0, f"rollout {item.rollout.rollout_id}: {unknown}")
-            built.transitions = []
-            rollout = _without_targets(rollout, built.target_rewards, unknown_targets(
-                built.target_rewards, built.agent_names, self.agent.policies, self.agent.optimize
-            ))  # fmt: skip
-        return RolloutResult(
-            rollout,
-            last,
-            len(item.attempts),
-            built.transitions,
-            built.problems,
-            built.agent_names,
-            built.target_rewards,
-            built.emitted_rewards,
-            built.tool_spans,
-        )
+        return rollout_result(item, self.agent)
 
     # -- other store work algorithms share ------------------------------------------------------------------
 
@@ -407,10 +378,3 @@ def _key(task: Any) -> str:
         return _json.dumps(task).decode()
     except TypeError:
         return repr(task)
-
-
-def _without_targets(rollout: Rollout, rewards: dict[str, float], unknown: list[str]) -> Rollout:
-    """``rollout`` with its reward the mean of its ``reward=`` mapping's known targets only (None when it named
-    no known one): the runner averaged every value, a sub-agent's that never ran included."""
-    known = [value for target, value in rewards.items() if target not in unknown]
-    return dataclasses.replace(rollout, reward=sum(known) / len(known) if known else None)

@@ -15,7 +15,7 @@ from tether.training.signal.transitions import unknown_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
 if TYPE_CHECKING:
-    from tether.training.engine.session import Batch
+    from tether.training.signal.batch import Batch
 
 _CLIP = 80
 

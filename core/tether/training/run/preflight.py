@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.models.base import TrainableBackend
-from tether.training.engine.session import PHASE_METADATA, Batch, Session
+from tether.training.engine.session import PHASE_METADATA, Session
 from tether.training.run.dev_report import DevReport, report
 from tether.training.run.health import FLAT_FIX, FitError, idle_reason, is_reward_error, last_line
+from tether.training.signal.batch import Batch
 from tether.training.signal.transitions import unknown_optimize_names
 from tether.types import Mode, RolloutStatus, Task
 

@@ -13,7 +13,7 @@ else the rollout's) minus its tool penalties; under ``"per_call"`` its return ``
 
 - ``"episode"``: against the rollouts of the same task, each counted once by its target reward for the call's
   target (a rollout whose mapping lacks it counts its own reward). With no reward mapping and no penalty
-  this is exactly ``group_advantages``: every call gets its rollout's advantage.
+  this is the per-rollout group advantage: every call gets its rollout's advantage.
 - ``"per_call"``: within the call's *step group*: the calls of the same task, the same sub-agent and the same
   position (the k-th call of that sub-agent) across the task's rollouts, after GiGPO's anchor states
   (arXiv 2505.10978). A step group with one member falls back to every call of that task and sub-agent.
