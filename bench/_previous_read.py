@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tether import _json
-from tether.store.base import NotFound
+from tether.store.errors import NotFound
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SqliteStore
 from tether.types import Span, SpanKind

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python bench/embedded.py [--preset tiny] [--repeats 3]``
 
-- sampling: ``tether.models._sampling.generate`` (the backends' path: KV cache, finished rows dropped), 128
+- sampling: ``tether.models.local._sampling.generate`` (the backends' path: KV cache, finished rows dropped), 128
   new tokens per row at temperature 1 with stop tokens ignored so every row runs the full length; tokens/s at
   batch 1 and 16. For reference the same batch-16 job through ``model.generate(output_scores=True)``.
 - update: batch 32 × 128 tokens (64 prompt + 64 response), a clipped policy-gradient loss on the response
@@ -15,7 +15,7 @@ Run: ``.venv/bin/python bench/embedded.py [--preset tiny] [--repeats 3]``
   seconds (``time.process_time``: a busy shared machine stretches wall time, not the work done).
 
 Each figure is the best of ``--repeats`` runs (the machine is shared: the best run is the least disturbed).
-The thread count the backends default to (``tether.models._local.DEFAULT_THREADS``) is chosen from this.
+The thread count the backends default to (``tether.models.local._backend.DEFAULT_THREADS``) is chosen from this.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 import torch
 
-from tether.models._sampling import SampleParams, generate
 from tether.models.embedded import create_embedded, template
 from tether.models.embedded.model import EmbeddedModel
+from tether.models.local._sampling import SampleParams, generate
 
 
 def _best(fn: Callable[[], float], repeats: int) -> float:

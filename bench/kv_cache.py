@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from tether.models._local import LocalBackend
 from tether.models.base import ChatRequest
+from tether.models.local._backend import LocalBackend
 
 SYSTEM = (
     "You are a careful calculator agent. Use the calc tool for every arithmetic step, then answer with the number "

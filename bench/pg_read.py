@@ -7,7 +7,7 @@ Both stores get the same 64 rollouts of 16 LLM spans (``store.py``'s spans, one 
 timed ``--reads`` times in turn, ``--rounds`` rounds alternating, and printed as this process's CPU time and
 the wall time per call (median of the rounds): the whole ``get_spans`` on each store, the PostgreSQL read in
 each of its two orders (the copy of the cached spans made while the server answers the freshness check, or
-after it: the store keeps whichever has been quicker lately, ``tether/store/_pg_overlap.py``), and the parts
+after it: the store keeps whichever has been quicker lately, ``tether/store/postgres/_overlap.py``), and the parts
 of the PostgreSQL read: asyncpg's ``SELECT 1`` on a connection of its own (the floor of any call), the store's
 freshness check through its pool, the same statement on a bare connection, and thawing the 16 cached spans
 (the copy SQLite's read makes too). Then the ratios of the PostgreSQL reads to SQLite's. CPU time leaves out
@@ -29,8 +29,8 @@ from typing import Any
 from store import llm_span
 
 from tether.store._frozen import thawed_span
-from tether.store._pg_spans import NEXT_SEQ
 from tether.store.postgres import PostgresStore
+from tether.store.postgres._spans import NEXT_SEQ
 from tether.store.sqlite import SqliteStore
 from tether.testing.pg_server import TempPostgres
 from tether.types import RolloutSpec

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from tether.models._sampling import SampleParams, generate
+from tether.models.local._sampling import SampleParams, generate
 
 
 def _models(names: list[str]) -> list[tuple[str, object, object, list[int]]]:

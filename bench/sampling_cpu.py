@@ -1,15 +1,16 @@
 """The CPU time a training script spends in the local sampler: runs the script (an example's ``train.py`` and
-its flags) in this process with ``tether.models._sampling.generate`` timed by the CPU time of the thread it runs
-on, and prints the sampler's CPU seconds, the prompt and sampled tokens it was given and drew, the process's CPU
-seconds, and the evaluation and training rollouts of the run.
+its flags) in this process with ``tether.models.local._sampling.generate`` timed by the CPU time of the thread it
+runs on, and prints the sampler's CPU seconds, the prompt and sampled tokens it was given and drew, the process's
+CPU seconds, and the evaluation and training rollouts of the run.
 
     python bench/sampling_cpu.py [--kv-cache-off] examples/calc_autogen/train.py --quick --run-dir /tmp/x
 
 ``--kv-cache-off`` runs it with the KV cache across turns off (a budget of 0), for the same run's tokens (the
 cache changes none) at the cost without it.
 
-Works on any checkout whose sampler is ``generate`` in ``tether.models._sampling`` (run it with that checkout's
-``core`` first on ``PYTHONPATH`` to measure it), so a branch and its base can be compared with one command.
+Works on any checkout whose sampler is ``generate`` in ``tether.models.local._sampling`` (run it with that
+checkout's ``core`` first on ``PYTHONPATH`` to measure it), so a branch and its base can be compared with one
+command.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ def main() -> None:
         del sys.argv[1]
     if len(sys.argv) < 2 or not sys.argv[1].endswith(".py"):
         raise SystemExit(__doc__)
-    from tether.models import _sampling
+    from tether.models.local import _sampling
 
     if kv_off:  # the backends' default budget, read when they are built: 0 turns the cache off
-        from tether.models import _kv_cache
+        from tether.models.local import _kv_cache
 
         _kv_cache.DEFAULT_BUDGET_BYTES = 0
 

@@ -381,7 +381,7 @@ def _http_available() -> str | None:
     try:
         from tether.server import start_server  # noqa: F401
     except ImportError as exc:
-        return f"HTTP backends skipped: tether.store.http_server is not available ({exc})"
+        return f"HTTP backends skipped: tether.store.http.server is not available ({exc})"
     return None
 
 

@@ -61,7 +61,7 @@ from tether.algorithms.sft_data import Filter, read_finished, select, tokenize
 from tether.models import ChatRequest
 from tether.models.embedded import EmbeddedBackend
 from tether.store import open_store
-from tether.training import packing
+from tether.training.signal import packing
 from tether.types import Transition
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -145,8 +145,7 @@ def student(items: Sequence[Any], args: argparse.Namespace, folder: Path) -> Any
     """A fresh embedded model whose tokenizer is fitted to the rollouts' text (``WarmStart``'s refit), or
     (``--model smollm2``) SmolLM2-135M-Instruct converted into ``folder``, all its weights trained."""
     if args.model == "smollm2":
-        from tether.models import open_backend
-        from tether.testing import smollm2
+        from tether.models import open_backend, smollm2
 
         return open_backend(f"hf:{smollm2.checkpoint(folder / 'smollm2')}?threads={args.threads}")
     backend = EmbeddedBackend(preset=args.preset, seed=0, threads=args.threads)

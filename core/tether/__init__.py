@@ -18,10 +18,11 @@ from tether.plugin.manager import AdapterNotFound, get_plugins
 from tether.plugin.wrap import WrappedAgent, wrap
 from tether.store import Store, StoreError, open_store
 from tether.trainer import Trainer
-from tether.training.health import FitError
-from tether.training.ray_runners import RayRunners
-from tether.training.result import FitResult
-from tether.training.session import Batch, Session
+from tether.training.engine.ray_runners import RayRunners
+from tether.training.engine.session import Session
+from tether.training.run.health import FitError
+from tether.training.run.result import FitResult
+from tether.training.signal.batch import Batch
 from tether.types import (
     Attempt,
     AttemptStatus,

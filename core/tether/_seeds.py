@@ -1,9 +1,9 @@
 """Seeds derived from their parts, so a seeded run samples the same tokens whatever order its work runs in.
 
 A seeded run (``Trainer(seed=...)``) gives each rollout its own seed, derived from the run seed, the batch, the
-task and the rollout's index among that task's repeats (``tether.training.session``); the runner derives each
-attempt's seed from it, and the proxy each call's from the attempt's and the call's index in the attempt.
-The backend draws a call's samples from that seed alone (``tether.models._sampling``), never from a generator
+task and the rollout's index among that task's repeats (``tether.training.engine.session``); the runner derives
+each attempt's seed from it, and the proxy each call's from the attempt's and the call's index in the attempt.
+The backend draws a call's samples from that seed alone (``tether.models.local._sampling``), never from a generator
 shared with other rollouts, so concurrent rollouts may run and batch in any order. See docs/reproducibility.md.
 """
 

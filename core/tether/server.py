@@ -1,4 +1,4 @@
-"""The store server as ``tether store serve`` runs it: the store's JSON routes (``tether.store.http_server``)
+"""The store server as ``tether store serve`` runs it: the store's JSON routes (``tether.store.http.server``)
 with the OTLP trace receiver (``POST /v1/traces``) and the dashboard (``/dashboard/``) mounted beside them. It sits
 above ``store``, ``otel`` and ``dashboard`` so that none of them reaches up to another; the session's own store
 server for Ray runners mounts nothing.
@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from tether.store import http_server
 from tether.store.base import Store
-from tether.store.http_server import DEFAULT_MAX_BODY_BYTES, Mount, StoreServer
+from tether.store.http import server as http_server
+from tether.store.http.server import Mount, StoreServer
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "StoreServer", "mounts", "serve", "start_server"]
+__all__ = ["mounts", "serve", "start_server"]
 
 
 def _mount_otlp(app: web.Application, store: Store, token: str | None) -> None:
@@ -43,7 +43,7 @@ async def start_server(
     dashboard: bool = True,
     **options: Any,
 ) -> StoreServer:
-    """``tether.store.http_server.start_server`` with the receiver and (by default) the dashboard mounted."""
+    """``tether.store.http.server.start_server`` with the receiver and (by default) the dashboard mounted."""
     return await http_server.start_server(store, host, port, token, mounts=mounts(dashboard=dashboard), **options)
 
 

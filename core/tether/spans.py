@@ -93,7 +93,8 @@ OPTIMIZE_METADATA = "tether.optimize"
 #: metadata of a rollout: its wrapped agent's policy map (``PolicyMap.to_metadata``), from which the
 #: dashboard rebuilds each call's policy and ``trainable`` flag as training built them
 POLICIES_METADATA = "tether.policies"
-#: metadata of a rollout: the credit rule its run assigns advantages with (``tether.training.credit.Credit``)
+#: metadata of a rollout: the credit rule its run assigns advantages with
+# (``tether.training.signal.credit.Credit``)
 CREDIT_METADATA = "tether.credit"
 #: metadata of a rollout: its seed (an int) when its run is seeded (``Trainer(seed=...)``): each attempt's and
 #: call's sampling seed derives from it (``tether._seeds``)

@@ -2,7 +2,7 @@
 
 ``dev`` runs tasks once (or ``repeats`` times) with no training and returns every rollout's status, output,
 reward, spans and transitions with their advantages — for checking an agent's wiring. ``evaluate`` returns the
-metrics of such a run. ``fit`` opens the run folder and a ``tether.training.session.Session`` (store, model
+metrics of such a run. ``fit`` opens the run folder and a ``tether.training.engine.session.Session`` (store, model
 backend, proxy, runner; only the settings, agent and run folder for an algorithm whose ``uses_session`` is
 False) and hands it to the algorithm, calling the parts of its contract (``tether.algorithms.base.Algorithm``)
 in their order: the Trainer knows nothing of how an algorithm trains.
@@ -23,16 +23,16 @@ from tether.models import check_model
 from tether.models.base import ModelBackend
 from tether.otel.export import OTLPExport
 from tether.plugin.wrap import WrappedAgent
-from tether.training.credit import Credit, CreditRule
-from tether.training.dev_report import DevReport, all_zero, report
-from tether.training.health import check_idle_limit
-from tether.training.preflight import check_group_rewards, run_preflight
-from tether.training.ray_runners import RayRunners
-from tether.training.report import check_report_to, reporting
-from tether.training.result import FitResult
-from tether.training.run_dir import RunDir
-from tether.training.session import Session, Settings, as_task
-from tether.training.settings import EvalSampled, check_counts, check_eval_sampled
+from tether.training.engine.ray_runners import RayRunners
+from tether.training.engine.session import Session, as_task
+from tether.training.run.dev_report import DevReport, all_zero, report
+from tether.training.run.health import check_idle_limit
+from tether.training.run.preflight import check_group_rewards, run_preflight
+from tether.training.run.report import check_report_to, reporting
+from tether.training.run.result import FitResult
+from tether.training.run.run_dir import RunDir
+from tether.training.run.settings import EvalSampled, Settings, check_counts, check_eval_sampled
+from tether.training.signal.credit import Credit, CreditRule
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
 
 
@@ -61,7 +61,7 @@ class Trainer:
     ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
     (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     ``report_to``: where ``fit`` sends its metrics besides ``metrics.jsonl``: ``"tensorboard"``, ``"wandb"``,
-    ``"mlflow"`` or a list of them (``tether.training.report``; each needs its extra, e.g. ``tether[wandb]``).
+    ``"mlflow"`` or a list of them (``tether.training.run.report``; each needs its extra, e.g. ``tether[wandb]``).
     """
 
     model: str | ModelBackend = "embedded"
@@ -166,7 +166,7 @@ class Trainer:
         """Train ``agent`` on ``train`` with the algorithm, evaluating on ``val``.
 
         Before step 1 a preflight runs the checks ``dev`` makes on a few training tasks
-        (``tether.training.preflight``) and raises ``tether.FitError`` on a problem that would train nothing;
+        (``tether.training.run.preflight``) and raises ``tether.FitError`` on a problem that would train nothing;
         ``preflight=False`` skips it. Ctrl-C stops after saving nothing half-written and returns a result with
         ``interrupted=True`` (its ``summary()`` says where the last checkpoint is); ``resume=True`` continues
         from that checkpoint.

@@ -99,7 +99,7 @@ class Task(_Record):
 
 #: an attempt whose worker sent no span and no heartbeat for this long is presumed dead (its process died):
 #: ``requeue_stale`` ends it ``timeout`` and requeues or fails its rollout. Runners heartbeat the attempts they
-#: run (``tether.training.runner``), so a slow model call is not mistaken for a dead worker.
+#: run (``tether.training.engine.runner``), so a slow model call is not mistaken for a dead worker.
 DEFAULT_HEARTBEAT_TIMEOUT_S = 300.0
 
 
@@ -261,7 +261,8 @@ class Resources(_Record):
 
 @dataclass(slots=True)
 class Transition(_Record):
-    """One LLM call of a finished attempt, ready for an algorithm (filled by ``tether.training.transitions``)."""
+    """One LLM call of a finished attempt, ready for an algorithm (filled by
+    ``tether.training.signal.transitions``)."""
 
     rollout_id: str
     attempt_id: str

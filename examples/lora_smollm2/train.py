@@ -29,8 +29,8 @@ sys.path.insert(0, str(HERE))
 import data  # noqa: E402
 
 import tether  # noqa: E402
+from tether.models import smollm2  # noqa: E402
 from tether.models.lora import merge  # noqa: E402
-from tether.testing import smollm2  # noqa: E402
 
 
 def greedy_breakdown(checkpoint: Path, tasks: list[dict[str, Any]], max_tokens: int) -> tuple[float, float]:

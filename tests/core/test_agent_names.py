@@ -24,7 +24,7 @@ from tether.policies import PolicyMap, agent_key
 from tether.proxy import ProxyServer
 from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, text
-from tether.training.transitions import build_transitions, unknown_optimize_names
+from tether.training.signal.transitions import build_transitions, unknown_optimize_names
 from tether.types import RolloutStatus
 
 #: names frameworks accept: a CrewAI role folded in YAML (`role: >` keeps a final newline), spaces around a

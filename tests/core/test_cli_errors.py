@@ -137,10 +137,10 @@ def test_store_serve_help_names_postgresql() -> None:
 
 
 def test_the_store_servers_routes_are_documented() -> None:
-    from tether.store import http_server
+    from tether.store.http import _routes
 
     doc = (ROOT / "docs" / "store.md").read_text()
-    for method, path, _ in http_server._ROUTES:
+    for method, path, _ in _routes.ROUTES:
         shown = re.sub(r"\{(\w+):[^}]*\}", r"{\1}", path)
         assert re.search(rf"\| {method} \|[^\n]*`{re.escape(shown)}`", doc), (
             f"{method} {shown} not in docs/store.md"

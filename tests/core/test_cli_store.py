@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.store.base import InvalidInput
-from tether.store.http_client import HttpStore, StoreUnauthorized
+from tether.store.errors import InvalidInput
+from tether.store.http.client import HttpStore, StoreUnauthorized
 from tether.testing.store_conformance import span, spec
 from tether.types import AttemptStatus, RolloutStatus
 

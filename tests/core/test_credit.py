@@ -3,17 +3,18 @@ gamma, tool error penalties, and the notes a rule that cannot apply leaves."""
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 import pytest
 
 from tether import spans
-from tether.algorithms import credit_advantages, group_advantages
+from tether.algorithms import credit_advantages
 from tether.policies import PolicyMap
-from tether.training.credit import CreditRule, check_credit
-from tether.training.session import RolloutResult
-from tether.training.transitions import build_transitions
+from tether.training.signal.batch import RolloutResult
+from tether.training.signal.credit import CreditRule, check_credit
+from tether.training.signal.transitions import build_transitions
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, check_rewards
 
 
@@ -82,11 +83,27 @@ def _result(
     )
 
 
+def _group_reference(rollouts: list[Rollout], *, scale_by_std: bool = True, eps: float = 1e-6) -> dict[str, float]:
+    """The per-rollout group advantage, written out: reward minus its task's mean, over the std (0 if flat)."""
+    groups: dict[str, list[Rollout]] = {}
+    for rollout in rollouts:
+        if rollout.reward is not None:
+            groups.setdefault(rollout.task_id, []).append(rollout)
+    out = {}
+    for members in groups.values():
+        rewards = [float(r.reward or 0.0) for r in members]
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
+        for rollout, reward in zip(members, rewards, strict=True):
+            out[rollout.rollout_id] = 0.0 if std < eps else (reward - mean) / (std + eps if scale_by_std else 1.0)
+    return out
+
+
 def _advantages(result: RolloutResult) -> list[float | None]:
     return [t.advantage for t in result.transitions]
 
 
-def test_episode_is_bit_identical_to_group_advantages_without_per_agent_rewards() -> None:
+def test_episode_is_bit_identical_to_the_per_rollout_group_advantage_without_per_agent_rewards() -> None:
     rng = random.Random(3)
     results = []
     for i in range(24):
@@ -95,14 +112,14 @@ def test_episode_is_bit_identical_to_group_advantages_without_per_agent_rewards(
         results.append(_result(f"r{i}", f"task{i % 4}", reward, calls))
     for scale in (True, False):
         trained, stats = credit_advantages(results, scale_by_std=scale)
-        expected = group_advantages([r.rollout for r in results], scale_by_std=scale)
+        rollouts = [r.rollout for r in results]
+        expected = _group_reference(rollouts, scale_by_std=scale)
         for r in results:
-            assert _advantages(r) == [expected.per_rollout.get(r.rollout.rollout_id)] * len(r.transitions)
-        assert (stats.groups, stats.flat_groups, stats.rollouts) == (
-            expected.groups,
-            expected.flat_groups,
-            expected.rollouts,
-        )
+            assert _advantages(r) == [expected.get(r.rollout.rollout_id)] * len(r.transitions)
+        rewarded = [r for r in rollouts if r.reward is not None]
+        by_task = {r.task_id for r in rewarded}
+        flat = {t for t in by_task if len({r.reward for r in rewarded if r.task_id == t}) == 1}
+        assert (stats.groups, stats.flat_groups, stats.rollouts) == (len(by_task), len(flat), len(rewarded))
         assert trained == [t for r in results for t in r.transitions if t.advantage]
 
 

@@ -16,8 +16,8 @@ from tether.capture.context import agent_scope  # noqa: E402
 from tether.dashboard.trace import rollout_detail  # noqa: E402
 from tether.models.base import ChatRequest, ChatResult, Choice, ModelBackend  # noqa: E402
 from tether.policies import PolicyMap  # noqa: E402
-from tether.training.credit import Credit  # noqa: E402
-from tether.training.session import as_task  # noqa: E402
+from tether.training.engine.session import as_task  # noqa: E402
+from tether.training.signal.credit import Credit  # noqa: E402
 from tether.types import Mode  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)

@@ -4,7 +4,8 @@ of both), and the resources page's per-version figures come from one aggregate q
 from __future__ import annotations
 
 from tether import spans
-from tether.dashboard.index import Filters, RolloutIndex, record_task
+from tether.dashboard.index import RolloutIndex
+from tether.dashboard.rows import Filters, record_task
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SqliteStore
 from tether.types import AttemptStatus, Mode, RolloutSpec

@@ -9,8 +9,8 @@ import sys
 import pytest
 from rich.console import Console
 
-import tether.training.progress as progress_module
-from tether.training.progress import FitProgress, evaluation_bar, sampling_bar
+import tether.training.run.progress as progress_module
+from tether.training.run.progress import FitProgress, evaluation_bar, sampling_bar
 
 
 def _line(*records: dict[str, object]) -> str:
@@ -111,7 +111,7 @@ def test_in_a_pipe_each_update_is_one_whole_line() -> None:
 
 def test_a_piped_process_prints_a_line_per_update() -> None:
     script = (
-        "from tether.training.progress import FitProgress\n"
+        "from tether.training.run.progress import FitProgress\n"
         "with FitProgress(2, kind='sft', line_interval_s=0.0) as bar:\n"
         "    for step in (1, 2):\n"
         "        bar.update({'kind': 'sft', 'step': step, 'loss': 1.5, 'examples_per_s': 3.0})\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tether.training.result import FitResult
+from tether.training.run.result import FitResult
 
 
 def _eval(step: int, greedy: float, sampled: float) -> dict[str, object]:

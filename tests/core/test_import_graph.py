@@ -92,12 +92,12 @@ def test_the_walker_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from tether.trainer import Trainer\n"
-        "def f():\n    from tether.training import session\n    import tether.training.runner\n"
+        "def f():\n    from tether.training.engine import session\n    import tether.training.engine.runner\n"
     )
     assert _imports(source, _modules(), "tether.probe") == {
         "tether.trainer",
-        "tether.training.session",
-        "tether.training.runner",
+        "tether.training.engine.session",
+        "tether.training.engine.runner",
     }
 
 
@@ -207,10 +207,44 @@ def test_no_package_reaches_up() -> None:
 
 def test_the_layer_checker_catches_an_upward_tie(tmp_path: Path) -> None:
     source = tmp_path / "probe.py"
-    source.write_text("from tether.training.session import Session\n")
+    source.write_text("from tether.training.engine.session import Session\n")
     targets = _imports(source, _modules(), "tether.store.probe")
     allowed = GROUND | LAYERS["store"] | {"store"}
-    assert [t for t in targets if _floor(t) not in allowed] == ["tether.training.session"]
+    assert [t for t in targets if _floor(t) not in allowed] == ["tether.training.engine.session"]
+
+
+#: the store's folders per backend: each uses the shared contract (``tether.store.*`` modules), never another
+STORE_BACKENDS = {"memory", "sqlite", "postgres", "http"}
+
+
+def _part(module: str, package: str) -> str | None:
+    """The folder (or module) of ``tether.<package>`` that ``module`` is in, if it is in that package."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == package else None
+
+
+def test_store_backends_use_the_contract_never_each_other() -> None:
+    crossing = []
+    for module, targets in _graph().items():
+        mine = _part(module, "store")
+        if mine is None:
+            continue
+        for target in sorted(targets):
+            theirs = _part(target, "store")
+            if theirs in STORE_BACKENDS and theirs != mine:
+                crossing.append(f"{module} -> {target}")
+    assert not crossing, "a store backend (or the shared contract) imports a backend: " + "; ".join(crossing)
+
+
+def test_the_learning_signal_imports_no_engine_and_no_run_bookkeeping() -> None:
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in _graph().items()
+        if _part(module, "training") == "signal"
+        for target in sorted(targets)
+        if _part(target, "training") in {"engine", "run"}
+    ]
+    assert not upward, "training.signal reaches up into the engine or the run's bookkeeping: " + "; ".join(upward)
 
 
 def _plugin_requirements() -> dict[str, set[str]]:

@@ -19,7 +19,7 @@ from tether.dashboard.trace import build_tree
 from tether.server import start_server
 from tether.store import open_store
 from tether.testing.fake_llm import FakeLLM, Reply, text
-from tether.training.transitions import build_transitions
+from tether.training.signal.transitions import build_transitions
 from tether.types import AttemptStatus, RolloutSpec, Span, SpanKind
 
 BAD_LLM = {"request": "not-a-dict", "choices": [{"message": "also not"}]}

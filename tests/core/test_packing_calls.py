@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tether.training.packing import PackedCall, PackedSequence, call_tokens, metrics, pack_calls
+from tether.training.signal.packing import PackedCall, PackedSequence, call_tokens, metrics, pack_calls
 from tether.types import Transition
 
 

@@ -1,4 +1,4 @@
-"""``tether.store._pg_overlap.Started``: a coroutine run up to its first wait now, the rest when awaited, as
+"""``tether.store.postgres._overlap.Started``: a coroutine run up to its first wait now, the rest when awaited, as
 ``await`` would run it (results, exceptions and cancellations pass through). Plain asyncio, no server: the
 PostgreSQL store's use of it is tested against a real server in tests/postgres."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tether.store._pg_overlap import PROBE, PROBE_EVERY, ReadOrder, Started
+from tether.store.postgres._overlap import PROBE, PROBE_EVERY, ReadOrder, Started
 
 
 async def test_runs_up_to_the_first_wait_now_and_the_rest_when_awaited() -> None:

@@ -258,7 +258,7 @@ def test_wrap_validates_arguments(process_wide: Callable[[Plugins], Plugins]) ->
 def test_import_tether_is_light() -> None:
     code = (
         "import sys, time; t = time.perf_counter(); import tether, tether.capture.redirect,"
-        " tether.training.runner\n"
+        " tether.training.engine.runner\n"
         "heavy = [m for m in ('torch', 'aiohttp', 'openai', 'langgraph', 'langchain_core', 'autogen_agentchat',"
         " 'agents', 'crewai', 'transformers', 'vllm', 'langchain', 'langchain_classic', 'tensorboard', 'wandb',"
         " 'mlflow') if m in sys.modules]\n"

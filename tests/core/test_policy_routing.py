@@ -16,7 +16,7 @@ from tether.models.http_backend import BackendServer, HttpBackend
 from tether.policies import PolicyMap
 from tether.proxy import ProxyServer
 from tether.store.memory import MemoryStore
-from tether.training.session import Session
+from tether.training.engine.session import Session
 from tether.types import Span
 
 

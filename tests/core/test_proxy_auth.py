@@ -16,7 +16,7 @@ from tether.models.remote import RemoteBackend
 from tether.proxy import ProxyServer
 from tether.store.memory import MemoryStore
 from tether.testing.fake_llm import FakeLLM, text
-from tether.training.runner import Runner
+from tether.training.engine.runner import Runner
 from tether.types import LLMEndpoint, RolloutSpec, SpanKind
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

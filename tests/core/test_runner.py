@@ -27,7 +27,7 @@ from tether.store import Store
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SqliteStore
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
-from tether.training.runner import Runner, RunnerStats
+from tether.training.engine.runner import Runner, RunnerStats
 from tether.types import AttemptStatus, LLMEndpoint, Resources, RolloutSpec, RolloutStatus, Span, SpanKind
 
 

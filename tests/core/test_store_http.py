@@ -14,10 +14,12 @@ import pytest
 
 from tether import _json
 from tether.capture.span_batcher import SpanBatcher
-from tether.server import StoreServer, serve, start_server
+from tether.server import serve, start_server
 from tether.store import open_store
-from tether.store.base import InvalidInput, NotFound, Store
-from tether.store.http_client import HttpStore, StoreUnauthorized, StoreUnavailable
+from tether.store.base import Store
+from tether.store.errors import InvalidInput, NotFound
+from tether.store.http.client import HttpStore, StoreUnauthorized, StoreUnavailable
+from tether.store.http.server import StoreServer
 from tether.store.memory import MemoryStore
 from tether.store.sqlite import SqliteStore
 from tether.testing.store_conformance import StoreConformance, span, spec
@@ -348,6 +350,6 @@ async def test_the_body_cap_is_an_option_and_answers_413(tmp_path: Path) -> None
 
 
 def test_the_default_body_cap() -> None:
-    from tether.store.http_server import DEFAULT_MAX_BODY_BYTES
+    from tether.store.http.server import DEFAULT_MAX_BODY_BYTES
 
     assert DEFAULT_MAX_BODY_BYTES == 32 * 1024 * 1024

@@ -12,8 +12,9 @@ import pytest
 
 from tether import _json
 from tether.store import Store, StoreError, open_store
-from tether.store.base import InvalidTransition, NotFound
-from tether.store.sqlite import SCHEMA_VERSION, SqliteStore
+from tether.store.errors import InvalidTransition, NotFound
+from tether.store.sqlite import SqliteStore
+from tether.store.sqlite._rows import SCHEMA_VERSION
 from tether.testing.store_conformance import StoreConformance, span, spec
 from tether.types import AttemptStatus, LLMEndpoint, RolloutStatus, Span
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from tether import spans
 from tether.policies import PolicyMap
-from tether.training.transitions import build_transitions, unknown_optimize_names
+from tether.training.signal.transitions import build_transitions, unknown_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind
 
 

@@ -20,7 +20,8 @@ import pytest
 
 import tether
 from tether.models.base import BackendError, BadRequest, ChatRequest
-from tether.models.vllm import SERVER_MODULE, VLLMBackend, vllm_launcher
+from tether.models.vllm import VLLMBackend
+from tether.models.vllm._server import SERVER_MODULE, vllm_launcher
 
 STANDIN = """
 import argparse, asyncio, json, os, signal, sys, time

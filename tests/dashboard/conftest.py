@@ -33,7 +33,7 @@ from tether.dashboard.server import DashboardServer, start_dashboard
 from tether.dashboard.sources import Sources
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, text, tool_call
-from tether.training.session import as_task
+from tether.training.engine.session import as_task
 from tether.types import AttemptStatus, Mode, RolloutSpec
 
 playwright_api = pytest.importorskip(

@@ -20,7 +20,7 @@ import pytest
 from conftest import BETTER_HINT, BIG, Served
 
 from tether.dashboard.sources import Sources
-from tether.training.run_dir import RunDir
+from tether.training.run.run_dir import RunDir
 
 expect = pytest.importorskip("playwright.sync_api").expect
 

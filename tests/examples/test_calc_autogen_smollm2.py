@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.testing import smollm2
+from tether.models import smollm2
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples" / "calc_autogen"))

@@ -237,7 +237,7 @@ async def test_the_smollm2_template_writes_and_reads_its_tool_calls(chatml_dir: 
 
 
 def test_the_torch_thread_count_is_an_option_of_the_model_string(nano_dir: Path) -> None:
-    """``hf:<path>?threads=N`` sets torch's CPU threads (one by default: see ``tether.models._local``)."""
+    """``hf:<path>?threads=N`` sets torch's CPU threads (one by default: see ``tether.models.local._backend``)."""
     from tether.models import open_backend
 
     before = torch.get_num_threads()

@@ -21,9 +21,10 @@ from tether import spans  # noqa: E402
 from tether.algorithms import credit_advantages  # noqa: E402
 from tether.algorithms.grpo import GRPO  # noqa: E402
 from tether.capture.context import agent_scope  # noqa: E402
-from tether.training.credit import CreditRule  # noqa: E402
-from tether.training.session import RolloutResult, as_task  # noqa: E402
-from tether.training.transitions import build_transitions  # noqa: E402
+from tether.training.engine.session import as_task  # noqa: E402
+from tether.training.signal.batch import RolloutResult  # noqa: E402
+from tether.training.signal.credit import CreditRule  # noqa: E402
+from tether.training.signal.transitions import build_transitions  # noqa: E402
 from tether.types import Rollout, RolloutStatus, Span, SpanKind  # noqa: E402
 
 PROMPT = [1, 2, 3]

@@ -20,7 +20,7 @@ pytest.importorskip("tether_openai")
 pytest.importorskip("torch")
 
 import tether  # noqa: E402
-from tether.testing import smollm2  # noqa: E402
+from tether.models import smollm2  # noqa: E402
 
 
 def _missing(what: str) -> None:

@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tether.algorithms import assign, group_advantages
+from tether.algorithms import credit_advantages
 from tether.algorithms.grpo import GRPO
+from tether.training.signal.batch import RolloutResult
 from tether.types import Rollout, RolloutStatus, Transition
 
 VOCAB = 16
@@ -30,6 +31,19 @@ def _model(seed: int = 0) -> LlamaForCausalLM:
         max_position_embeddings=32,
     )
     return LlamaForCausalLM(config)
+
+
+def _credit(rollouts: list[Rollout], batch: list[Transition]) -> list[Transition]:
+    """Give each transition its rollout's group advantage (the episode rule); the trainable, informative ones."""
+    reward = {r.rollout_id: r.reward for r in rollouts}
+    for t in batch:
+        t.target_reward = reward[t.rollout_id]  # as ``build_transitions`` gives each call its rollout's reward
+    results = [
+        RolloutResult(r, [], 1, [t for t in batch if t.rollout_id == r.rollout_id], [], {"agent"})
+        for r in rollouts
+    ]
+    trained, _ = credit_advantages(results)
+    return trained
 
 
 def _transition(rid: str, response: list[int], logprobs: list[float], trainable: bool = True) -> Transition:
@@ -68,14 +82,12 @@ def _changed(before: list[torch.Tensor], model: torch.nn.Module) -> bool:
 def test_untrainable_transitions_get_no_gradient() -> None:
     model = _model()
     before = _params(model)
-    stats = group_advantages(
-        [
-            Rollout(rollout_id="r1", input="", task_id="t", status=RolloutStatus.SUCCEEDED, reward=1.0),
-            Rollout(rollout_id="r2", input="", task_id="t", status=RolloutStatus.SUCCEEDED, reward=0.0),
-        ]
-    )
+    rollouts = [
+        Rollout(rollout_id="r1", input="", task_id="t", status=RolloutStatus.SUCCEEDED, reward=1.0),
+        Rollout(rollout_id="r2", input="", task_id="t", status=RolloutStatus.SUCCEEDED, reward=0.0),
+    ]
     batch = [_transition("r1", [5], [-2.0], trainable=False), _transition("r2", [6], [-2.0], trainable=False)]
-    assign(batch, stats)
+    _credit(rollouts, batch)
     metrics = GRPO(group_size=2).update(model, batch)
     assert metrics["trained_transitions"] == 0
     assert not _changed(before, model)
@@ -96,11 +108,11 @@ def test_untrainable_transitions_do_not_change_the_update() -> None:
 def test_a_flat_group_contributes_no_gradient() -> None:
     model = _model()
     before = _params(model)
-    stats = group_advantages(
-        [Rollout(rollout_id=r, input="", task_id="t", status=RolloutStatus.SUCCEEDED, reward=1.0) for r in "ab"]
-    )
+    rollouts = [
+        Rollout(rollout_id=r, input="", task_id="t", status=RolloutStatus.SUCCEEDED, reward=1.0) for r in "ab"
+    ]
     batch = [_transition("a", [5], [-2.0]), _transition("b", [6], [-2.0])]
-    assert assign(batch, stats) == []
+    assert _credit(rollouts, batch) == []
     GRPO(group_size=2).update(model, batch)
     assert not _changed(before, model)
 
@@ -132,7 +144,7 @@ def test_grpo_raises_reward_on_a_toy_task_with_a_fixed_seed() -> None:
             _transition(f"{step}-{i}", [tok], [lp])
             for i, (tok, lp) in enumerate(zip(tokens, logprobs, strict=True))
         ]
-        assign(batch, group_advantages(rollouts))
+        _credit(rollouts, batch)
         algo.update(model, batch)
     end = success_rate()
     assert start < 0.2

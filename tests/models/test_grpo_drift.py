@@ -21,7 +21,7 @@ from tether.models.embedded import EmbeddedBackend, EmbeddedModel, create_embedd
 from tether.proxy import ProxyServer
 from tether.spans import WEIGHTS_VERSION
 from tether.store.memory import MemoryStore
-from tether.training.transitions import build_transitions
+from tether.training.signal.transitions import build_transitions
 from tether.types import RolloutSpec, Transition
 
 QUESTIONS = ["What is 2+2?", "Name a colour.", "Pick a letter, round 3.", "What is 12+7?"]
@@ -344,7 +344,7 @@ def test_logprobs_from_the_first_trained_position_match_the_full_pass(nano: Embe
     """``token_logprobs`` with the response mask projects only from the first trained position: at every trained
     position it gives what the full pass gives, and the gradient through it is the full pass's."""
     from tether.algorithms.batching import assemble, token_logprobs
-    from tether.training.packing import pack_calls
+    from tether.training.signal.packing import pack_calls
 
     batch = _varied(nano)[4:8]  # prompts of 19-31 tokens: the first trained position is well inside the row
     ids, mask, _, _, _ = assemble(pack_calls(batch, 1 << 30), batch, 0)

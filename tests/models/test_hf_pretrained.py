@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from tether.models import ChatRequest, open_backend
+from tether.models import ChatRequest, open_backend, smollm2
 from tether.models.hf import HFBackend
-from tether.testing import smollm2
 
 
 def _missing(what: str) -> None:

@@ -1,4 +1,5 @@
-"""A rollout's KV cache across its turns (``tether.models._kv_cache``): a call whose prompt extends an earlier
+"""A rollout's KV cache across its turns (``tether.models.local._kv_cache``): a call whose prompt extends an
+earlier
 call's prompt and reply starts from that call's KV, samples the same tokens as without it, and the cache keeps
 to its byte budget, least recently used out first, one weights version at a time."""
 
@@ -15,10 +16,10 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("tether_openai")
 
 import tether  # noqa: E402
-from tether.models._kv_cache import MIN_REUSE, PrefixKV, parse_budget  # noqa: E402
-from tether.models._sampling import SampleParams, generate  # noqa: E402
 from tether.models.embedded import EmbeddedBackend, EmbeddedModel  # noqa: E402
 from tether.models.embedded.model import turn_token_ids  # noqa: E402
+from tether.models.local._kv_cache import MIN_REUSE, PrefixKV, parse_budget  # noqa: E402
+from tether.models.local._sampling import SampleParams, generate  # noqa: E402
 
 WORDS = "add the numbers then divide by two and call the calculator on it".split()
 

@@ -23,9 +23,9 @@ import tether  # noqa: E402
 from tether.cli import main as cli  # noqa: E402
 from tether.models import ChatRequest, open_backend  # noqa: E402
 from tether.models._device import pick_device, pick_dtype  # noqa: E402
-from tether.models._local import LocalBackend  # noqa: E402
 from tether.models.embedded import EmbeddedBackend, EmbeddedModel  # noqa: E402
 from tether.models.hf import HFBackend  # noqa: E402
+from tether.models.local._backend import LocalBackend  # noqa: E402
 from tether.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LoRA, merge  # noqa: E402
 from tether.models.remote import RemoteBackend  # noqa: E402
 

@@ -22,7 +22,7 @@ from tether.algorithms.batching import assemble, context_length  # noqa: E402
 from tether.algorithms.grpo import GRPO  # noqa: E402
 from tether.capture.context import agent_scope  # noqa: E402
 from tether.models.embedded import EmbeddedModel  # noqa: E402
-from tether.training.packing import pack_calls  # noqa: E402
+from tether.training.signal.packing import pack_calls  # noqa: E402
 from tether.types import Transition  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)

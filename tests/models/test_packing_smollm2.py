@@ -18,9 +18,8 @@ pytest.importorskip("torch")
 # the multi-turn agent and the equality check, shared with the embedded model's test (same folder)
 from test_packing import TURNS, assert_packed_equals_per_call, chat, multi_turn_transitions
 
-from tether.models import open_backend
-from tether.testing import smollm2
-from tether.training.packing import pack_calls
+from tether.models import open_backend, smollm2
+from tether.training.signal.packing import pack_calls
 
 
 def _missing(what: str) -> None:

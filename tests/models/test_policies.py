@@ -18,8 +18,8 @@ pytest.importorskip("tether_openai")
 import tether  # noqa: E402
 from tether.capture.context import agent_scope  # noqa: E402
 from tether.models import ChatRequest  # noqa: E402
-from tether.models._local import LocalBackend  # noqa: E402
 from tether.models.embedded import EmbeddedBackend  # noqa: E402
+from tether.models.local._backend import LocalBackend  # noqa: E402
 from tether.models.remote import RemoteBackend  # noqa: E402
 from tether.policies import FROZEN_POLICY  # noqa: E402
 from tether.types import Mode  # noqa: E402

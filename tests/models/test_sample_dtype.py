@@ -1,4 +1,4 @@
-"""Sampling in bf16 on a CPU from a copy of the float32 weights that train (``tether.models._sample_dtype``):
+"""Sampling in bf16 on a CPU from a copy of the float32 weights that train (``tether.models.local._sample_dtype``):
 chosen by ``dtype=`` or the automatic rule, said once, and refreshed after every update."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tether.models._sample_dtype import cpu_flags, cpu_sample_dtype  # noqa: E402
 from tether.models.base import ChatRequest  # noqa: E402
 from tether.models.embedded import EmbeddedBackend  # noqa: E402
+from tether.models.local._sample_dtype import cpu_flags, cpu_sample_dtype  # noqa: E402
 
 
 def _greedy(backend: EmbeddedBackend) -> list[int]:

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tether.models._sampling import Sample, SampleParams, generate  # noqa: E402
 from tether.models.embedded.model import EmbeddedModel, create_embedded, turn_token_ids  # noqa: E402
+from tether.models.local._sampling import Sample, SampleParams, generate  # noqa: E402
 
 WORDS = "add the numbers then divide by two and call the calculator on it".split()
 

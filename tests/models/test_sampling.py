@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from tether.models._sampling import Sample, SampleParams, choose, generate
 from tether.models.embedded import EmbeddedModel, template
+from tether.models.local._sampling import Sample, SampleParams, choose, generate
 
 
 def _prompts(nano: EmbeddedModel, k: int) -> list[list[int]]:
@@ -127,7 +127,7 @@ def test_generate_rejects_mismatched_inputs(nano: EmbeddedModel) -> None:
 def test_a_prefix_every_row_shares_is_computed_once_and_changes_nothing(nano: EmbeddedModel) -> None:
     """Rows that share a long prefix (an agent's system turn and tools) run it through the model once for the
     batch; unseeded rows (whose logprobs are not recomputed) still get a full forward pass's logprobs."""
-    from tether.models._prefix_fill import MIN_SHARED_PREFIX
+    from tether.models.local._prefix_fill import MIN_SHARED_PREFIX
 
     system = "Use the calculator. " * 4
     texts = [

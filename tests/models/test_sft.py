@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tether.models import ChatRequest
-from tether.models._sampling import SampleParams, generate
 from tether.models.embedded import EmbeddedBackend, EmbeddedModel, create_embedded, sft, template
 from tether.models.embedded.supervised import encode_conversation
 from tether.models.hf import HFBackend
+from tether.models.local._sampling import SampleParams, generate
 
 
 def _format_correct(model: EmbeddedModel, make: Any, tool: dict[str, Any]) -> float:

@@ -64,7 +64,7 @@ def _reward(task: str, output: str) -> float:
 TASKS = ["2 + 3", "40 + 2"]
 
 
-def _dev(export: OTLPExport | None = None) -> tether.training.dev_report.DevReport:
+def _dev(export: OTLPExport | None = None) -> tether.training.run.dev_report.DevReport:
     agent = tether.wrap(otel_calc_agent.solve, reward=_reward)
     with FakeLLM(handler=_calculator_model) as llm:
         report = tether.Trainer(model=llm.base_url, progress=False, export=export).dev(agent, TASKS)

@@ -24,7 +24,7 @@ from tether.otel.export import OTLPExport
 from tether.server import start_server
 from tether.store import open_store
 from tether.testing.fake_llm import FakeLLM
-from tether.training.transitions import build_transitions
+from tether.training.signal.transitions import build_transitions
 from tether.types import Mode, RolloutSpec, RolloutStatus, Span, SpanKind
 
 

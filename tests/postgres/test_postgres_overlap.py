@@ -1,5 +1,5 @@
-"""A statement and local work at once (``Connections.fetch_during``, ``tether.store._pg_overlap``): the statement
-is on the server before the work runs, a call cut short (cancelled, or its work failing) drops its
+"""A statement and local work at once (``Connections.fetch_during``, ``tether.store.postgres._overlap``): the
+statement is on the server before the work runs, a call cut short (cancelled, or its work failing) drops its
 connection rather than handing it on mid-query, and cached reads in either order read what the database holds."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tether.store import StoreError
-from tether.store.base import NotFound
+from tether.store.errors import NotFound
 from tether.store.postgres import PostgresStore
 from tether.testing.pg_server import TempPostgres
 from tether.testing.store_conformance import span, spec

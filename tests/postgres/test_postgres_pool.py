@@ -1,5 +1,5 @@
-"""The PostgreSQL store's connection pool (``tether.store._pg_pool``) on a real server: which connection a call
-gets, how the pool grows, and what it does with connections that broke or were abandoned."""
+"""The PostgreSQL store's connection pool (``tether.store.postgres._pool``) on a real server: which connection a
+call gets, how the pool grows, and what it does with connections that broke or were abandoned."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tether.store import StoreError
-from tether.store.http_client import HttpStore
+from tether.store.http.client import HttpStore
 from tether.store.postgres import PostgresStore
 from tether.testing.pg_server import TempPostgres
 from tether.testing.store_conformance import span, spec

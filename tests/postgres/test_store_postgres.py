@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tether.server import StoreServer, start_server
+from tether.server import start_server
 from tether.store import Store, StoreError, open_store
-from tether.store._pg_schema import MIGRATIONS, SCHEMA_VERSION
-from tether.store.base import NotFound
-from tether.store.http_client import HttpStore
+from tether.store.errors import NotFound
+from tether.store.http.client import HttpStore
+from tether.store.http.server import StoreServer
 from tether.store.postgres import PostgresStore
+from tether.store.postgres._schema import MIGRATIONS, SCHEMA_VERSION
 from tether.testing.pg_server import TempPostgres
 from tether.testing.store_conformance import StoreConformance, span, spec
 from tether.types import AttemptStatus, RolloutStatus

@@ -26,7 +26,7 @@ from tether.models.embedded import EmbeddedBackend
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, Reply
 from tether.testing.pg_server import TempPostgres
-from tether.training.result import FitResult
+from tether.training.run.result import FitResult
 from tether.types import RolloutStatus, SpanKind, Transition
 
 # the graph's async model client binds its connection pool to the loop it first runs in, as a user's does

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from report_readers import mlflow_curves
 
-from tether.training.report import _mlflow_uri, reporting
-from tether.training.run_dir import RunDir
+from tether.training.run.report import _mlflow_uri, reporting
+from tether.training.run.run_dir import RunDir
 
 
 def _log_two_steps(run_root: Path) -> None:

@@ -22,7 +22,7 @@ from tether.algorithms import apo_prompts
 from tether.capture.context import agent_scope
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, text
-from tether.training.report import scalars
+from tether.training.run.report import scalars
 from tether.types import PromptTemplate
 
 # -- the user's agent: one call under a system prompt that APO tunes --------------------------------------

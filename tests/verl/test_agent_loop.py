@@ -26,8 +26,8 @@ import tether  # noqa: E402
 from tether.algorithms.verl import agent_loop as tether_loop  # noqa: E402
 from tether.capture.context import agent_scope  # noqa: E402
 from tether.testing.fake_llm import FAKE_LOGPROB, FakeLLM, text  # noqa: E402
-from tether.training.run_dir import RunDir  # noqa: E402
-from tether.training.session import Settings  # noqa: E402
+from tether.training.run.run_dir import RunDir  # noqa: E402
+from tether.training.run.settings import Settings  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
 

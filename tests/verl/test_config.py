@@ -16,8 +16,8 @@ from tether.algorithms.verl.algorithm import CPU_ONLY
 from tether.algorithms.verl.config import LoRASettings, Plan, build_config, check
 from tether.algorithms.verl.dataset import LOOP_NAME, task_from
 from tether.algorithms.verl.runtime import load_agent
-from tether.training.run_dir import RunDir
-from tether.training.session import Settings
+from tether.training.run.run_dir import RunDir
+from tether.training.run.settings import Settings
 
 
 def _plan(model: Path, **changes: Any) -> Plan:

@@ -14,7 +14,6 @@ import pytest
 import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 
-from tether.algorithms.advantages import group_advantages
 from tether.algorithms.verl.rows import Row, rollout_rows
 from tether.types import Rollout, Transition
 
@@ -83,6 +82,22 @@ def _batch() -> tuple[list[str], list[dict[str, Any]], dict[str, list[Transition
     return keys, fields, by_rollout, rollouts, all_rows
 
 
+def _group_reference(rollouts: list[Rollout], *, scale_by_std: bool = True, eps: float = 1e-6) -> dict[str, float]:
+    """The per-rollout group advantage, written out: reward minus its task's mean, over the std (0 if flat)."""
+    groups: dict[str, list[Rollout]] = {}
+    for rollout in rollouts:
+        if rollout.reward is not None:
+            groups.setdefault(rollout.task_id, []).append(rollout)
+    out = {}
+    for members in groups.values():
+        rewards = [float(r.reward or 0.0) for r in members]
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
+        for rollout, reward in zip(members, rewards, strict=True):
+            out[rollout.rollout_id] = 0.0 if std < eps else (reward - mean) / (std + eps if scale_by_std else 1.0)
+    return out
+
+
 def test_rows_carry_the_calls_ids_masks_logprobs_and_the_rollouts_reward() -> None:
     _, transitions = _rollout("a0", 1.0, 2, last_untrained=True)
     rows = rollout_rows(transitions, reward=1.0, uid="uid-a", session=3)
@@ -106,7 +121,7 @@ def test_rows_carry_the_calls_ids_masks_logprobs_and_the_rollouts_reward() -> No
 def test_verl_grpo_gives_each_rollouts_calls_tethers_per_rollout_advantage(verl_advantages: Advantages) -> None:
     keys, fields, by_rollout, rollouts, rows = _batch()
     data = verl_advantages(keys, fields, n=4)
-    tether = group_advantages(rollouts).per_rollout
+    tether = _group_reference(rollouts)
     for uid, members in GROUPS.items():
         n = len(members)
         for name, *_ in members:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.algorithms.advantages import AdvantageStats, assign, group_advantages
-from tether.training.credit import Credit, CreditStats, assign_credit, credit_advantages
+from tether.training.signal.credit import Credit, CreditStats, assign_credit, credit_advantages
 
 if TYPE_CHECKING:
     from tether.algorithms.apo import APO
@@ -27,16 +26,13 @@ __all__ = [
     "GRPO",
     "SFT",
     "VERL",
-    "AdvantageStats",
     "Credit",
     "CreditStats",
     "Distill",
     "Joint",
     "WarmStart",
-    "assign",
     "assign_credit",
     "credit_advantages",
-    "group_advantages",
 ]
 
 

@@ -35,12 +35,12 @@ from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, selec
 from tether.algorithms.base import Algorithm
 from tether.models.base import ModelBackend
 from tether.proxy import system_messages as _system
-from tether.training.progress import FitProgress
+from tether.training.run.progress import FitProgress
 from tether.types import Mode, PromptTemplate
 
 if TYPE_CHECKING:
     from tether.store import Store
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
     from tether.types import Task
 
 _ENGINES = ("f-string", "jinja")
@@ -241,4 +241,6 @@ async def _stored_prompts(store: Store) -> dict[str, PromptTemplate]:
     return dict(resources.prompts)
 
 
-__all__ = ["APO", "APOResult", "Candidate"]
+__all__ = [
+    "APO",
+]

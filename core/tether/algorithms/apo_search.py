@@ -17,8 +17,9 @@ from typing import Any, Protocol
 from tether import spans
 from tether.algorithms import apo_prompts as _text
 from tether.models.base import ChatRequest, ModelBackend
-from tether.training.result import FitResult
-from tether.training.session import Job, RolloutResult, Session
+from tether.training.engine.session import Session
+from tether.training.run.result import FitResult
+from tether.training.signal.batch import Job, RolloutResult
 from tether.types import AttemptStatus, Mode, PromptTemplate, RolloutStatus, Span, SpanKind, Task
 
 

@@ -1,7 +1,7 @@
 """The algorithm contract: what ``Trainer.fit`` calls, with a real default for every part but ``fit``.
 
 An algorithm subclasses ``Algorithm`` and writes one method, ``async fit(session, train, val) -> FitResult``: it
-runs rollouts through the ``tether.training.session.Session`` it is given (``run_batch``: enqueue, run, read
+runs rollouts through the ``tether.training.engine.session.Session`` it is given (``run_batch``: enqueue, run, read
 back, transitions built and credited), changes whatever it improves (the weights of ``session.backend`` when it
 is a ``TrainableBackend``, the prompt templates in the store's resources, ...), records metrics in
 ``session.run`` and returns a ``FitResult``. ``Trainer`` calls the rest of the contract directly, in this order,
@@ -37,14 +37,14 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tether.training.preflight import PreflightGroup
-from tether.training.result import FitResult
+from tether.training.run.preflight import PreflightGroup
+from tether.training.run.result import FitResult
 from tether.types import Task
 
 if TYPE_CHECKING:
     from tether.models.base import ModelBackend
     from tether.plugin.wrap import WrappedAgent
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
 
 #: the parts of the contract besides ``fit`` (``Trainer`` calls them only on ``Algorithm`` subclasses)
 CONTRACT = (

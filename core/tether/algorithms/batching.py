@@ -1,6 +1,6 @@
 """Update batches of transitions, shared by the policy updates that train on token ids (``GRPO``, ``SFT``).
 
-A row is a packed sequence (``tether.training.packing``: the calls of a rollout that extend each other
+A row is a packed sequence (``tether.training.signal.packing``: the calls of a rollout that extend each other
 exactly, or one call), right-padded. ``pack`` groups rows into micro-batches by length under a row and token
 budget; ``assemble`` builds a micro-batch's tensors (ids, and per position the response mask, recorded
 logprobs, advantages and the call that owns the position);
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tether.training.packing import PackedSequence
+from tether.training.signal.packing import PackedSequence
 from tether.types import Transition
 
 
@@ -46,7 +46,8 @@ def pack(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[
 def assemble(
     sequences: Sequence[PackedSequence], batch: Sequence[Transition], pad_token_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A micro-batch's tensors from its packed sequences (``tether.training.packing.pack_calls`` of ``batch``,
+    """A micro-batch's tensors from its packed sequences (``tether.training.signal.packing.pack_calls`` of
+    ``batch``,
     whose calls index ``batch``): ``ids [B, W]`` right-padded, and per position, shifted by one (position p
     predicts token p+1): ``mask [B, W-1]`` 1 where a trained response token is predicted, ``old [B, W-1]`` the
     recorded logprob of that token (NaN where none was recorded), ``adv [B, W-1]`` its call's advantage,

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether.training.batch import Job
-from tether.training.progress import evaluation_bar
+from tether.training.run.progress import evaluation_bar
+from tether.training.signal.batch import Job
 from tether.types import Mode, PromptTemplate, Task
 
 if TYPE_CHECKING:
-    from tether.training.run_dir import RunDir
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
+    from tether.training.run.run_dir import RunDir
 
 #: the passes of an evaluation: the label of its metrics and its temperature
 PASSES = (("greedy", 0.0), ("sampled", 1.0))

@@ -48,14 +48,14 @@ from tether.algorithms.apo_search import APOResult, BeamSearch, Candidate, selec
 from tether.algorithms.base import Algorithm
 from tether.algorithms.grpo import loop as grpo_loop
 from tether.algorithms.grpo.loop import LoopHooks, PolicyUpdate
-from tether.training.preflight import PreflightGroup
-from tether.training.result import FitResult
+from tether.training.run.preflight import PreflightGroup
+from tether.training.run.result import FitResult
 from tether.types import PromptTemplate
 
 if TYPE_CHECKING:
     from tether.models.base import ModelBackend
     from tether.plugin.wrap import WrappedAgent
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
     from tether.types import Task
 
 

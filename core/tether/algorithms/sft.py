@@ -35,13 +35,14 @@ from tether.algorithms.grpo.policies import trained_policies, update_policies
 from tether.algorithms.sft_data import Example, Filter, read_finished, select, tokenize
 from tether.models.base import RendersReplies, TrainableBackend
 from tether.store import open_store
-from tether.training import memory, packing
-from tether.training.progress import FitProgress
-from tether.training.result import FitResult
+from tether.training.engine import memory
+from tether.training.run.progress import FitProgress
+from tether.training.run.result import FitResult
+from tether.training.signal import packing
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
 
 
 @dataclass
@@ -64,9 +65,9 @@ class SFT(Algorithm):
     **Packing.** With ``pack=True`` (the default) an epoch's order is shuffled rollout by rollout, each
     rollout's calls kept together in call order, and the calls of a batch that extend each other exactly (the
     next prompt's token ids begin with the previous prompt + reply ids, as a multi-turn demonstration rendered
-    by one chat template does) train as one sequence (``tether.training.packing``): the same loss and gradient
-    as one row per call, the shared history computed once. ``pack=False``: calls shuffled one by one, one row
-    each. Each step reports ``sequences``, ``tokens_trained``, ``tokens_computed`` and ``tokens_saved``.
+    by one chat template does) train as one sequence (``tether.training.signal.packing``): the same loss and
+    gradient as one row per call, the shared history computed once. ``pack=False``: calls shuffled one by one, one
+    row each. Each step reports ``sequences``, ``tokens_trained``, ``tokens_computed`` and ``tokens_saved``.
     """
 
     uses_train_tasks = False  # (it reads stored rollouts)

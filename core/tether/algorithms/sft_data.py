@@ -21,7 +21,7 @@ from tether.models.base import RendersReplies
 from tether.policies import agent_key
 from tether.spans import proxy_call
 from tether.store.base import Store
-from tether.training.transitions import build_transitions
+from tether.training.signal.transitions import build_transitions
 from tether.types import Rollout, RolloutStatus, Span
 
 

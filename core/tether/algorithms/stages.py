@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from tether.algorithms.base import Algorithm, check_algorithm, name_of
 from tether.models.base import ModelBackend, TrainableBackend
-from tether.training.result import FitResult
-from tether.training.run_dir import RunDir
+from tether.training.run.result import FitResult
+from tether.training.run.run_dir import RunDir
 from tether.types import Task
 
 if TYPE_CHECKING:
     from tether.plugin.wrap import WrappedAgent
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
 
 _PROGRESS = "stages.json"
 

@@ -34,12 +34,12 @@ from tether.algorithms.base import Algorithm
 from tether.models.base import LoRACapable, ModelBackend, RefitsTokenizer, RendersReplies
 from tether.models.lora import LoRA
 from tether.policies import PolicyMap
-from tether.training.health import FitError
-from tether.training.result import FitResult
+from tether.training.run.health import FitError
+from tether.training.run.result import FitResult
 from tether.types import Mode, RolloutStatus, Task
 
 if TYPE_CHECKING:
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
 
 #: what a ``RemoteBackend`` error says when the teacher did not answer the probe, or refused its key
 _NO_ANSWER = ("cannot reach", "did not answer", " answered 401", " answered 403", " answered 407")
@@ -202,7 +202,7 @@ class WarmStart(Algorithm):
     async def _demonstrate(self, session: Session, train: Sequence[Task], url: str) -> dict[str, Any]:
         """Run the rollouts the teacher store lacks; the counts and the teacher's mean reward."""
         from tether.store import open_store
-        from tether.training.session import Session as TeacherSession
+        from tether.training.engine.session import Session as TeacherSession
 
         store = open_store(url)
         try:

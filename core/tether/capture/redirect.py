@@ -55,8 +55,7 @@ from tether.capture.context import (
     current_scope,
     encode_agent_header,
 )
-from tether.capture.patching import SeamMissing as SeamMissing
-from tether.capture.patching import SharedPatch
+from tether.capture.patching import SeamMissing, SharedPatch
 from tether.types import new_id
 
 SEAM_MODULE = "openai._base_client"

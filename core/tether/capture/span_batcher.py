@@ -40,7 +40,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-from tether.store.base import InvalidInput, InvalidTransition, NotFound, Store
+from tether.store.base import Store
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound
 from tether.store.retry import DEFAULT_OUTAGE_S, is_outage
 from tether.types import Span
 

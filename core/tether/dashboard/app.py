@@ -19,10 +19,12 @@ from aiohttp import web
 
 from tether import _json, spans
 from tether._net import local_address, refusal
-from tether.dashboard.index import MAX_LIMIT, parse_filters
+from tether.dashboard.index import MAX_LIMIT
+from tether.dashboard.rows import parse_filters
 from tether.dashboard.sources import Source, Sources, read_apo_history, read_metrics
 from tether.dashboard.trace import rollout_detail
-from tether.store.base import NotFound, Store
+from tether.store.base import Store
+from tether.store.errors import NotFound
 from tether.types import Resources
 
 __all__ = ["PREFIX", "create_app", "dashboard_app", "mount"]

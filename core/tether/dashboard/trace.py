@@ -22,8 +22,8 @@ from tether import _json, spans
 from tether.policies import PolicyMap
 from tether.spans import is_proxy_llm_span, proxy_llm_problem
 from tether.store.base import Store
-from tether.training.credit import Credit, assign_credit
-from tether.training.transitions import TransitionReport, build_transitions
+from tether.training.signal.credit import Credit, assign_credit
+from tether.training.signal.transitions import TransitionReport, build_transitions
 from tether.types import Attempt, Mode, Rollout, Span, SpanKind, Transition
 
 

@@ -6,12 +6,12 @@ Prompts are rendered with the checkpoint's own chat template (``tokenizer.chat_t
 ``apply_chat_template``); checkpoints written by the embedded model use its compact template. Replies are
 parsed for tool calls in the Hermes/Qwen form ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
 (SmolLM2 writes a JSON list of such calls in one block) or in the embedded form. Sampling, batching and
-in-place weight updates are shared with the embedded backend (``tether.models._local``).
+in-place weight updates are shared with the embedded backend (``tether.models.local._backend``).
 
 The model runs on CUDA in bf16 when a GPU is visible, else on CPU in float32 (``device=``/``dtype=`` override:
 ``HFBackend(path, device="cuda:1", dtype="float16")`` or ``"hf:<path>?device=cuda:1&dtype=float16"``). On a CPU
-``dtype=`` is the sampler's: the weights train in float32 and a bf16 copy samples (``tether.models._sample_dtype``,
-which also picks it on its own where it pays). A path
+``dtype=`` is the sampler's: the weights train in float32 and a bf16 copy samples
+(``tether.models.local._sample_dtype``, which also picks it on its own where it pays). A path
 holding a LoRA adapter (a checkpoint of a LoRA run) serves its base with that adapter attached.
 """
 
@@ -27,11 +27,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tether.models._device import pick_device, pick_dtype
 from tether.models._hub import locate
-from tether.models._local import LocalBackend
 from tether.models._quiet import quiet
 from tether.models.base import BadRequest
 from tether.models.embedded import template
 from tether.models.embedded.model import turn_token_ids
+from tether.models.local._backend import LocalBackend
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 

@@ -19,7 +19,8 @@ from dataclasses import replace
 
 from tether.otel.ingest import CHUNK_SPANS, ImportedTrace, convert
 from tether.otel.otlp import OtlpError, parse_json, parse_protobuf
-from tether.store.base import ImportedRollout, InvalidInput, validate_import
+from tether.store.base import ImportedRollout, validate_import
+from tether.store.errors import InvalidInput
 
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 PROCESS_MIN_BYTES = 2 * 1024 * 1024

@@ -26,7 +26,8 @@ from tether import spans
 from tether.otel._attributes import llm_attributes, tool_attributes
 from tether.otel.messages import maybe_json
 from tether.otel.otlp import OtlpSpan
-from tether.store.base import ImportedRollout, InvalidInput, NotFound, Store, import_id, validate_import
+from tether.store.base import ImportedRollout, Store, import_id, validate_import
+from tether.store.errors import InvalidInput, NotFound
 from tether.types import Mode, Span, SpanKind, new_id
 
 CHUNK_SPANS = 250  # spans of one trace written per store call

@@ -33,7 +33,8 @@ from tether import _json
 from tether.otel._parse_pool import traces_in_pieces
 from tether.otel.ingest import ImportOutcome, import_into
 from tether.otel.otlp import OtlpError
-from tether.store.base import Store, StoreError
+from tether.store.base import Store
+from tether.store.errors import StoreError
 from tether.types import Mode
 
 _log = logging.getLogger(__name__)

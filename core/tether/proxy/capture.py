@@ -1,8 +1,8 @@
 """Turn a backend's ``ChatResult`` into the OpenAI response a client gets and the ``llm`` span the store gets.
 
 The span is ``tether.spans.LLM_CALL`` with ``tether.spans.ProxyLLMAttributes``: the schema
-``tether.training.transitions`` reads. A call the backend failed gets a ``tether.spans.LLM_CALL_FAILED`` span
-instead.
+``tether.training.signal.transitions`` reads. A call the backend failed gets a ``tether.spans.LLM_CALL_FAILED``
+span instead.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from tether.store.memory import MemoryStore
 
 #: the environment variable ``tether serve --token`` reads
 TOKEN_ENV = "TETHER_SERVE_TOKEN"
-_MANIFEST = "policies.json"  # tether.models._local_policies.MANIFEST (not imported: that module is the backends')
+_MANIFEST = "policies.json"  # tether.models.local._policies.MANIFEST (not imported: that module is the backends')
 
 
 class ModelServer(ProxyServer):

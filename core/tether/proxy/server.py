@@ -53,8 +53,9 @@ from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import BackendError, BadRequest, ModelBackend
 from tether.policies import PolicyMap
 from tether.proxy import responses_api
+from tether.proxy._error_answers import ErrorAnswers
 from tether.proxy._http_server import HttpServer, Request, Response
-from tether.proxy._responses import JSON, MAX_BODY, error_response, models_list
+from tether.proxy._responses import JSON, MAX_BODY, models_list
 from tether.proxy.capture import call_span, completion_json, failed_call_span, request_params, span_size
 from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.sse import sse_body
@@ -77,13 +78,9 @@ _AGENT = AGENT_HEADER.lower()
 _TOKEN = TOKEN_HEADER.lower()
 _SSE_HEADERS = {"Cache-Control": "no-cache"}
 _CALLS = ("/v1/chat/completions", "/v1/responses")
-_ENDPOINTS = (
-    "the proxy serves POST /r/{rollout_id}/{attempt_id}/v1/chat/completions and .../v1/responses (and both "
-    "without the /r/... prefix outside a rollout), GET .../v1/models and GET /health"
-)
 
 
-class ProxyServer:
+class ProxyServer(ErrorAnswers):
     """Serve ``backend`` on ``host:port`` (0: a free port); each call of an open attempt becomes a span
     submitted to ``batcher``.
 
@@ -390,41 +387,3 @@ class ProxyServer:
         if stream:
             return Response(sse_body(completion), content_type="text/event-stream", headers=_SSE_HEADERS)
         return Response(payload, content_type=JSON)
-
-    def _overloaded(self) -> Response:
-        return self._error(
-            503,
-            f"the proxy has {self.max_concurrent_calls} calls in flight to the model backend "
-            f"(max_concurrent_calls) and none ended within {self.queue_timeout_s:g} s: the backend is slow or "
-            "hanging; retry later, or raise max_concurrent_calls",
-            kind="server_error",
-            code="overloaded",
-            headers={"Retry-After": "1"},
-        )
-
-    def _error(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        kind: str = "invalid_request_error",
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Response:
-        self.failures += 1
-        return error_response(status, message, param=param, kind=kind, code=code, headers=headers)
-
-    def _unreadable(self, status: int, why: str) -> Response:
-        """The answer to a request the HTTP server could not read (malformed, too large)."""
-        code = "request_too_large" if status == 413 else None
-        return self._error(status, f"the request cannot be read: {why}", code=code)
-
-    def _unknown(self, request: Request, why: str) -> Response:
-        return self._error(404, f"{request.method} {request.path}: {why}; {_ENDPOINTS}", code="unknown_url")
-
-    def _not_allowed(self, request: Request, allow: str) -> Response:
-        message = (
-            f"{request.method} {request.path}: this endpoint takes {allow.replace(',', ' or ')}; {_ENDPOINTS}"
-        )
-        return self._error(405, message, code="method_not_allowed", headers={"Allow": allow})

@@ -8,16 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tether.store.base import (
-    Harvested,
-    ImportedRollout,
-    ImportResult,
-    InvalidInput,
-    InvalidTransition,
-    NotFound,
-    Store,
-    StoreError,
-)
+from tether.store.base import Harvested, ImportedRollout, ImportResult, Store
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound, StoreError
 from tether.store.rollout_query import RolloutPage, RolloutQuery
 
 __all__ = [
@@ -63,7 +55,7 @@ def open_store(url: str = DEFAULT_STORE_URL, *, token: str | None = None) -> Sto
             raise ValueError(f"bad SQLite URL {url!r}: write sqlite:///relative.db or sqlite:////abs/path.db")
         return SqliteStore(Path(path[1:]) if path != "/:memory:" else ":memory:")
     if url.startswith(("http://", "https://")):
-        from tether.store.http_client import HttpStore
+        from tether.store.http.client import HttpStore
 
         return HttpStore(url, token=token)
     if url.startswith(("postgresql://", "postgres://")):

@@ -1,5 +1,5 @@
 """When a running attempt counts as dead, and why its late spans are refused: the rule every backend shares
-(``tether.store.memory``, ``tether.store._sqlite_lifecycle``, ``tether.store._pg_ops``)."""
+(``tether.store.memory``, ``tether.store.sqlite._lifecycle``, ``tether.store.postgres._ops``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The checks every store backend makes of what it is given, before it changes anything (re-exported by
-``tether.store.base``): specs, spans, rewards, limits and finish statuses; ``InvalidInput`` (or
-``InvalidTransition``) naming what is wrong."""
+"""The checks every store backend makes of what it is given, before it changes anything: specs, spans, rewards,
+limits and finish statuses; ``InvalidInput`` (or ``InvalidTransition``) naming what is wrong."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ integer and every time or reward a finite float, on every backend (what SQLite c
 ``InvalidInput``. A ``limit`` is ``None`` (no limit) or ``>= 0``.
 
 The checks every backend makes of its inputs (``validate_spec``, ``validate_span``, ...) are in
-``tether.store._validate`` and re-exported here.
+``tether.store._validate``; its errors (``StoreError`` and its kinds) in ``tether.store.errors``.
 """
 
 from __future__ import annotations
@@ -48,19 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether import _json
-from tether.store._validate import validate_finish_status as validate_finish_status
-from tether.store._validate import validate_limit as validate_limit
-from tether.store._validate import validate_reward as validate_reward
-from tether.store._validate import validate_span as validate_span
-from tether.store._validate import validate_spec as validate_spec
-from tether.store.errors import INT64_MAX as INT64_MAX
-from tether.store.errors import INT64_MIN as INT64_MIN
-from tether.store.errors import InvalidInput as InvalidInput
-from tether.store.errors import InvalidTransition as InvalidTransition
-from tether.store.errors import NotFound as NotFound
-from tether.store.errors import StoreError as StoreError
-from tether.store.errors import validate_int as validate_int
-from tether.store.errors import validate_number as validate_number
+from tether.store._validate import validate_span
+from tether.store.errors import InvalidInput
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, counts_of, page_of, usage_from
 from tether.types import (
     Attempt,

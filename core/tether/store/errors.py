@@ -1,5 +1,5 @@
-"""The store's errors and the number checks every backend shares (re-exported by ``tether.store.base``,
-where the contract that raises them is written)."""
+"""The store's errors and the number checks every backend shares (the contract that raises them is written in
+``tether.store.base``; ``tether.store`` exports the errors as its public API)."""
 
 from __future__ import annotations
 

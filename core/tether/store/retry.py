@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from tether.store.base import InvalidInput, InvalidTransition, NotFound, StoreError
+from tether.store.errors import InvalidInput, InvalidTransition, NotFound, StoreError
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)

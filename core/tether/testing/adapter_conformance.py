@@ -38,7 +38,7 @@ from tether import spans
 from tether.plugin.wrap import RunFn, WrappedAgent, wrap
 from tether.testing.fake_llm import FakeLLM, Reply
 from tether.trainer import Trainer
-from tether.training.dev_report import DevReport
+from tether.training.run.dev_report import DevReport
 from tether.types import RolloutStatus, SpanKind
 
 

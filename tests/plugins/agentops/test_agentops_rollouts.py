@@ -16,7 +16,7 @@ from tether import spans as schema
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM
 from tether.trainer import Trainer
-from tether.training.dev_report import DevReport
+from tether.training.run.dev_report import DevReport
 from tether.types import RolloutStatus, Span, SpanKind
 from tether_agentops import agentops_provider
 from tether_agentops import tracer as plugin_tracer

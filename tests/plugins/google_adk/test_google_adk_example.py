@@ -22,7 +22,7 @@ from tether.capture import redirect
 from tether.capture.patching import SeamMissing
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call
-from tether.training.dev_report import DevReport
+from tether.training.run.dev_report import DevReport
 from tether.types import RolloutStatus, SpanKind
 from tether_google_adk import GoogleADKAdapter, NotLiteLlm
 

@@ -21,7 +21,7 @@ from tether.models.remote import RemoteBackend
 from tether.spans import is_proxy_llm_span
 from tether.testing.fake_llm import FakeLLM
 from tether.trainer import Trainer
-from tether.training.dev_report import DevReport
+from tether.training.run.dev_report import DevReport
 from tether.types import RolloutStatus, Span, SpanKind
 from tether_langchain import LangChainAdapter, task_input
 

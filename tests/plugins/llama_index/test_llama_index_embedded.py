@@ -73,7 +73,7 @@ def test_one_grpo_step_trains_the_named_agent(tmp_path: Path) -> None:
 
 
 def test_naming_an_agent_the_model_never_reached_stops_before_training(tmp_path: Path) -> None:
-    from tether.training.health import FitError
+    from tether.training.run.health import FitError
 
     with pytest.raises(FitError, match=r"unknown sub-agent 'WriteAgent'.*captured agents are: ResearchAgent"):
         _step(tmp_path, ["WriteAgent"])

@@ -12,6 +12,7 @@ from openai._base_client import BaseClient
 
 from tether.capture import redirect
 from tether.capture.context import RolloutScope, rollout_scope
+from tether.capture.patching import SeamMissing
 from tether.testing.fake_llm import FakeLLM, text
 
 VERSION = openai.__version__
@@ -20,7 +21,7 @@ VERSION = openai.__version__
 def test_the_private_seam_is_where_the_redirect_expects_it() -> None:
     try:
         cls, func = redirect.seam()
-    except redirect.SeamMissing as exc:
+    except SeamMissing as exc:
         pytest.fail(f"openai {VERSION} moved the request-building seam the redirect patches: {exc}")
     assert cls is BaseClient
     assert func is BaseClient.__dict__["_build_request"]
@@ -55,7 +56,7 @@ async def test_every_client_kind_still_builds_its_requests_through_the_seam() ->
 
 def test_a_moved_seam_is_reported_with_the_sdk_version(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(BaseClient, "_build_request")
-    with pytest.raises(redirect.SeamMissing, match=rf"openai {VERSION}: .*BaseClient\._build_request not found"):
+    with pytest.raises(SeamMissing, match=rf"openai {VERSION}: .*BaseClient\._build_request not found"):
         redirect.install()
     assert not redirect.is_installed()
 
@@ -65,6 +66,6 @@ def test_a_changed_signature_is_reported(monkeypatch: pytest.MonkeyPatch) -> Non
         raise AssertionError("must not be called")
 
     monkeypatch.setattr(BaseClient, "_build_request", _build_request)
-    with pytest.raises(redirect.SeamMissing, match=rf"openai {VERSION}: .*unexpected signature"):
+    with pytest.raises(SeamMissing, match=rf"openai {VERSION}: .*unexpected signature"):
         redirect.install()
     assert not redirect.is_installed()

@@ -17,7 +17,7 @@ from tether import spans
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM
 from tether.trainer import Trainer
-from tether.training.dev_report import DevReport
+from tether.training.run.dev_report import DevReport
 from tether.types import RolloutStatus, SpanKind
 
 

@@ -18,7 +18,7 @@ from tether.models.remote import RemoteBackend
 from tether.plugin.manager import get_plugins
 from tether.testing.fake_llm import FakeLLM
 from tether.trainer import Trainer
-from tether.training.dev_report import DevReport
+from tether.training.run.dev_report import DevReport
 from tether.types import RolloutStatus, SpanKind
 from tether_pydantic_ai import PydanticAIOutput, summarize
 

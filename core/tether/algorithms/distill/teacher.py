@@ -48,7 +48,7 @@ class Teacher(Protocol):
 def check_spec(teacher: object) -> None:
     """Refuse, with the reason, a teacher that cannot score the student's tokens, from its spec alone."""
     if isinstance(teacher, ModelBackend):
-        from tether.models._local import LocalBackend
+        from tether.models.local._backend import LocalBackend
 
         if not isinstance(teacher, LocalBackend):
             raise ValueError(
@@ -91,7 +91,7 @@ class LocalTeacher:
 
     def __init__(self, teacher: str | ModelBackend) -> None:
         from tether.models import open_backend
-        from tether.models._local import LocalBackend
+        from tether.models.local._backend import LocalBackend
 
         if isinstance(teacher, str):
             spec = teacher.strip()

@@ -37,12 +37,13 @@ import torch
 from tether.algorithms.distill.teacher import Teacher, check_spec, open_teacher
 from tether.algorithms.grpo.update import GRPO
 from tether.models.base import ModelBackend, RefitsTokenizer
-from tether.training.preflight import PreflightGroup
-from tether.training.result import FitResult
+from tether.training.run.preflight import PreflightGroup
+from tether.training.run.result import FitResult
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
-    from tether.training.session import Batch, Session
+    from tether.training.engine.session import Session
+    from tether.training.signal.batch import Batch
 
 
 def reverse_kl_advantages(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

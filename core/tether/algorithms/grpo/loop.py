@@ -4,7 +4,7 @@ metrics and a progress bar. ``GRPO.fit`` runs it on the ``Session`` that ``Train
 
 Each step samples ``tasks_per_step`` training tasks, runs ``group_size`` rollouts of each (sampled at the
 algorithm's temperature), builds transitions, gives each its advantage under the trainer's credit rule
-(``tether.training.credit``) and updates the model in place; the proxy serves the new weights to the next
+(``tether.training.signal.credit``) and updates the model in place; the proxy serves the new weights to the next
 rollouts. Validation runs before training, every
 ``eval_every`` steps and at the end, greedy (temperature 0), and sampled (temperature 1) before the first step
 and after the last (every time with ``Trainer(eval_sampled="every")``). A checkpoint
@@ -31,16 +31,17 @@ from tether.algorithms.base import Algorithm
 from tether.algorithms.evaluation import carried_eval, evaluate
 from tether.algorithms.grpo.policies import trained_policies, update_policies
 from tether.models.base import TrainableBackend
-from tether.training import memory
-from tether.training.credit import CreditStats
-from tether.training.health import FitError, idle_reason, top_errors
-from tether.training.kv_metrics import kv_metrics, kv_stats
-from tether.training.preflight import PreflightGroup
-from tether.training.progress import FitProgress, sampling_bar
-from tether.training.result import FitResult
-from tether.training.run_dir import RunDir
-from tether.training.session import Batch, Session
-from tether.training.transitions import unknown_optimize_names
+from tether.training.engine import memory
+from tether.training.engine.session import Session
+from tether.training.run.health import FitError, idle_reason, top_errors
+from tether.training.run.preflight import PreflightGroup
+from tether.training.run.progress import FitProgress, sampling_bar
+from tether.training.run.result import FitResult
+from tether.training.run.run_dir import RunDir
+from tether.training.signal.batch import Batch
+from tether.training.signal.credit import CreditStats
+from tether.training.signal.kv_metrics import kv_metrics, kv_stats
+from tether.training.signal.transitions import unknown_optimize_names
 from tether.types import Mode, PromptTemplate, Task, Transition
 
 T = TypeVar("T")

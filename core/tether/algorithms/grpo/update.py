@@ -4,7 +4,7 @@ The loss is token-level over response tokens only: for each trainable transition
 response token ids are scored by the current policy; the importance ratio against the sampling policy's
 logprobs (the trainer's own first pass for data the weights being updated sampled, the sampler's recorded ones
 for older data) is clipped as in PPO and multiplied by the transition's advantage (its rollout's
-group-relative advantage, see ``tether.algorithms.advantages``). Every response token in the update batch
+group-relative advantage, see ``tether.training.signal.credit``). Every response token in the update batch
 weighs the same. Optionally a KL penalty to the starting policy (k3 estimator) and, always, gradient
 clipping. The model is updated in place, so the backend serves the new weights on its next batch.
 
@@ -12,7 +12,7 @@ Every update also measures **drift**: the trainer's logprobs of the sampled toke
 optimizer step, the same forward the loss uses) against the logprobs the sampler recorded, on tokens sampled by
 the weights being updated. Transitions sampled by weights more than ``max_staleness`` versions old are
 dropped (see ``GRPO``). The calls of a rollout that extend each other exactly are trained as one sequence
-(``tether.training.packing``). Sequences are packed into micro-batches by length under a token budget, with
+(``tether.training.signal.packing``). Sequences are packed into micro-batches by length under a token budget, with
 optional gradient checkpointing, so the update of a large model fits one GPU; the gradient is the one-batch
 gradient whatever the packing.
 
@@ -36,8 +36,8 @@ from tether.algorithms.grpo.defaults import Reference, default_lr
 from tether.algorithms.grpo.drift import Drift, Refusals
 from tether.models.base import LoRACapable
 from tether.models.lora import LoRA
-from tether.training import packing
-from tether.training.packing import PackedSequence
+from tether.training.signal import packing
+from tether.training.signal.packing import PackedSequence
 from tether.types import Transition
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class GRPO(grpo_loop.PolicyUpdate):
 
     **Packing.** With ``pack=True`` (the default) the calls of one rollout attempt on this policy whose next
     prompt's token ids begin exactly with the previous call's prompt + response ids train as one sequence
-    (``tether.training.packing``): the shared history is computed once, each call keeps its own advantage,
+    (``tether.training.signal.packing``): the shared history is computed once, each call keeps its own advantage,
     recorded logprobs, drift judgement and on-policy flag, and the loss and gradient are the per-call rows'
     (to float rounding). A call that does not extend its predecessor exactly starts a new sequence.
     ``pack=False`` trains one row per call. ``sequences``, ``tokens_trained`` (response tokens),

@@ -27,13 +27,13 @@ from tether.algorithms.verl.config import LoRASettings, Plan, build_config, chec
 from tether.algorithms.verl.dataset import LOOP_NAME, write_parquet
 from tether.algorithms.verl.runtime import RuntimeSpec, save_agent, settings_dict
 from tether.models.base import BackendError, ChatRequest, ChatResult, ModelBackend
-from tether.training.result import FitResult
+from tether.training.run.result import FitResult
 from tether.types import Task
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from tether.training.session import Session
+    from tether.training.engine.session import Session
 
 LOOP_TARGET = "tether.algorithms.verl.agent_loop.TetherAgentLoop"
 CPU_ONLY = (

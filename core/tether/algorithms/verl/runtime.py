@@ -23,7 +23,9 @@ from typing import Any, TypedDict
 from tether import _json
 from tether.models.base import ModelBackend
 from tether.plugin.wrap import WrappedAgent, wrap
-from tether.training.session import Job, RolloutResult, Session, Settings
+from tether.training.engine.session import Session
+from tether.training.run.settings import Settings
+from tether.training.signal.batch import Job, RolloutResult
 from tether.types import Mode, Task
 
 
@@ -31,7 +33,7 @@ class RuntimeSpec(TypedDict, total=False):
     """What a verl worker needs to run tether rollouts (the ``tether`` section of verl's config)."""
 
     agent_path: str  # the pickled agent (``save_agent``)
-    settings: dict[str, Any]  # ``tether.training.session.Settings`` fields
+    settings: dict[str, Any]  # ``tether.training.engine.session.Settings`` fields
     server_addresses: list[str]  # verl's vLLM servers, filled in when verl has started them
     model: str | None  # the served model name (default: the servers' first listed model)
     logprobs: bool

@@ -1,9 +1,9 @@
-"""``model="embedded"``: the repo's small model served in-process (see ``tether.models._local``).
+"""``model="embedded"``: the repo's small model served in-process (see ``tether.models.local._backend``).
 
 ``EmbeddedBackend()`` builds a fresh default model from the built-in corpus (nothing is downloaded);
 ``EmbeddedBackend("runs/x/checkpoint")`` loads one saved by ``EmbeddedModel.save``; ``model=`` takes an
 ``EmbeddedModel`` already in memory (for instance after ``sft``). ``dtype="bf16"`` samples from a bf16 copy of
-the float32 weights (``tether.models._sample_dtype``: not chosen on its own, the model is too small to gain).
+the float32 weights (``tether.models.local._sample_dtype``: not chosen on its own, the model is too small to gain).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tether.models._local import LocalBackend
 from tether.models.embedded import template
 from tether.models.embedded.model import EmbeddedModel, create_embedded
+from tether.models.local._backend import LocalBackend
 
 
 class EmbeddedBackend(LocalBackend):

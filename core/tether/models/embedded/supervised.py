@@ -74,7 +74,7 @@ def sft(
         raise ValueError("sft needs at least one demonstration conversation")
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"sft needs epochs >= 1, batch_size >= 1 and lr > 0 (got {epochs}, {batch_size}, {lr})")
-    from tether.models._local import DEFAULT_THREADS
+    from tether.models.local._backend import DEFAULT_THREADS
 
     torch.set_num_threads(threads or DEFAULT_THREADS)
     net, tokenizer = model.model, model.tokenizer
