@@ -68,3 +68,13 @@ def test_the_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("see [a](missing.md), [b](https://example.org) and [c](page.md#top)")
     assert _local_links(page) == ["missing.md", "page.md"]
+
+
+def test_every_tox_env_is_in_the_development_table() -> None:
+    """docs/development.md's table of tox envs lists every env of tox.ini's envlist (it drifted before)."""
+    root = Path(__file__).resolve().parents[2]
+    envlist = re.search(r"^envlist = (.*)$", (root / "tox.ini").read_text(), re.M)
+    assert envlist is not None
+    table = (root / "docs" / "development.md").read_text()
+    missing = [env for env in envlist.group(1).split(", ") if f"`{env}`" not in table]
+    assert not missing, f"docs/development.md's tox table lacks {missing}"
