@@ -15,7 +15,10 @@ import pytest
 from tether.store.sqlite import SqliteStore
 
 _SCRIPT = """
-import asyncio, sys
+import asyncio, signal, sys
+# Ctrl-C as a terminal delivers it: a process started in the background by a non-interactive shell (a CI job
+# under `... &`) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tether.capture.span_batcher import SpanBatcher
 from tether.store.sqlite import SqliteStore
 from tether.types import RolloutSpec, Span, SpanKind
