@@ -112,14 +112,18 @@ def merge(adapter_dir: str, out_dir: str, base: str | None) -> None:
     click.echo(f'merged {adapter_dir} into {out}: serve it with model="hf:{out}"')
 
 
-@main.command("serve")
-@click.argument("model")
-@click.option(
+#: the servers' bind address (``serve``, ``store serve``): loopback unless a token guards it
+_host_option = click.option(
     "--host",
     default="127.0.0.1",
     show_default=True,
     help="Address to bind (an IPv6 one with or without brackets); anything but loopback requires --token.",
 )
+
+
+@main.command("serve")
+@click.argument("model")
+@_host_option
 @click.option(
     "--port",
     default=8000,
@@ -165,12 +169,7 @@ def store() -> None:
     'postgresql://user:password@host:port/database (pip install "tether[postgres]") '
     "[default: sqlite:///runs/tether.db, under the current folder].",
 )
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address to bind (an IPv6 one with or without brackets); anything but loopback requires --token.",
-)
+@_host_option
 @click.option(
     "--port",
     default=4747,
