@@ -56,8 +56,8 @@ class Trainer:
     many consecutive training steps trained nothing (None: never); a run that trained before them stops early
     instead, evaluated and saved (``FitResult.stopped`` says why).
     ``eval_sampled``: when GRPO's evaluations (every ``eval_every`` steps) add the sampled (T=1) pass to the
-    greedy one: ``"ends"`` (before the first step and after the last, the summary's before/after) or
-    ``"every"``.
+    greedy one: ``"ends"`` (before the first step and after the last, the summary's before/after),
+    ``"every"``, or ``"never"`` (greedy only, also in a warm start's evaluations: the cheapest).
     ``export``: send every rollout's spans to an OpenTelemetry collector as GenAI spans
     (``tether.OTLPExport(endpoint=...)``); None exports only when ``OTEL_TRACES_EXPORTER=otlp`` is set.
     ``report_to``: where ``fit`` sends its metrics besides ``metrics.jsonl``: ``"tensorboard"``, ``"wandb"``,

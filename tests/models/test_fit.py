@@ -93,7 +93,7 @@ def test_a_run_resumes_from_its_checkpoint(warm_start: Path, tmp_path: Path) -> 
     assert (tmp_path / "toy" / "checkpoint" / "optimizer.pt").exists()
 
 
-@pytest.mark.parametrize("eval_sampled", ["ends", "every"])
+@pytest.mark.parametrize("eval_sampled", ["ends", "every", "never"])
 def test_evaluations_during_a_run_are_greedy_only_unless_asked(
     warm_start: Path, tmp_path: Path, eval_sampled: str
 ) -> None:
@@ -103,14 +103,15 @@ def test_evaluations_during_a_run_are_greedy_only_unless_asked(
     evals = result.evals
     assert [e["step"] for e in evals] == [0, 1, 2, 3]
     sampled = [e["step"] for e in evals if "sampled_accuracy" in e]
-    assert sampled == ([0, 3] if eval_sampled == "ends" else [0, 1, 2, 3])
+    assert sampled == {"ends": [0, 3], "every": [0, 1, 2, 3], "never": []}[eval_sampled]
     assert all(len(e["greedy_rewards"]) == 6 for e in evals)
-    assert "accuracy (T=1)" in result.summary()  # the summary's T=1 row: the first and last evaluation's
+    # the summary's T=1 row: the first and last evaluation's; none where no evaluation sampled
+    assert ("accuracy (T=1)" in result.summary()) == (eval_sampled != "never")
     train = [h for h in result.history if h["kind"] == "train"]
     assert all(h["kv_calls"] == 32 and 0 <= h["kv_reused"] <= 1 for h in train)  # the KV cache's step metrics
 
 
-def test_eval_sampled_takes_ends_or_every() -> None:
+def test_eval_sampled_takes_ends_every_or_never() -> None:
     with pytest.raises(ValueError, match='eval_sampled must be "ends"'):
         tether.Trainer(eval_sampled="sometimes")  # type: ignore[arg-type]
 

@@ -169,11 +169,12 @@ class SFT(Algorithm):
             FitProgress(per_epoch * self.epochs, enabled=session.settings.progress, kind="sft") as bar,
         ):
             record(data, bar)
+            sampled = session.settings.eval_sampled != "never"
             carried = carried_eval(run)
             if val and carried is not None:  # a previous stage just evaluated these weights
                 history.append(carried)
             elif val:
-                record(await evaluate(session, val, step=0), bar)
+                record(await evaluate(session, val, step=0, sampled=sampled), bar)
             for epoch in range(self.epochs):
                 order = _shuffled(rows, rng, by_rollout=self.pack)
                 for b in range(per_epoch):
@@ -189,7 +190,7 @@ class SFT(Algorithm):
                         bar,
                     )
             if val:
-                record(await evaluate(session, val, step=step), bar)
+                record(await evaluate(session, val, step=step, sampled=sampled), bar)
             result.checkpoint = await updates.run(functools.partial(self._save, backend, run, step, retokenized))
         result.history = history
         return result

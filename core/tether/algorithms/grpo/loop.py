@@ -169,7 +169,7 @@ async def fit(
                 if carried is not None:  # a previous stage (a warm start) just evaluated these weights
                     loop.history.append(carried)
                 else:
-                    loop.record(await loop.evaluate(val, bar, sampled=True), bar)
+                    loop.record(await loop.evaluate(val, bar, sampled=settings.eval_sampled != "never"), bar)
             while loop.step < settings.steps:
                 step = await loop.train_step(train, rng)
                 loop.record(step, bar)
@@ -178,7 +178,7 @@ async def fit(
                 if settled or loop.step % settings.eval_every == 0 or loop.step == settings.steps:
                     if val:
                         last = bool(settled) or loop.step == settings.steps
-                        sampled = last or settings.eval_sampled == "every"
+                        sampled = settings.eval_sampled == "every" or (last and settings.eval_sampled == "ends")
                         loop.record(await loop.evaluate(val, bar, sampled=sampled), bar)
                     result.checkpoint = await loop.in_update_thread(loop.save)
                     await hooks.after_checkpoint(loop)

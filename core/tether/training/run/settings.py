@@ -12,15 +12,15 @@ from tether.training.signal.credit import Credit, CreditRule
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S
 
 #: when an evaluation during a run adds the sampled (T=1) pass to the greedy one (``Trainer(eval_sampled=)``)
-EvalSampled = Literal["ends", "every"]
+EvalSampled = Literal["ends", "every", "never"]
 
 
 def check_eval_sampled(value: object) -> None:
-    """``eval_sampled`` must be ``"ends"`` or ``"every"``; ``ValueError`` naming the fix otherwise."""
+    """``eval_sampled`` must be ``"ends"``, ``"every"`` or ``"never"``; ``ValueError`` naming the fix otherwise."""
     if value not in get_args(EvalSampled):
         raise ValueError(
-            f'eval_sampled must be "ends" (the T=1 pass before the first step and after the last) or "every" '
-            f"(at every evaluation), got {value!r}"
+            f'eval_sampled must be "ends" (the T=1 pass before the first step and after the last), "every" '
+            f'(at every evaluation) or "never" (greedy only), got {value!r}'
         )
 
 
