@@ -143,6 +143,13 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--max-tokens", type=int, default=48, help="most tokens one model call may generate")
     parser.add_argument(
+        "--distill",
+        metavar="TEACHER",
+        default=None,
+        help="after the warm start, tether.Distill from TEACHER (a model= string, e.g. hf:<an earlier demo run's "
+        "checkpoint>) instead of GRPO: same rollouts a step, no reward used in training",
+    )
+    parser.add_argument(
         "--eval-sampled",
         choices=["ends", "every", "never"],
         default="ends",
@@ -211,13 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             model=student,
             algorithm=[
                 warm_start,
-                tether.GRPO(
-                    group_size=args.group_size,
-                    tasks_per_step=args.tasks_per_step,
-                    lr=args.lr,
-                    lora=lora,
-                    micro_batch=args.micro_batch,
-                ),
+                _second_stage(args, lora),
             ],
             n_runners=args.runners,
             steps=args.steps,
@@ -243,6 +244,27 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(student.close())
     summary(result)
     return 0
+
+
+def _second_stage(args: argparse.Namespace, lora: tether.LoRA | None) -> tether.GRPO:
+    """GRPO on the reward, or with ``--distill`` on-policy distillation from that teacher: the same rollouts a step
+    (groups of 2: Distill compares no group), the same learning rate and adapters."""
+    if args.distill:
+        return tether.Distill(
+            teacher=args.distill,
+            group_size=2,
+            tasks_per_step=args.tasks_per_step * args.group_size // 2,
+            lr=args.lr,
+            lora=lora,
+            micro_batch=args.micro_batch,
+        )
+    return tether.GRPO(
+        group_size=args.group_size,
+        tasks_per_step=args.tasks_per_step,
+        lr=args.lr,
+        lora=lora,
+        micro_batch=args.micro_batch,
+    )
 
 
 def _student(args: argparse.Namespace) -> tuple[Any, tether.LoRA | None]:

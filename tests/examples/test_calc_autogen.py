@@ -109,6 +109,24 @@ def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records].count("warmstart") == 1  # the warm start was not redone
     assert (run / "warmstart" / "teacher.db").stat().st_mtime == teacher_db
+    # --distill: the same warm start, then tether.Distill from the first run's checkpoint instead of GRPO;
+    # --eval-sampled never: every evaluation greedy only, the warm start's too
+    student = tmp_path / "distilled"
+    args[1] = str(student)
+    distill = ["--steps", "1", "--distill", f"embedded:{run / 'checkpoint'}", "--eval-sampled", "never"]
+    third = subprocess.run(
+        ["tether", "demo", *args, *distill],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "accuracy (greedy)" in third.stdout and "accuracy (T=1)" not in third.stdout
+    records = [json.loads(line) for line in (student / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert len(evals) == 3 and not any("sampled_accuracy" in r for r in evals)  # before, after warm start, end
+    train = [r for r in records if r["kind"] == "train"]
+    assert len(train) == 1 and train[0]["teacher_tokens"] > 0 and "reverse_kl" in train[0]
 
 
 async def _dashboard_rollouts(runs: Path, name: str) -> tuple[int, dict[str, int]]:
