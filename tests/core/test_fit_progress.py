@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 from rich.console import Console
 
 import tether.training.run.progress as progress_module
-from tether.training.run.progress import FitProgress, evaluation_bar, sampling_bar
+from tether.training.run.progress import FitProgress, evaluation_bar, rollouts_bar, sampling_bar, updating
 
 
 def _line(*records: dict[str, object]) -> str:
@@ -142,3 +143,50 @@ def test_a_slow_steps_rollouts_are_heard_in_a_pipe_at_least_every_30_seconds(
         "sampling step 3: 10/64 rollouts 0:31",
         "sampling step 3: 64/64 rollouts 1:11",
     ]
+
+
+def test_a_slow_update_is_heard_in_a_pipe_once_the_output_has_been_quiet_for_30_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(progress_module, "QUIET_LIMIT_S", 0.3)  # (real seconds: the ticker sleeps on the loop)
+    out = io.StringIO()
+
+    async def run(seconds: float) -> None:
+        async with updating(4):
+            await asyncio.sleep(seconds)  # the update, in its thread
+
+    with FitProgress(5, console=Console(file=out, width=200)) as bar:
+        bar.update({"kind": "train", "step": 3, "reward": 0.5, "rollouts_per_s": 1.0, "trained": 4})
+        asyncio.run(run(0.05))  # a quick update adds no line
+        assert len(out.getvalue().splitlines()) == 1
+        asyncio.run(run(1.6))
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("step 3/5")
+    assert 3 <= len(lines) - 1 <= 8 and all(line.startswith("update step 4: 0:0") for line in lines[1:]), lines
+    quiet = io.StringIO()
+    with FitProgress(5, console=Console(file=quiet, width=200, force_terminal=True)):
+        asyncio.run(run(0.8))  # on a terminal the bar's clock runs: no lines
+    assert "update step" not in quiet.getvalue()
+
+
+def test_a_warm_starts_teacher_rollouts_count_in_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    bar = rollouts_bar("teacher", 2000, console=Console(file=out, width=200))
+    assert evaluation_bar(0, 10) is None  # its owner is no FitProgress block: nothing else shows in it
+    clock[0] += 2.0
+    bar(300, 2000)  # within the line interval of the first line: not said
+    clock[0] += 4.0
+    bar(900, 2000)
+    clock[0] += 1.0
+    bar(2000, 2000)  # the last always
+    bar.close()
+    assert out.getvalue().splitlines() == [
+        "warm start: 0/2000 teacher rollouts 0:00",
+        "warm start: 900/2000 teacher rollouts 0:06",
+        "warm start: 2000/2000 teacher rollouts 0:07",
+    ]
+    silent = io.StringIO()
+    rollouts_bar("teacher", 10, enabled=False, console=Console(file=silent)).close()
+    assert silent.getvalue() == ""

@@ -35,6 +35,7 @@ from tether.models.base import LoRACapable, ModelBackend, RefitsTokenizer, Rende
 from tether.models.lora import LoRA
 from tether.policies import PolicyMap
 from tether.training.run.health import FitError
+from tether.training.run.progress import rollouts_bar
 from tether.training.run.result import FitResult
 from tether.types import Mode, RolloutStatus, Task
 
@@ -218,8 +219,14 @@ class WarmStart(Algorithm):
             sampling = {"temperature": self.temperature} if self.temperature is not None else None
             # the teacher answers every sub-agent: one shared policy (the agent's map is the student's)
             agent = dataclasses.replace(session.agent, policies=PolicyMap.from_optimize(None))
-            async with TeacherSession(agent, self.teacher, store=url, settings=settings) as teacher:
-                batch = await teacher.run_batch(tasks, 1, sampling, Mode.TRAIN, harvest=False)  # kept in the store
+            bar = rollouts_bar("teacher", missing, enabled=session.settings.progress)
+            try:
+                async with TeacherSession(agent, self.teacher, store=url, settings=settings) as teacher:
+                    batch = await teacher.run_batch(  # kept in the store
+                        tasks, 1, sampling, Mode.TRAIN, harvest=False, progress=bar
+                    )
+            finally:
+                bar.close()
             failed, problems = batch.failed, batch.problems
             store = open_store(url)
             try:

@@ -35,7 +35,7 @@ from tether.training.engine import memory
 from tether.training.engine.session import Session
 from tether.training.run.health import FitError, idle_reason, top_errors
 from tether.training.run.preflight import PreflightGroup
-from tether.training.run.progress import FitProgress, sampling_bar
+from tether.training.run.progress import FitProgress, sampling_bar, updating
 from tether.training.run.result import FitResult
 from tether.training.run.run_dir import RunDir
 from tether.training.signal.batch import Batch
@@ -277,7 +277,8 @@ class Loop:
                     model, trainable, pad_token_id=pad, weights_version=self.backend.weights_version
                 )
 
-        update = await self.in_update_thread(_update)
+        async with updating(self.step + 1):  # (in a pipe: a line while a slow update runs)
+            update = await self.in_update_thread(_update)
         self.step += 1
         return {
             **_what_trained(batch, stats, trainable, update),

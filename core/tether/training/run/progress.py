@@ -14,7 +14,10 @@ the block of a ``FitProgress`` shows its bar there whoever runs it (``evaluation
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -40,7 +43,7 @@ class FitProgress:
         enabled: bool = True,
         start: int = 0,
         console: Console | None = None,
-        kind: Literal["rl", "sft"] = "rl",
+        kind: Literal["rl", "sft", "rollouts"] = "rl",
         line_interval_s: float = LINE_INTERVAL_S,
     ) -> None:
         self._kind = kind
@@ -49,6 +52,7 @@ class FitProgress:
         self._progress: Progress | None = None
         self._lines: Console | None = None  # line mode: the output is not a terminal
         self._stepped = -float("inf")  # when line mode last printed a step's line
+        self._said = time.monotonic()  # when line mode last printed any line (``updating`` reads it)
         self._task: Any = None
         self._total = total
         self._start = start
@@ -72,7 +76,8 @@ class FitProgress:
         )
 
     def __enter__(self) -> FitProgress:
-        self._token = _ACTIVE.set(self)
+        # a rollouts bar's owner runs no block of its own: evaluations and steps never show in it
+        self._token = _ACTIVE.set(self) if self._kind != "rollouts" else None
         if not self._enabled:
             return self
         console = self._console or Console()
@@ -88,13 +93,16 @@ class FitProgress:
             console=console,
         )
         self._progress.__enter__()
+        if self._kind == "rollouts":  # only the bars of its rollouts (``rollouts_bar``)
+            return self
         self._task = self._progress.add_task(
             "sft" if self._kind == "sft" else "training", total=self._total, completed=self._start, **self._fields
         )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _ACTIVE.reset(self._token)
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
         if self._progress is not None:
             self._progress.__exit__(None, None, None)
 
@@ -113,7 +121,8 @@ class FitProgress:
         elif record.get("kind") == "eval":
             self._fields["val"] = f"{record.get('greedy_accuracy', 0.0):.0%}"
         if self._progress is not None:
-            self._progress.update(self._task, completed=record.get("step", 0), **self._fields)
+            if self._task is not None:
+                self._progress.update(self._task, completed=record.get("step", 0), **self._fields)
         elif self._lines is not None and record.get("kind") == "eval":
             passes = [f"{label} {record[key]:.0%}" for key, label in _EVAL_PASSES if key in record]
             self._say(f"eval step {record.get('step', 0)}: accuracy {', '.join(passes) or '-'}")
@@ -132,7 +141,44 @@ class FitProgress:
 
     def _say(self, line: str) -> None:
         if self._lines is not None:
+            self._said = time.monotonic()
             self._lines.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def rollouts_bar(label: str, total: int, *, enabled: bool = True, console: Console | None = None) -> EvalBar:
+    """The progress of rollouts run outside a training step, such as a warm start's teacher rollouts
+    (``label="teacher"``: ``warm start: 75/2000 teacher rollouts 0:05`` in a pipe, at most each
+    ``LINE_INTERVAL_S``, and the last): a bar of its own on a terminal; ``close()`` it when they are done."""
+    owner = FitProgress(total, enabled=enabled, console=console, kind="rollouts").__enter__()
+    return EvalBar(owner, 0, total, label=label)
+
+
+@contextlib.asynccontextmanager
+async def updating(step: int) -> AsyncIterator[None]:
+    """Around a training step's update: in a pipe, ``update step 3: 0:41`` whenever the output has been quiet for
+    ``QUIET_LIMIT_S`` (a slow update on a loaded CPU is never silent for long); nothing on a terminal, where the
+    bar's clock runs, or outside a ``FitProgress`` block."""
+    bar = _ACTIVE.get()
+    if bar is None or bar._lines is None:
+        yield
+        return
+    started = time.monotonic()
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(min(1.0, QUIET_LIMIT_S / 4))
+            now = time.monotonic()
+            if now - bar._said >= QUIET_LIMIT_S:
+                minutes, seconds = divmod(int(now - started), 60)
+                bar._say(f"update step {step}: {minutes}:{seconds:02d}")
+
+    ticker = asyncio.create_task(tick())
+    try:
+        yield
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
 
 
 def sampling_bar(step: int, total: int) -> EvalBar | None:
@@ -159,14 +205,15 @@ class EvalBar:
         self._step = step
         self._total = total
         self._started = time.monotonic()
-        # an evaluation's lines: its start, each ``line_interval_s``, its end; a step's rollouts (sampling): only
-        # while it is slow, each QUIET_LIMIT_S (the step's own line follows it)
-        self._interval = owner._interval if label == "eval" else QUIET_LIMIT_S
-        self._said = -float("inf") if label == "eval" else 0.0
+        # an evaluation's (and teacher rollouts') lines: its start, each ``line_interval_s``, its end; a step's
+        # rollouts (sampling): only while it is slow, each QUIET_LIMIT_S (the step's own line follows it)
+        self._counted = label != "sampling"
+        self._interval = owner._interval if self._counted else QUIET_LIMIT_S
+        self._said = -float("inf") if self._counted else 0.0
         self._done = -1
         self._task: Any = None
         if owner._progress is not None:
-            described = "evaluating" if label == "eval" else label
+            described = {"eval": "evaluating", "teacher": "teacher rollouts"}.get(label, label)
             self._task = owner._progress.add_task(
                 described, total=total, **{**owner._fields, "val": f"({described} step {step})"}
             )
@@ -181,16 +228,21 @@ class EvalBar:
         if progress is not None and self._task is not None:
             progress.update(self._task, completed=done, total=total)
             return
-        if now - self._said >= self._interval or (done >= total and self._label == "eval"):
+        if now - self._said >= self._interval or (done >= total and self._counted):
             self._said = now
-            minutes, seconds = divmod(int(now), 60)
-            self._owner._say(f"{self._label} step {self._step}: {done}/{total} rollouts {minutes}:{seconds:02d}")
+            clock = "{}:{:02d}".format(*divmod(int(now), 60))
+            if self._label == "teacher":
+                self._owner._say(f"warm start: {done}/{total} teacher rollouts {clock}")
+            else:
+                self._owner._say(f"{self._label} step {self._step}: {done}/{total} rollouts {clock}")
 
     def close(self) -> None:
         progress = self._owner._progress
         if progress is not None and self._task is not None:
             progress.remove_task(self._task)
             self._task = None
+        if self._owner._kind == "rollouts":  # its own (``rollouts_bar``): closed with it
+            self._owner.__exit__(None, None, None)
 
 
 def _drift_text(record: dict[str, Any]) -> str:
