@@ -65,8 +65,7 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _enqueue(request: web.Request) -> web.Response:
-    body = await _body(request)
-    specs = _wire.specs_from_wire(body.get("specs"))
+    specs = _wire.specs_from_wire((await _body(request)).get("specs"))
     return _ok(await _store(request).enqueue(specs))
 
 
@@ -159,14 +158,13 @@ async def _wait(request: web.Request) -> web.Response:
 
 
 async def _add_spans(request: web.Request) -> web.Response:
-    body = await _body(request)
-    spans = _wire.spans_from_wire(body.get("spans"))
+    spans = _wire.spans_from_wire((await _body(request)).get("spans"))
     return _ok(await _store(request).add_spans(spans))
 
 
 async def _import_rollout(request: web.Request) -> web.Response:
-    body = await _body(request)
-    return _ok((await _store(request).import_rollout(_wire.import_from_wire(body.get("rollout")))).to_dict())
+    item = _wire.import_from_wire((await _body(request)).get("rollout"))
+    return _ok((await _store(request).import_rollout(item)).to_dict())
 
 
 async def _get_spans(request: web.Request) -> web.Response:

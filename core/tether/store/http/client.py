@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from tether import _json
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpStore", "StoreUnauthorized", "StoreUnavailable"]
 
+_T = TypeVar("_T")
 _WAIT_CHUNK_S = 30.0  # one long poll; below the server's cap
 
 
@@ -42,6 +43,14 @@ class StoreUnauthorized(StoreError, PermissionError):
 
 def _q(value: str) -> str:
     return quote(str(value), safe="")
+
+
+def _checked(items: Sequence[_T], check: Callable[[_T], None]) -> list[_T]:
+    """``items`` as a list, each passed to ``check`` (which raises for a bad one)."""
+    out = list(items)
+    for item in out:
+        check(item)
+    return out
 
 
 class HttpStore(Store):
@@ -111,9 +120,7 @@ class HttpStore(Store):
     # -- rollouts -----------------------------------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
-        specs = list(specs)
-        for spec in specs:
-            validate_spec(spec)
+        specs = _checked(specs, validate_spec)
         if not specs:
             return []
         data = await self._call("POST", "/v1/rollouts", self._encode({"specs": specs}, "rollout input/metadata"))
@@ -184,9 +191,7 @@ class HttpStore(Store):
     # -- spans --------------------------------------------------------------------------------------------
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
-        spans = list(spans)
-        for span in spans:
-            validate_span(span)
+        spans = _checked(spans, validate_span)
         if not spans:
             return []
         try:
