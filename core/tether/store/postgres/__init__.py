@@ -21,7 +21,9 @@ Semantics are the SQLite store's (``tether.store.sqlite``), with PostgreSQL doin
   finished status when its transaction commits.
 - The schema is created and migrated on first use (``tether.store.postgres._schema``), never dropped.
 - The statements of a rollout's life are in ``tether.store.postgres._ops``; new rollouts and spans become rows in
-  ``tether.store.postgres._encode``; listing, resources and harvests are in ``tether.store.postgres._queries``.
+  ``tether.store.postgres._encode``; resources, harvests and the SQL dialect are in
+  ``tether.store.postgres._queries``; the listing and counting statements (``tether.store._sql``) and the row
+  mappings (``tether.store._rows``) are shared with SQLite.
 
 A server that goes away (restart, failover) makes calls raise ``StoreError`` naming it; once it is back the
 pool reconnects and the next call works.

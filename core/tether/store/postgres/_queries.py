@@ -1,5 +1,6 @@
-"""The PostgreSQL store's reads and writes that are not a rollout's life (``tether.store.postgres``): listing
-rollouts, versioned resources, and taking finished rollouts out for a harvest."""
+"""The PostgreSQL store's reads and writes that are not a rollout's life (``tether.store.postgres``): its dialect
+of the shared rollout statements (``tether.store._sql``), versioned resources, and taking finished rollouts out
+for a harvest."""
 
 from __future__ import annotations
 

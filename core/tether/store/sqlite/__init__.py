@@ -15,7 +15,8 @@ Span sequence numbers come from ``attempts.next_seq`` inside the writing transac
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes. The
 statements each change runs inside its transaction (claiming, ending, sweeping, cancelling, inserting spans)
 are in ``tether.store.sqlite._lifecycle``; new rollouts and spans become rows in ``tether.store.sqlite._encode``,
-and listing, counting, resources and harvests are in ``tether.store.sqlite._queries``.
+resources, harvests and the SQL dialect are in ``tether.store.sqlite._queries``; the listing and counting
+statements (``tether.store._sql``) and the row mappings (``tether.store._rows``) are shared with PostgreSQL.
 
 Speed: a thread of the store's own runs passive WAL checkpoints so that commits rarely stall on one
 (``tether.store.sqlite._wal``); SQLite's own autocheckpoint stays on, raised to ``WAL_CAP_BYTES``, as the

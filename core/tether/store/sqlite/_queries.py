@@ -1,5 +1,6 @@
-"""The SQLite store's reads and writes that are not a rollout's life (``tether.store.sqlite``): listing and
-counting rollouts, versioned resources, and taking finished rollouts out for a harvest."""
+"""The SQLite store's reads and writes that are not a rollout's life (``tether.store.sqlite``): its dialect of the
+shared rollout statements (``tether.store._sql``), counting in a file aside, versioned resources, and taking
+finished rollouts out for a harvest."""
 
 from __future__ import annotations
 
