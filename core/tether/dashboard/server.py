@@ -3,39 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
-import signal
 
 from aiohttp import web
 
 from tether._net import check_bind
 from tether.dashboard.app import PREFIX, create_app
 from tether.dashboard.sources import Sources
+from tether.store.http._site import RunningSite, bind, serve_until_signalled
 
 __all__ = ["DashboardServer", "serve", "start_dashboard"]
 
 DEFAULT_PORT = 4800
 
 
-class DashboardServer:
+class DashboardServer(RunningSite):
     """A running dashboard; ``url`` is its page. Stop with ``await stop()`` or ``async with``."""
 
     def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
-        self._runner = runner
-        self.host = host
-        self.port = port
-        shown = f"[{host}]" if ":" in host else host
-        self.url = f"http://{shown}:{port}{PREFIX}/"
-
-    async def stop(self) -> None:
-        await self._runner.cleanup()
-
-    async def __aenter__(self) -> DashboardServer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        super().__init__(runner, host, port, f"{PREFIX}/")
 
 
 async def start_dashboard(
@@ -44,18 +29,7 @@ async def start_dashboard(
     """Serve the dashboard of ``sources`` on ``host:port`` (0: a free port) on the running loop; the
     sources are closed when it stops."""
     check_bind(host, token, "the dashboard")
-    runner = web.AppRunner(create_app(sources, token), access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        if exc.errno == errno.EADDRINUSE:
-            reason += " (another server has it: pick another --port, or 0 for a free one)"
-        raise OSError(exc.errno, f"cannot serve the dashboard on {host}:{port}: {reason}") from None
-    bound = runner.addresses[0][1] if runner.addresses else port
+    runner, bound = await bind(create_app(sources, token), host, port, "the dashboard", shutdown_timeout=1.0)
     return DashboardServer(runner, host, bound)
 
 
@@ -74,14 +48,6 @@ def serve(
 async def _serve(store_url: str | None, runs: str | None, host: str, port: int, token: str | None) -> None:
     sources = Sources(store_url, runs, token=token)
     server = await start_dashboard(sources, host, port, token)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     what = ", ".join(x for x in (store_url and f"store {store_url}", runs and f"runs in {runs}/") if x)
-    print(f"tether dashboard ({what or 'nothing to show'}) at {server.url}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop()
-        print("tether dashboard stopped", flush=True)
+    banner = f"tether dashboard ({what or 'nothing to show'}) at {server.url}"
+    await serve_until_signalled(server, banner, "tether dashboard stopped")

@@ -3,8 +3,10 @@ limits and finish statuses; ``InvalidInput`` (or ``InvalidTransition``) naming w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from tether import _json
 from tether.store.errors import InvalidInput, InvalidTransition, validate_int, validate_number
 from tether.types import AttemptStatus, Mode, RolloutSpec, Span, SpanKind
 
@@ -52,6 +54,38 @@ def validate_span(span: Span) -> None:
     validate_number(span.start_time, f"span {span.name!r} start_time")
     if span.end_time is not None:
         validate_number(span.end_time, f"span {span.name!r} end_time")
+
+
+def span_attributes(span: Span) -> bytes:
+    """``validate_span``, then the span's attributes as the stores keep them (JSON bytes); ``InvalidInput`` naming
+    the span if they do not encode."""
+    validate_span(span)
+    try:
+        return _json.dumps(span.attributes)
+    except TypeError as exc:
+        raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How an attempt ends: its status, and for its rollout the output (JSON bytes; None when a sweep ends it),
+    reward and error. ``validate_ending`` makes one of ``finish_attempt``'s arguments."""
+
+    status: AttemptStatus
+    output: bytes | None = None
+    reward: float | None = None
+    error: str | None = None
+
+
+def validate_ending(status: AttemptStatus | str, output: Any, reward: Any, error: str | None) -> Ending:
+    """``finish_attempt``'s arguments checked (status, then reward, then output) and the output encoded."""
+    final = validate_finish_status(status)
+    reward = validate_reward(reward)
+    try:
+        encoded = _json.dumps(output)
+    except TypeError as exc:
+        raise InvalidInput(f"rollout output: {exc}") from None
+    return Ending(final, encoded, reward, error)
 
 
 def validate_finish_status(status: AttemptStatus | str) -> AttemptStatus:

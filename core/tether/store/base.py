@@ -45,25 +45,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import _json
-from tether.store._validate import validate_span
-from tether.store.errors import InvalidInput
+from tether.store._validate import Ending, span_attributes, validate_ending, validate_limit, validate_span
+from tether.store.errors import InvalidInput, validate_int
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, counts_of, page_of, usage_from
-from tether.types import (
-    Attempt,
-    AttemptStatus,
-    LLMEndpoint,
-    Mode,
-    PromptTemplate,
-    Resources,
-    Rollout,
-    RolloutSpec,
-    RolloutStatus,
-    Span,
-    SpanKind,
-)
+from tether.types import Attempt, AttemptStatus, Mode, Rollout, Span, SpanKind
+
+if TYPE_CHECKING:
+    from tether.types import LLMEndpoint, PromptTemplate, Resources, RolloutSpec, RolloutStatus
 
 
 @dataclass(slots=True)
@@ -185,13 +176,7 @@ def encode_import(item: ImportedRollout) -> tuple[list[Span], tuple[bytes, bytes
         blobs = (_json.dumps(item.input), _json.dumps(item.output), _json.dumps(item.metadata))
     except TypeError as exc:
         raise InvalidInput(f"imported rollout input/output/metadata: {exc}") from None
-    attributes = []
-    for span in spans:
-        try:
-            attributes.append(_json.dumps(span.attributes))
-        except TypeError as exc:
-            raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
-    return spans, blobs, attributes
+    return spans, blobs, [span_attributes(span) for span in spans]
 
 
 FINISHED_ATTEMPT_STATUSES = frozenset(
@@ -200,7 +185,10 @@ FINISHED_ATTEMPT_STATUSES = frozenset(
 
 
 class Store(abc.ABC):
-    """Abstract store. See the module docstring for the state machine and the errors."""
+    """Abstract store. See the module docstring for the state machine and the errors.
+
+    ``dequeue``, ``finish_attempt`` and ``list_rollouts`` check their arguments here, once for every backend,
+    then call the backend's ``_dequeue``, ``_finish_attempt`` and ``_list_rollouts``."""
 
     # -- rollouts -----------------------------------------------------------------------------------------
 
@@ -209,13 +197,20 @@ class Store(abc.ABC):
         """Add queued rollouts, in order. Raises ``InvalidInput`` (nothing added) if any spec is malformed
         (``max_attempts`` < 1, negative timeouts)."""
 
-    @abc.abstractmethod
     async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
         """Claim up to ``limit`` queued rollouts in queue order (enqueue order; a rollout requeued after a
         failed or stale attempt goes to the back) for ``worker_id``: each becomes ``running``
         with a new ``running`` attempt. Returns ``[]`` when none is queued; never blocks."""
+        if not isinstance(worker_id, str) or not worker_id:
+            raise InvalidInput("worker_id must be a non-empty string")
+        if validate_int(limit, "limit") < 1:
+            return []
+        return await self._dequeue(worker_id, limit)
 
     @abc.abstractmethod
+    async def _dequeue(self, worker_id: str, limit: int) -> list[tuple[Rollout, Attempt]]:
+        """``dequeue`` once its arguments are checked (``limit`` >= 1)."""
+
     async def finish_attempt(
         self,
         attempt_id: str,
@@ -229,6 +224,11 @@ class Store(abc.ABC):
         says. Returns the rollout after the change. ``NotFound`` for an unknown attempt,
         ``InvalidTransition`` if it is not running or ``status`` is not succeeded/failed,
         ``InvalidInput`` for a non-finite reward or an output that is not JSON-serialisable."""
+        return await self._finish_attempt(attempt_id, validate_ending(status, output, reward, error))
+
+    @abc.abstractmethod
+    async def _finish_attempt(self, attempt_id: str, ending: Ending) -> Rollout:
+        """``finish_attempt`` once its arguments are checked and the output encoded (``ending.output``)."""
 
     @abc.abstractmethod
     async def heartbeat(self, attempt_id: str) -> None:
@@ -247,7 +247,6 @@ class Store(abc.ABC):
     async def get_rollout(self, rollout_id: str) -> Rollout:
         """``NotFound`` if unknown."""
 
-    @abc.abstractmethod
     async def list_rollouts(
         self,
         *,
@@ -257,6 +256,16 @@ class Store(abc.ABC):
         limit: int | None = None,
     ) -> list[Rollout]:
         """Rollouts matching every given filter, oldest first. Unknown ids in ``rollout_ids`` are skipped."""
+        limit = validate_limit(limit)
+        if limit == 0:
+            return []
+        return await self._list_rollouts(status, mode, None if rollout_ids is None else list(rollout_ids), limit)
+
+    @abc.abstractmethod
+    async def _list_rollouts(
+        self, status: RolloutStatus | None, mode: Mode | None, rollout_ids: list[str] | None, limit: int | None
+    ) -> list[Rollout]:
+        """``list_rollouts`` once its limit is checked (None, or >= 1)."""
 
     @abc.abstractmethod
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.store._rows import ROLLOUT_COLS, rollout_from_row
+from tether.store._sql import Args, Dialect, conditions, status_mode
 from tether.store.errors import InvalidInput, validate_int, validate_number
 from tether.types import Mode, Rollout, RolloutStatus
 
@@ -145,41 +147,28 @@ class Cursor:
 # -- SQL -----------------------------------------------------------------------------------------------------
 
 
-def _filters(query: RolloutQuery, arg: Callable[[Any], str], like: str) -> list[str]:
-    where: list[str] = []
-    if query.status is not None:
-        where.append(f"status = {arg(RolloutStatus(query.status).value)}")
-    if query.mode is not None:
-        where.append(f"mode = {arg(Mode(query.mode).value)}")
-    if query.task_id is not None:
-        where.append(f"task_id = {arg(query.task_id)}")
-    if query.resources_version is not None:
-        where.append(f"resources_version = {arg(query.resources_version)}")
-    if query.min_reward is not None:
-        where.append(f"reward >= {arg(query.min_reward)}")
-    if query.max_reward is not None:
-        where.append(f"reward <= {arg(query.max_reward)}")
+def _filters(query: RolloutQuery, args: Args, like: str) -> list[str]:
+    where = conditions(
+        args, *status_mode(query.status, query.mode), ("task_id =", query.task_id),
+        ("resources_version =", query.resources_version), ("reward >=", query.min_reward),
+        ("reward <=", query.max_reward),
+    )  # fmt: skip
     if query.search:
         pattern = "%" + query.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        in_id, in_task = arg(pattern), arg(pattern)
+        in_id, in_task = args.add(pattern), args.add(pattern)
         where.append(f"(rollout_id {like} {in_id} ESCAPE '\\' OR task_id {like} {in_task} ESCAPE '\\')")
     return where
 
 
 def page_sql(
-    query: RolloutQuery, phase: str, after: Cursor | None, limit: int | None, offset: int, *, table: str,
-    cols: str, placeholder: Callable[[int], str], like: str = "LIKE",
-) -> tuple[str, list[Any]]:  # fmt: skip
+    query: RolloutQuery, phase: str, after: Cursor | None, limit: int | None, offset: int, dialect: Dialect
+) -> tuple[str, list[Any]]:
     """One phase of a page: ``SELECT seq, reward, <cols>`` in the order's index order. ``phase`` is ``r`` (rows
     with a reward, reward orders) or ``n`` (every row by position; rows without a reward in reward orders).
     ``limit`` None: every row of the phase, unordered (to count them)."""
-    args: list[Any] = []
-
-    def arg(value: Any) -> str:
-        args.append(value)
-        return placeholder(len(args))
-
-    where = _filters(query, arg, like)
+    args = Args(dialect)
+    arg = args.add
+    where = _filters(query, args, dialect.like)
     desc = query.order in ("newest", "reward_desc")
     if phase == "r":
         where.append("reward IS NOT NULL")
@@ -194,22 +183,21 @@ def page_sql(
         order = f"seq {'DESC' if desc else 'ASC'}"
         if after is not None and after.phase == "n":
             where.append(f"seq {'<' if desc else '>'} {arg(after.position)}")
-    sql = f"SELECT seq, reward, {cols} FROM {table}"
+    sql = f"SELECT seq, reward, {ROLLOUT_COLS} FROM {dialect.table}"
     if where:
         sql += " WHERE " + " AND ".join(where)
     if limit is None:
-        return sql, args
+        return sql, args.values
     sql += f" ORDER BY {order} LIMIT {arg(limit)}"
     if offset:
         sql += f" OFFSET {arg(offset)}"
-    return sql, args
+    return sql, args.values
 
 
 async def sql_page(
     query: RolloutQuery,
     fetch: Callable[[str, list[Any]], Awaitable[Sequence[Sequence[Any]]]],
-    decode: Callable[[Sequence[Any]], Rollout],
-    **sql: Any,
+    dialect: Dialect,
 ) -> RolloutPage:
     """A page through a SQL backend: ``fetch(sql, args)`` returns the rows of one statement."""
     query = query.checked()
@@ -226,16 +214,16 @@ async def sql_page(
     offset = query.offset
     for phase in phases:
         want = query.limit - len(out)  # 0: only whether this phase holds more (the page is full)
-        text, args = page_sql(query, phase, after, want + 1, offset, **sql)
+        text, args = page_sql(query, phase, after, want + 1, offset, dialect)
         rows = await fetch(text, args)
         if offset and not rows:  # the offset went past every row of this phase: skip them in the next
-            text, args = page_sql(query, phase, after, None, 0, **sql)
+            text, args = page_sql(query, phase, after, None, 0, dialect)
             counted = await fetch(f"SELECT COUNT(*) FROM ({text}) AS phase", args)
             offset = max(0, offset - int(counted[0][0]))
         else:
             offset = 0
         for row in rows[:want]:
-            out.append(decode(row[2:]))
+            out.append(rollout_from_row(row[2:]))
             last = Cursor(phase, row[1] if phase == "r" else None, row[0])
         if len(rows) > want:
             return RolloutPage(out, None if last is None else last.encode())
@@ -326,10 +314,10 @@ class VersionUsage:
         return [self.rollouts, self.rewarded, self.reward_sum]
 
 
-def usage_sql(table: str) -> str:
+def usage_sql(dialect: Dialect) -> str:
     """``Store.usage_by_version`` in SQL: one aggregate over the table (rows without a version left out)."""
     return (
-        f"SELECT resources_version, COUNT(*), COUNT(reward), COALESCE(SUM(reward), 0) FROM {table} "
+        f"SELECT resources_version, COUNT(*), COUNT(reward), COALESCE(SUM(reward), 0) FROM {dialect.table} "
         "WHERE resources_version IS NOT NULL GROUP BY resources_version"
     )
 

@@ -43,6 +43,11 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return _wire.body_object(data)
 
 
+async def _field(request: web.Request, name: str) -> Any:
+    """One field of the request's JSON body (None if it is absent)."""
+    return (await _body(request)).get(name)
+
+
 def _store(request: web.Request) -> Store:
     return request.app[STORE_KEY]
 
@@ -57,58 +62,37 @@ def _int_query(request: web.Request, name: str, default: int) -> int:
         raise InvalidInput(f"query parameter {name!r} must be an integer, got {raw!r}") from None
 
 
+#: (method, path, handler) of every endpoint, in the order they are matched (``_route`` adds them)
+ROUTES: list[tuple[str, str, Handler]] = []
+
+
+def _route(method: str, path: str) -> Callable[[Handler], Handler]:
+    """Serve the decorated handler at ``method`` ``path``. Ids in a path (``{rollout_id}``, ``{attempt_id}``) are
+    percent-quoted by the client; an empty id still routes (and is not found)."""
+    for name in ("rollout_id", "attempt_id"):
+        path = path.replace(f"{{{name}}}", f"{{{name}:[^/]*}}")
+
+    def add(handler: Handler) -> Handler:
+        ROUTES.append((method, path, handler))
+        return handler
+
+    return add
+
+
 # -- handlers ---------------------------------------------------------------------------------------------
 
 
+@_route("GET", "/v1/health")
 async def _health(request: web.Request) -> web.Response:
     return _ok({"ok": True, "store": type(_store(request)).__name__})
 
 
+@_route("POST", "/v1/rollouts")
 async def _enqueue(request: web.Request) -> web.Response:
-    body = await _body(request)
-    specs = _wire.specs_from_wire(body.get("specs"))
-    return _ok(await _store(request).enqueue(specs))
+    return _ok(await _store(request).enqueue(_wire.specs_from_wire(await _field(request, "specs"))))
 
 
-async def _dequeue(request: web.Request) -> web.Response:
-    body = await _body(request)
-    worker_id = _wire.get_field(body, "worker_id", (str,))
-    limit = _wire.get_field(body, "limit", (int,), 1)
-    return _ok(await _store(request).dequeue(worker_id, limit))
-
-
-async def _finish_attempt(request: web.Request) -> web.Response:
-    body = await _body(request)
-    status = _wire.get_field(body, "status", (str,))
-    rollout = await _store(request).finish_attempt(
-        request.match_info["attempt_id"],
-        status,  # the store checks it (validate_finish_status) like any caller's
-        output=body.get("output"),
-        reward=body.get("reward"),
-        error=_wire.get_field(body, "error", (str, type(None)), None),
-    )
-    return _ok(rollout)
-
-
-async def _heartbeat(request: web.Request) -> web.Response:
-    await _store(request).heartbeat(request.match_info["attempt_id"])
-    return _ok(None)
-
-
-async def _requeue_stale(request: web.Request) -> web.Response:
-    body = await _body(request)
-    now = _wire.get_field(body, "now", (int, float, type(None)), None)
-    return _ok(await _store(request).requeue_stale(now))
-
-
-async def _cancel_rollout(request: web.Request) -> web.Response:
-    return _ok(await _store(request).cancel_rollout(request.match_info["rollout_id"]))
-
-
-async def _get_rollout(request: web.Request) -> web.Response:
-    return _ok(await _store(request).get_rollout(request.match_info["rollout_id"]))
-
-
+@_route("POST", "/v1/rollouts/list")
 async def _list_rollouts(request: web.Request) -> web.Response:
     body = await _body(request)
     status = body.get("status")
@@ -122,25 +106,25 @@ async def _list_rollouts(request: web.Request) -> web.Response:
     return _ok(rollouts)
 
 
+@_route("POST", "/v1/rollouts/query")
 async def _query_rollouts(request: web.Request) -> web.Response:
     page = await _store(request).query_rollouts(RolloutQuery.from_dict(await _body(request)))
     return _ok(page.to_dict())
 
 
+@_route("POST", "/v1/rollouts/count")
 async def _count_rollouts(request: web.Request) -> web.Response:
-    mode = (await _body(request)).get("mode")
+    mode = await _field(request, "mode")
     return _ok(await _store(request).count_rollouts(mode=None if mode is None else _wire.mode_from_wire(mode)))
 
 
+@_route("GET", "/v1/rollouts/usage")
 async def _usage_by_version(request: web.Request) -> web.Response:
     usage = await _store(request).usage_by_version()
     return _ok([[version, *u.to_list()] for version, u in sorted(usage.items())])
 
 
-async def _get_attempts(request: web.Request) -> web.Response:
-    return _ok(await _store(request).get_attempts(request.match_info["rollout_id"]))
-
-
+@_route("POST", "/v1/rollouts/wait")
 async def _wait(request: web.Request) -> web.Response:
     body = await _body(request)
     ids = _wire.str_list(body, "rollout_ids", required=True)
@@ -158,22 +142,74 @@ async def _wait(request: web.Request) -> web.Response:
     return error(503, "Unavailable", "the store server is stopping")
 
 
-async def _add_spans(request: web.Request) -> web.Response:
+@_route("GET", "/v1/rollouts/{rollout_id}")
+async def _get_rollout(request: web.Request) -> web.Response:
+    return _ok(await _store(request).get_rollout(request.match_info["rollout_id"]))
+
+
+@_route("POST", "/v1/rollouts/{rollout_id}/cancel")
+async def _cancel_rollout(request: web.Request) -> web.Response:
+    return _ok(await _store(request).cancel_rollout(request.match_info["rollout_id"]))
+
+
+@_route("GET", "/v1/rollouts/{rollout_id}/attempts")
+async def _get_attempts(request: web.Request) -> web.Response:
+    return _ok(await _store(request).get_attempts(request.match_info["rollout_id"]))
+
+
+@_route("POST", "/v1/dequeue")
+async def _dequeue(request: web.Request) -> web.Response:
     body = await _body(request)
-    spans = _wire.spans_from_wire(body.get("spans"))
-    return _ok(await _store(request).add_spans(spans))
+    worker_id = _wire.get_field(body, "worker_id", (str,))
+    limit = _wire.get_field(body, "limit", (int,), 1)
+    return _ok(await _store(request).dequeue(worker_id, limit))
 
 
-async def _import_rollout(request: web.Request) -> web.Response:
+@_route("POST", "/v1/requeue_stale")
+async def _requeue_stale(request: web.Request) -> web.Response:
     body = await _body(request)
-    return _ok((await _store(request).import_rollout(_wire.import_from_wire(body.get("rollout")))).to_dict())
+    now = _wire.get_field(body, "now", (int, float, type(None)), None)
+    return _ok(await _store(request).requeue_stale(now))
 
 
+@_route("POST", "/v1/attempts/{attempt_id}/finish")
+async def _finish_attempt(request: web.Request) -> web.Response:
+    body = await _body(request)
+    status = _wire.get_field(body, "status", (str,))
+    rollout = await _store(request).finish_attempt(
+        request.match_info["attempt_id"],
+        status,  # the store checks it (validate_finish_status) like any caller's
+        output=body.get("output"),
+        reward=body.get("reward"),
+        error=_wire.get_field(body, "error", (str, type(None)), None),
+    )
+    return _ok(rollout)
+
+
+@_route("POST", "/v1/attempts/{attempt_id}/heartbeat")
+async def _heartbeat(request: web.Request) -> web.Response:
+    await _store(request).heartbeat(request.match_info["attempt_id"])
+    return _ok(None)
+
+
+@_route("GET", "/v1/attempts/{attempt_id}/spans")
 async def _get_spans(request: web.Request) -> web.Response:
     since = _int_query(request, "since", 0)
     return _ok(await _store(request).get_spans(request.match_info["attempt_id"], since=since))
 
 
+@_route("POST", "/v1/spans")
+async def _add_spans(request: web.Request) -> web.Response:
+    return _ok(await _store(request).add_spans(_wire.spans_from_wire(await _field(request, "spans"))))
+
+
+@_route("POST", "/v1/imports")
+async def _import_rollout(request: web.Request) -> web.Response:
+    item = _wire.import_from_wire(await _field(request, "rollout"))
+    return _ok((await _store(request).import_rollout(item)).to_dict())
+
+
+@_route("POST", "/v1/resources")
 async def _add_resources(request: web.Request) -> web.Response:
     body = await _body(request)
     resources = await _store(request).add_resources(
@@ -182,6 +218,8 @@ async def _add_resources(request: web.Request) -> web.Response:
     return _ok(resources)
 
 
+@_route("GET", "/v1/resources/{version}")
+@_route("GET", "/v1/resources")
 async def _get_resources(request: web.Request) -> web.Response:
     raw = request.match_info.get("version")
     if raw is None:
@@ -193,33 +231,7 @@ async def _get_resources(request: web.Request) -> web.Response:
     return _ok(await _store(request).get_resources(version))
 
 
+@_route("POST", "/v1/harvest")
 async def _harvest(request: web.Request) -> web.Response:
     body = await _body(request)
     return _ok(await _store(request).harvest(_wire.str_list(body, "rollout_ids")))
-
-
-_ID = "{%s:[^/]*}"  # ids are percent-quoted by the client; an empty id still routes (and is not found)
-
-ROUTES: list[tuple[str, str, Handler]] = [
-    ("GET", "/v1/health", _health),
-    ("POST", "/v1/rollouts", _enqueue),
-    ("POST", "/v1/rollouts/list", _list_rollouts),
-    ("POST", "/v1/rollouts/query", _query_rollouts),
-    ("POST", "/v1/rollouts/count", _count_rollouts),
-    ("GET", "/v1/rollouts/usage", _usage_by_version),
-    ("POST", "/v1/rollouts/wait", _wait),
-    ("GET", "/v1/rollouts/" + _ID % "rollout_id", _get_rollout),
-    ("POST", "/v1/rollouts/" + _ID % "rollout_id" + "/cancel", _cancel_rollout),
-    ("GET", "/v1/rollouts/" + _ID % "rollout_id" + "/attempts", _get_attempts),
-    ("POST", "/v1/dequeue", _dequeue),
-    ("POST", "/v1/requeue_stale", _requeue_stale),
-    ("POST", "/v1/attempts/" + _ID % "attempt_id" + "/finish", _finish_attempt),
-    ("POST", "/v1/attempts/" + _ID % "attempt_id" + "/heartbeat", _heartbeat),
-    ("GET", "/v1/attempts/" + _ID % "attempt_id" + "/spans", _get_spans),
-    ("POST", "/v1/spans", _add_spans),
-    ("POST", "/v1/imports", _import_rollout),
-    ("POST", "/v1/resources", _add_resources),
-    ("GET", "/v1/resources", _get_resources),
-    ("GET", "/v1/resources/{version}", _get_resources),
-    ("POST", "/v1/harvest", _harvest),
-]

@@ -28,7 +28,9 @@ _INT_OR_NONE = (int, type(None))
 _ANY = (object,)
 
 # field -> (accepted JSON types, required). Unknown fields are ignored (a newer client may send more).
-_SPAN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+_Schema = dict[str, tuple[tuple[type, ...], bool]]
+
+_SPAN_FIELDS: _Schema = {
     "rollout_id": ((str,), True),
     "attempt_id": ((str,), True),
     "kind": ((str,), True),
@@ -41,7 +43,7 @@ _SPAN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "end_time": (_NUM_OR_NONE, False),
     "sequence": (_INT_OR_NONE, False),
 }
-_SPEC_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+_SPEC_FIELDS: _Schema = {
     "input": (_ANY, True),
     "task_id": (_STR_OR_NONE, False),
     "mode": ((str,), False),
@@ -51,7 +53,7 @@ _SPEC_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "heartbeat_timeout_s": (_NUM_OR_NONE, False),
     "resources_version": (_INT_OR_NONE, False),
 }
-_IMPORT_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+_IMPORT_FIELDS: _Schema = {
     "key": ((str,), True),
     "input": (_ANY, False),
     "output": (_ANY, False),
@@ -61,12 +63,12 @@ _IMPORT_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "spans": ((list,), False),
     "worker_id": ((str,), False),
 }
-_LLM_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+_LLM_FIELDS: _Schema = {
     "base_url": ((str,), True),
     "model": ((str,), False),
     "sampling": ((dict,), False),
 }
-_PROMPT_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+_PROMPT_FIELDS: _Schema = {
     "template": ((str,), True),
     "engine": ((str,), False),
 }
@@ -82,7 +84,7 @@ def error_type(exc: BaseException) -> str:
     return "InternalError"
 
 
-def _fields(data: Any, what: str, schema: dict[str, tuple[tuple[type, ...], bool]]) -> dict[str, Any]:
+def _fields(data: Any, what: str, schema: _Schema) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidInput(f"{what} must be a JSON object, got {_json_type(data)}")
     out = {}
@@ -136,12 +138,17 @@ def str_list(body: dict[str, Any], name: str, *, required: bool = False) -> list
     return value
 
 
-def spans_from_wire(data: Any) -> list[Span]:
+def _objects(data: Any, field: str, what: tuple[str, str], schema: _Schema) -> list[dict[str, Any]]:
+    """The fields of each object of the array ``data`` (the body's field ``field``), each checked against
+    ``schema``; ``what``: how errors name the array's items, and one of them."""
     if not isinstance(data, list):
-        raise InvalidInput(f"field 'spans' must be an array of span objects, got {_json_type(data)}")
+        raise InvalidInput(f"field {field!r} must be an array of {what[0]}, got {_json_type(data)}")
+    return [_fields(item, f"{what[1]} #{i}", schema) for i, item in enumerate(data)]
+
+
+def spans_from_wire(data: Any) -> list[Span]:
     out = []
-    for i, item in enumerate(data):
-        fields = _fields(item, f"span #{i}", _SPAN_FIELDS)
+    for fields in _objects(data, "spans", ("span objects", "span"), _SPAN_FIELDS):
         try:
             fields["kind"] = SpanKind(fields["kind"])
         except ValueError:
@@ -162,11 +169,8 @@ def import_from_wire(data: Any) -> ImportedRollout:
 
 
 def specs_from_wire(data: Any) -> list[RolloutSpec]:
-    if not isinstance(data, list):
-        raise InvalidInput(f"field 'specs' must be an array of rollout specs, got {_json_type(data)}")
     out = []
-    for i, item in enumerate(data):
-        fields = _fields(item, f"rollout spec #{i}", _SPEC_FIELDS)
+    for fields in _objects(data, "specs", ("rollout specs", "rollout spec"), _SPEC_FIELDS):
         if "mode" in fields:
             fields["mode"] = mode_from_wire(fields["mode"])
         out.append(RolloutSpec(**fields))

@@ -11,38 +11,25 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from tether import _json
 from tether._http11 import BadResponse, ConnectFailed, Http11Pool, Lost
-from tether.store._validate import (
-    validate_finish_status,
-    validate_limit,
-    validate_reward,
-    validate_span,
-    validate_spec,
-)
+from tether.store._validate import Ending, validate_span, validate_spec
 from tether.store.base import Harvested, ImportedRollout, ImportResult, Store, validate_import
 from tether.store.errors import InvalidInput, StoreError, validate_int, validate_number
 from tether.store.http import _wire
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, usage_of
-from tether.types import (
-    Attempt,
-    AttemptStatus,
-    LLMEndpoint,
-    Mode,
-    PromptTemplate,
-    Resources,
-    Rollout,
-    RolloutSpec,
-    RolloutStatus,
-    Span,
-)
+from tether.types import Attempt, Mode, Resources, Rollout, Span
+
+if TYPE_CHECKING:
+    from tether.types import LLMEndpoint, PromptTemplate, RolloutSpec, RolloutStatus
 
 __all__ = ["HttpStore", "StoreUnauthorized", "StoreUnavailable"]
 
+_T = TypeVar("_T")
 _WAIT_CHUNK_S = 30.0  # one long poll; below the server's cap
 
 
@@ -56,6 +43,14 @@ class StoreUnauthorized(StoreError, PermissionError):
 
 def _q(value: str) -> str:
     return quote(str(value), safe="")
+
+
+def _checked(items: Sequence[_T], check: Callable[[_T], None]) -> list[_T]:
+    """``items`` as a list, each passed to ``check`` (which raises for a bad one)."""
+    out = list(items)
+    for item in out:
+        check(item)
+    return out
 
 
 class HttpStore(Store):
@@ -125,38 +120,21 @@ class HttpStore(Store):
     # -- rollouts -----------------------------------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[RolloutSpec]) -> list[Rollout]:
-        specs = list(specs)
-        for spec in specs:
-            validate_spec(spec)
+        specs = _checked(specs, validate_spec)
         if not specs:
             return []
         data = await self._call("POST", "/v1/rollouts", self._encode({"specs": specs}, "rollout input/metadata"))
         return [Rollout.from_dict(r) for r in data]
 
-    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
-        validate_int(limit, "limit")
+    async def _dequeue(self, worker_id: str, limit: int) -> list[tuple[Rollout, Attempt]]:
         payload = self._encode({"worker_id": worker_id, "limit": limit}, "dequeue")
         data = await self._call("POST", "/v1/dequeue", payload)
         return [(Rollout.from_dict(r), Attempt.from_dict(a)) for r, a in data]
 
-    async def finish_attempt(
-        self,
-        attempt_id: str,
-        status: AttemptStatus,
-        *,
-        output: Any = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Rollout:
-        final = validate_finish_status(status)
-        reward = validate_reward(reward)
-        try:
-            encoded_output = _json.dumps(output)
-        except TypeError as exc:
-            raise InvalidInput(f"rollout output: {exc}") from None
+    async def _finish_attempt(self, attempt_id: str, ending: Ending) -> Rollout:
         # splice the already-encoded output in rather than encoding it twice
-        head = self._encode({"status": final.value, "reward": reward, "error": error}, "finish_attempt")
-        payload = head[:-1] + b',"output":' + encoded_output + b"}"
+        body = {"status": ending.status.value, "reward": ending.reward, "error": ending.error}
+        payload = self._encode(body, "finish_attempt")[:-1] + b',"output":' + (ending.output or b"null") + b"}"
         data = await self._call("POST", f"/v1/attempts/{_q(attempt_id)}/finish", payload)
         return Rollout.from_dict(data)
 
@@ -173,20 +151,10 @@ class HttpStore(Store):
     async def get_rollout(self, rollout_id: str) -> Rollout:
         return Rollout.from_dict(await self._call("GET", f"/v1/rollouts/{_q(rollout_id)}"))
 
-    async def list_rollouts(
-        self,
-        *,
-        status: RolloutStatus | None = None,
-        mode: Mode | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
+    async def _list_rollouts(
+        self, status: RolloutStatus | None, mode: Mode | None, rollout_ids: list[str] | None, limit: int | None
     ) -> list[Rollout]:
-        body = {
-            "status": status,
-            "mode": mode,
-            "rollout_ids": None if rollout_ids is None else list(rollout_ids),
-            "limit": validate_limit(limit),
-        }
+        body = {"status": status, "mode": mode, "rollout_ids": rollout_ids, "limit": limit}
         data = await self._call("POST", "/v1/rollouts/list", self._encode(body, "list_rollouts"))
         return [Rollout.from_dict(r) for r in data]
 
@@ -223,9 +191,7 @@ class HttpStore(Store):
     # -- spans --------------------------------------------------------------------------------------------
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
-        spans = list(spans)
-        for span in spans:
-            validate_span(span)
+        spans = _checked(spans, validate_span)
         if not spans:
             return []
         try:

@@ -10,21 +10,18 @@ same message. The server binds loopback unless given a token; the token is compa
 from __future__ import annotations
 
 import asyncio
-import errno
 import hmac
 import logging
-import os
-import signal
-import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
-from tether._net import check_bind, local_address, refusal, unbracket
+from tether._net import check_bind, unbracket
 from tether.store.base import Store
 from tether.store.http import _wire
 from tether.store.http._routes import ROUTES, STOPPING_KEY, STORE_KEY, Handler, error
+from tether.store.http._site import RunningSite, bind, refused, serve_until_signalled
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Mount", "StoreServer", "create_app", "serve", "start_server"]
 
@@ -46,16 +43,10 @@ def _errors_middleware(token: str | None, max_body_bytes: int) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        refused = refusal(
-            request.method,
-            request.headers.get("Host"),
-            request.headers.get("Origin"),
-            request.content_type if request.body_exists or request.method == "POST" else "",
-            local_address(request.transport),
-            token=expected is not None,
-        )
-        if refused is not None:
-            return error(refused[0], "Forbidden" if refused[0] == 403 else "UnsupportedMediaType", refused[1])
+        content_type = request.content_type if request.body_exists or request.method == "POST" else ""
+        refusal = refused(request, content_type, token=expected is not None)
+        if refusal is not None:
+            return error(refusal[0], "Forbidden" if refusal[0] == 403 else "UnsupportedMediaType", refusal[1])
         if expected is not None and not request.path.startswith(DASHBOARD):  # the pages check it themselves
             # aiohttp decodes header bytes as UTF-8 with surrogateescape: this gives the bytes back, valid or not
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
@@ -115,24 +106,8 @@ def create_app(
     return app
 
 
-class StoreServer:
+class StoreServer(RunningSite):
     """A running store server; ``url`` is where clients reach it. Stop with ``await stop()`` or ``async with``."""
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
-        self._runner = runner
-        self.host = host
-        self.port = port
-        shown = f"[{host}]" if ":" in host else host
-        self.url = f"http://{shown}:{port}"
-
-    async def stop(self) -> None:
-        await self._runner.cleanup()
-
-    async def __aenter__(self) -> StoreServer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
 
 async def start_server(
@@ -148,27 +123,9 @@ async def start_server(
     may come in brackets, as in a URL."""
     host = unbracket(host)
     check_bind(host, token)
-    runner = web.AppRunner(
-        create_app(store, token, mounts=mounts, max_body_bytes=max_body_bytes),
-        access_log=None,
-        handle_signals=False,
-        shutdown_timeout=_SHUTDOWN_S,
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        if isinstance(exc, socket.gaierror):  # its errno is getaddrinfo's, which os.strerror does not know
-            reason = f"no address for host {host!r} ({exc.strerror})"
-        else:
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        if exc.errno == errno.EADDRINUSE:
-            reason += " (another server has it: pick another --port, or 0 for a free one)"
-        raise OSError(exc.errno, f"cannot serve the store on {host}:{port}: {reason}") from None
-    bound_port = runner.addresses[0][1] if runner.addresses else port
-    return StoreServer(runner, host, bound_port)
+    app = create_app(store, token, mounts=mounts, max_body_bytes=max_body_bytes)
+    runner, bound = await bind(app, host, port, "the store", shutdown_timeout=_SHUTDOWN_S, backlog=1024)
+    return StoreServer(runner, host, bound)
 
 
 def serve(
@@ -201,15 +158,7 @@ async def _serve(
     store = open_store(store_url)
     try:
         server = await start_server(store, host, port, token, mounts=mounts, max_body_bytes=max_body_bytes)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        print(f"tether store ({_describe(store_url, store)}) serving at {server.url}", flush=True)
-        try:
-            await stop.wait()
-        finally:
-            await server.stop()
-            print("tether store stopped", flush=True)
+        banner = f"tether store ({_describe(store_url, store)}) serving at {server.url}"
+        await serve_until_signalled(server, banner, "tether store stopped")
     finally:
         await store.close()

@@ -18,37 +18,21 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import _json
 from tether.store._frozen import snapshot, thawed_span
 from tether.store._stale import stale_reason, timed_out_span
-from tether.store._validate import (
-    validate_finish_status,
-    validate_limit,
-    validate_reward,
-    validate_span,
-    validate_spec,
-)
+from tether.store._validate import Ending, span_attributes, validate_spec
 from tether.store.base import FINISHED_ATTEMPT_STATUSES, Harvested, ImportedRollout, ImportResult, Store
 from tether.store.errors import InvalidInput, InvalidTransition, NotFound, validate_int, validate_number
 from tether.store.memory._import import prepare as prepare_import
 from tether.store.memory._import import write as write_import
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, counts_of, page_of, usage_from
-from tether.types import (
-    Attempt,
-    AttemptStatus,
-    LLMEndpoint,
-    Mode,
-    PromptTemplate,
-    Resources,
-    Rollout,
-    RolloutSpec,
-    RolloutStatus,
-    Span,
-    SpanKind,
-    new_id,
-)
+from tether.types import Attempt, AttemptStatus, Mode, Resources, Rollout, RolloutStatus, Span, SpanKind, new_id
+
+if TYPE_CHECKING:
+    from tether.types import LLMEndpoint, PromptTemplate, RolloutSpec
 
 DEFAULT_KEEP_ROLLOUTS = 10_000
 
@@ -102,10 +86,7 @@ class MemoryStore(Store):
                 out.append(_copy_rollout(rollout))
         return out
 
-    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
-        if not isinstance(worker_id, str) or not worker_id:
-            raise InvalidInput("worker_id must be a non-empty string")
-        validate_int(limit, "limit")
+    async def _dequeue(self, worker_id: str, limit: int) -> list[tuple[Rollout, Attempt]]:
         out: list[tuple[Rollout, Attempt]] = []
         with self._lock:
             while self._queue and len(out) < limit:
@@ -122,25 +103,12 @@ class MemoryStore(Store):
                 out.append((_copy_rollout(rollout), _copy_attempt(attempt)))
         return out
 
-    async def finish_attempt(
-        self,
-        attempt_id: str,
-        status: AttemptStatus,
-        *,
-        output: Any = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Rollout:
-        final = validate_finish_status(status)
-        reward = validate_reward(reward)
-        try:
-            output = _json.clone(output)
-        except TypeError as exc:
-            raise InvalidInput(f"rollout output: {exc}") from None
+    async def _finish_attempt(self, attempt_id: str, ending: Ending) -> Rollout:
+        output = None if ending.output is None else _json.loads(ending.output)
         with self._lock:
             attempt = self._running_attempt(attempt_id)
             rollout = self._rollouts[attempt.rollout_id]
-            self._end_attempt(attempt, rollout, final, error=error, output=output, reward=reward)
+            self._end_attempt(attempt, rollout, ending, output)
             return _copy_rollout(rollout)
 
     async def heartbeat(self, attempt_id: str) -> None:
@@ -157,7 +125,7 @@ class MemoryStore(Store):
                 rollout = self._rollouts[attempt.rollout_id]
                 reason = stale_reason(rollout, attempt, now)
                 if reason:
-                    self._end_attempt(attempt, rollout, AttemptStatus.TIMEOUT, error=reason)
+                    self._end_attempt(attempt, rollout, Ending(AttemptStatus.TIMEOUT, error=reason))
                     affected.append(rollout.rollout_id)
         return affected
 
@@ -181,17 +149,9 @@ class MemoryStore(Store):
         with self._lock:
             return _copy_rollout(self._get(rollout_id))
 
-    async def list_rollouts(
-        self,
-        *,
-        status: RolloutStatus | None = None,
-        mode: Mode | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
+    async def _list_rollouts(
+        self, status: RolloutStatus | None, mode: Mode | None, rollout_ids: list[str] | None, limit: int | None
     ) -> list[Rollout]:
-        limit = validate_limit(limit)
-        if limit == 0:
-            return []
         with self._lock:
             if rollout_ids is not None:
                 pool = [self._rollouts[r] for r in dict.fromkeys(rollout_ids) if r in self._rollouts]
@@ -233,11 +193,7 @@ class MemoryStore(Store):
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         prepared = []
         for span in spans:
-            validate_span(span)
-            try:
-                encoded = _json.dumps(span.attributes)
-            except TypeError as exc:
-                raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+            encoded = span_attributes(span)  # checks the span first
             prepared.append((span, snapshot(span.attributes, encoded)))
         with self._lock:
             for span, _ in prepared:
@@ -349,17 +305,9 @@ class MemoryStore(Store):
             raise InvalidTransition(f"attempt {attempt_id} is already {attempt.status.value}")
         return attempt
 
-    def _end_attempt(
-        self,
-        attempt: Attempt,
-        rollout: Rollout,
-        status: AttemptStatus,
-        *,
-        error: str | None,
-        output: Any = None,
-        reward: float | None = None,
-    ) -> None:
-        now = time.time()
+    def _end_attempt(self, attempt: Attempt, rollout: Rollout, ending: Ending, output: Any = None) -> None:
+        """End ``attempt`` as ``ending`` says (``output``: its output decoded); settle ``rollout`` (lock held)."""
+        now, status, error, reward = time.time(), ending.status, ending.error, ending.reward
         attempt.status = status
         attempt.finished_at = now
         attempt.error = error

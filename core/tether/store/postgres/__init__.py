@@ -21,7 +21,9 @@ Semantics are the SQLite store's (``tether.store.sqlite``), with PostgreSQL doin
   finished status when its transaction commits.
 - The schema is created and migrated on first use (``tether.store.postgres._schema``), never dropped.
 - The statements of a rollout's life are in ``tether.store.postgres._ops``; new rollouts and spans become rows in
-  ``tether.store.postgres._encode``; listing, resources and harvests are in ``tether.store.postgres._queries``.
+  ``tether.store.postgres._encode``; resources, harvests and the SQL dialect are in
+  ``tether.store.postgres._queries``; the listing and counting statements (``tether.store._sql``) and the row
+  mappings (``tether.store._rows``) are shared with SQLite.
 
 A server that goes away (restart, failover) makes calls raise ``StoreError`` naming it; once it is back the
 pool reconnects and the next call works.
@@ -32,20 +34,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import _json
+from tether.store._rows import ATTEMPT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
-from tether.store._validate import validate_finish_status, validate_reward
+from tether.store._sql import count_sql, list_sql
+from tether.store._validate import Ending
 from tether.store.base import Harvested, ImportedRollout, ImportResult, Store
-from tether.store.errors import (
-    InvalidInput,
-    InvalidTransition,
-    NotFound,
-    StoreError,
-    validate_int,
-    validate_number,
-)
+from tether.store.errors import InvalidTransition, NotFound, StoreError, validate_int, validate_number
 from tether.store.postgres._conn import Connections
 from tether.store.postgres._encode import INSERT_ROLLOUTS, rollout_rows, span_columns, span_refusal
 from tether.store.postgres._import import import_work
@@ -60,31 +57,15 @@ from tether.store.postgres._ops import (
     sweep_stale,
 )
 from tether.store.postgres._overlap import ReadOrder
-from tether.store.postgres._queries import list_sql, publish_resources, take_finished
-from tether.store.postgres._schema import (
-    ATTEMPT_COLS,
-    NOT_RUNNING,
-    ROLLOUT_COLS,
-    UNKNOWN_ATTEMPT,
-    attempt_from_row,
-    qualified,
-    rollout_from_row,
-)
+from tether.store.postgres._queries import POSTGRES, publish_resources, take_finished
+from tether.store.postgres._schema import NOT_RUNNING, UNKNOWN_ATTEMPT
 from tether.store.postgres._spans import NEXT_SEQ, SPANS_FROM, read_spans
 from tether.store.retry import DEFAULT_OUTAGE_S, is_outage
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, sql_page, usage_of, usage_sql
-from tether.types import (
-    Attempt,
-    AttemptStatus,
-    LLMEndpoint,
-    Mode,
-    PromptTemplate,
-    Resources,
-    Rollout,
-    RolloutSpec,
-    RolloutStatus,
-    Span,
-)
+from tether.types import Resources, RolloutStatus
+
+if TYPE_CHECKING:
+    from tether.types import Attempt, LLMEndpoint, Mode, PromptTemplate, Rollout, RolloutSpec, Span
 
 _CLAIM_CHUNK = 256  # rollouts one dequeue statement claims at most
 
@@ -136,12 +117,7 @@ class PostgresStore(Store):
         await self._db.transaction(insert, single_statement=True)
         return rollouts
 
-    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
-        if not isinstance(worker_id, str) or not worker_id:
-            raise InvalidInput("worker_id must be a non-empty string")
-        validate_int(limit, "limit")
-        if limit < 1:
-            return []
+    async def _dequeue(self, worker_id: str, limit: int) -> list[tuple[Rollout, Attempt]]:
         now = time.time()
 
         async def claim(conn: Any) -> list[tuple[Rollout, Attempt]]:
@@ -156,28 +132,17 @@ class PostgresStore(Store):
         # up to a chunk, one statement: atomic on its own, so no BEGIN/COMMIT round trips
         return await self._db.transaction(claim, single_statement=limit <= _CLAIM_CHUNK)
 
-    async def finish_attempt(
-        self,
-        attempt_id: str,
-        status: AttemptStatus,
-        *,
-        output: Any = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Rollout:
-        final = validate_finish_status(status)
-        if reward is not None and not isinstance(reward, bool) and isinstance(reward, int | float):
-            validate_number(reward, "reward")
-        reward = validate_reward(reward)
-        try:
-            output_blob = _json.dumps(output)
-        except TypeError as exc:
-            raise InvalidInput(f"rollout output: {exc}") from None
-
+    async def _finish_attempt(self, attempt_id: str, ending: Ending) -> Rollout:
         async def finish(conn: Any) -> Rollout:
             try:  # one statement, atomic on its own (``tether.store.postgres._schema``: the steps it takes)
                 row = await conn.fetchrow(
-                    FINISH_ATTEMPT, attempt_id, final.value, output_blob, reward, error, time.time()
+                    FINISH_ATTEMPT,
+                    attempt_id,
+                    ending.status.value,
+                    ending.output,
+                    ending.reward,
+                    ending.error,
+                    time.time(),
                 )
             except self._db.asyncpg.exceptions.PostgresError as exc:
                 if exc.sqlstate == UNKNOWN_ATTEMPT:
@@ -216,41 +181,27 @@ class PostgresStore(Store):
             raise NotFound(f"unknown rollout {rollout_id!r}")
         return rollout_from_row(rows[0])
 
-    async def list_rollouts(
-        self,
-        *,
-        status: RolloutStatus | None = None,
-        mode: Mode | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
+    async def _list_rollouts(
+        self, status: RolloutStatus | None, mode: Mode | None, rollout_ids: list[str] | None, limit: int | None
     ) -> list[Rollout]:
-        if limit is not None:
-            validate_int(limit, "limit (None or an integer >= 0)", 0)
-            if limit == 0:
-                return []
-        sql, args = list_sql(status, mode, rollout_ids, limit)
+        sql, args = list_sql(POSTGRES, status, mode, rollout_ids, limit)
         return [rollout_from_row(row) for row in await self._db.fetch(sql, *args)]
 
     async def query_rollouts(self, query: RolloutQuery) -> RolloutPage:
         async def fetch(sql: str, args: list[Any]) -> list[Any]:
             return await self._db.fetch(sql, *args)
 
-        return await sql_page(query, fetch, rollout_from_row, table="tether_rollouts", cols=ROLLOUT_COLS,
-                              placeholder=lambda i: f"${i}", like="ILIKE")  # fmt: skip
+        return await sql_page(query, fetch, POSTGRES)
 
     async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
         out = {s.value: 0 for s in RolloutStatus}
-        if mode is None:
-            rows = await self._db.fetch("SELECT status, COUNT(*) FROM tether_rollouts GROUP BY status")
-        else:
-            rows = await self._db.fetch(
-                "SELECT status, COUNT(*) FROM tether_rollouts WHERE mode = $1 GROUP BY status", Mode(mode).value
-            )
+        sql, args = count_sql(POSTGRES, mode)
+        rows = await self._db.fetch(sql, *args)
         out.update({row[0]: int(row[1]) for row in rows})
         return out
 
     async def usage_by_version(self) -> dict[int, VersionUsage]:
-        return usage_of(await self._db.fetch(usage_sql("tether_rollouts")))
+        return usage_of(await self._db.fetch(usage_sql(POSTGRES)))
 
     async def get_attempts(self, rollout_id: str) -> list[Attempt]:
         # one statement (one round trip, one snapshot): the rollout, joined to its attempts if it has any

@@ -9,7 +9,7 @@ from typing import Any
 from tether import _json
 from tether.store._frozen import frozen_size, snapshot
 from tether.store._span_cache import SPAN_BYTES
-from tether.store._validate import validate_span, validate_spec
+from tether.store._validate import span_attributes, validate_spec
 from tether.store.errors import InvalidInput, InvalidTransition, validate_int, validate_number
 from tether.store.postgres._ops import opt_float
 from tether.store.postgres._schema import NOT_RUNNING, UNKNOWN_ATTEMPT, WRONG_ROLLOUT
@@ -59,13 +59,9 @@ def span_columns(spans: Sequence[Span], cache: bool) -> tuple[list[list[Any]], l
     columns: list[list[Any]] = [[] for _ in range(10)]
     cached: list[tuple[Span, int]] = []
     for span in spans:
-        validate_span(span)
+        attributes = span_attributes(span)
         start = validate_number(span.start_time, f"span {span.name!r} start_time")
         end = None if span.end_time is None else validate_number(span.end_time, f"span {span.name!r} end_time")
-        try:
-            attributes = _json.dumps(span.attributes)
-        except TypeError as exc:
-            raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
         kind = SpanKind(span.kind)
         values = (span.attempt_id, span.rollout_id, span.span_id, kind.value, span.name,
                   span.agent_name, span.parent_id, start, end, attributes)  # fmt: skip

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tether.store._rows import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.store._stale import stale_reason
+from tether.store._validate import Ending
 from tether.store.errors import InvalidTransition, NotFound
-from tether.store.postgres._schema import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
 #: claim up to $1 queued rollouts in queue order (skipping those other workers hold), mark them running and
@@ -90,17 +91,10 @@ async def lock_running_attempt(conn: Any, attempt_id: str) -> str:
     return str(rollout_id)
 
 
-async def end_attempt(
-    conn: Any,
-    attempt_id: str,
-    rollout_id: str,
-    status: AttemptStatus,
-    error: str | None,
-    output: bytes | None,
-    reward: float | None,
-) -> Rollout:
-    """End a running attempt (its rollout locked) and settle its rollout; the rollout as it is now."""
-    now = time.time()
+async def end_attempt(conn: Any, attempt_id: str, rollout_id: str, ending: Ending) -> Rollout:
+    """End a running attempt (its rollout locked) as ``ending`` says and settle its rollout; the rollout as it
+    is now."""
+    now, status, error, output, reward = time.time(), ending.status, ending.error, ending.output, ending.reward
     await conn.execute(
         "UPDATE tether_attempts SET status = $2, finished_at = $3, error = $4 WHERE attempt_id = $1",
         attempt_id,
@@ -164,7 +158,7 @@ async def sweep_stale(conn: Any, when: float) -> list[str]:
         reason = stale_reason(rollout, attempt, when)
         if reason:
             await end_attempt(
-                conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None
+                conn, attempt.attempt_id, rollout.rollout_id, Ending(AttemptStatus.TIMEOUT, error=reason)
             )
             affected.append(rollout.rollout_id)
     return affected

@@ -1,5 +1,6 @@
-"""The PostgreSQL store's reads and writes that are not a rollout's life (``tether.store.postgres``): listing
-rollouts, versioned resources, and taking finished rollouts out for a harvest."""
+"""The PostgreSQL store's reads and writes that are not a rollout's life (``tether.store.postgres``): its dialect
+of the shared rollout statements (``tether.store._sql``), versioned resources, and taking finished rollouts out
+for a harvest."""
 
 from __future__ import annotations
 
@@ -7,40 +8,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether import _json
+from tether.store._rows import ROLLOUT_COLS, SPAN_COLS, rollout_from_row, span_from_row
 from tether.store._span_cache import SpanCache
+from tether.store._sql import Dialect
 from tether.store.base import Harvested
 from tether.store.errors import InvalidTransition
 from tether.store.postgres._ops import attempts_of, status_of
-from tether.store.postgres._schema import ROLLOUT_COLS, SPAN_COLS, rollout_from_row, span_from_row
-from tether.types import LLMEndpoint, Mode, PromptTemplate, Resources, RolloutStatus, Span
+from tether.types import LLMEndpoint, PromptTemplate, Resources, Span
 
 _FINISHED = ("succeeded", "failed", "cancelled")
 _RESOURCES_LOCK = 0x7E7E_E13  # pg_advisory_xact_lock key: one new resources version at a time
 
 
-def list_sql(
-    status: RolloutStatus | None, mode: Mode | None, rollout_ids: Sequence[str] | None, limit: int | None
-) -> tuple[str, list[Any]]:
-    """The statement (and its arguments) that ``list_rollouts`` runs; ``limit`` is already validated."""
-    where: list[str] = []
-    args: list[Any] = []
-    if status is not None:
-        args.append(RolloutStatus(status).value)
-        where.append(f"status = ${len(args)}")
-    if mode is not None:
-        args.append(Mode(mode).value)
-        where.append(f"mode = ${len(args)}")
-    if rollout_ids is not None:
-        args.append(list(rollout_ids))
-        where.append(f"rollout_id = ANY(${len(args)}::text[])")
-    sql = f"SELECT {ROLLOUT_COLS} FROM tether_rollouts"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY seq"
-    if limit is not None:
-        args.append(limit)
-        sql += f" LIMIT ${len(args)}"
-    return sql, args
+#: how this store writes the statements of ``tether.store._sql`` (ids: one ``text[]`` argument)
+POSTGRES = Dialect("tether_rollouts", lambda i: f"${i}", "rollout_id = ANY({}::text[])", list, like="ILIKE")
 
 
 async def publish_resources(

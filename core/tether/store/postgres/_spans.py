@@ -20,10 +20,10 @@ from __future__ import annotations
 import time
 
 from tether.store._frozen import thawed_span
+from tether.store._rows import SPAN_COLS, qualified, span_from_row
 from tether.store._span_cache import SpanCache
 from tether.store.postgres._conn import Connections
 from tether.store.postgres._overlap import ReadOrder
-from tether.store.postgres._schema import SPAN_COLS, qualified, span_from_row
 from tether.types import Span
 
 __all__ = ["NEXT_SEQ", "SPANS_FROM", "read_spans"]

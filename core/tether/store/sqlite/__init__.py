@@ -15,7 +15,8 @@ Span sequence numbers come from ``attempts.next_seq`` inside the writing transac
 with one ``executemany``. JSON columns (inputs, outputs, metadata, span attributes) are orjson bytes. The
 statements each change runs inside its transaction (claiming, ending, sweeping, cancelling, inserting spans)
 are in ``tether.store.sqlite._lifecycle``; new rollouts and spans become rows in ``tether.store.sqlite._encode``,
-and listing, counting, resources and harvests are in ``tether.store.sqlite._queries``.
+resources, harvests and the SQL dialect are in ``tether.store.sqlite._queries``; the listing and counting
+statements (``tether.store._sql``) and the row mappings (``tether.store._rows``) are shared with PostgreSQL.
 
 Speed: a thread of the store's own runs passive WAL checkpoints so that commits rarely stall on one
 (``tether.store.sqlite._wal``); SQLite's own autocheckpoint stays on, raised to ``WAL_CAP_BYTES``, as the
@@ -33,13 +34,15 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import _json
+from tether.store._rows import rollout_from_row
 from tether.store._span_cache import DEFAULT_SPAN_CACHE_BYTES, SpanCache
-from tether.store._validate import validate_finish_status, validate_limit, validate_reward
+from tether.store._sql import count_sql, list_sql
+from tether.store._validate import Ending
 from tether.store.base import Harvested, ImportedRollout, ImportResult, Store
-from tether.store.errors import InvalidInput, NotFound, StoreError, validate_int, validate_number
+from tether.store.errors import NotFound, StoreError, validate_int, validate_number
 from tether.store.rollout_query import RolloutPage, RolloutQuery, VersionUsage, sql_page, usage_of, usage_sql
 from tether.store.sqlite._conn import connect, store_error
 from tether.store.sqlite._encode import insert_rollouts, rollout_rows, rollouts_of_rows, span_rows
@@ -56,32 +59,13 @@ from tether.store.sqlite._lifecycle import (
     status_of,
     sweep,
 )
-from tether.store.sqlite._queries import (
-    count_in_file,
-    count_sql,
-    insert_resources,
-    latest_resources,
-    list_sql,
-    take_finished,
-)
-from tether.store.sqlite._rows import (
-    ROLLOUT_COLS,
-    read_spans,
-    rollout_from_row,
-)
+from tether.store.sqlite._queries import SQLITE, count_in_file, insert_resources, latest_resources, take_finished
+from tether.store.sqlite._rows import read_spans
 from tether.store.sqlite._wal import WalCheckpointer
-from tether.types import (
-    Attempt,
-    AttemptStatus,
-    LLMEndpoint,
-    Mode,
-    PromptTemplate,
-    Resources,
-    Rollout,
-    RolloutSpec,
-    RolloutStatus,
-    Span,
-)
+from tether.types import Resources, RolloutStatus
+
+if TYPE_CHECKING:
+    from tether.types import Attempt, LLMEndpoint, Mode, PromptTemplate, Rollout, RolloutSpec, Span
 
 _T = TypeVar("_T")
 
@@ -178,33 +162,13 @@ class SqliteStore(Store):
         await self._write(lambda conn: insert_rollouts(conn, rows))
         return rollouts_of_rows(rows, now)
 
-    async def dequeue(self, worker_id: str, limit: int = 1) -> list[tuple[Rollout, Attempt]]:
-        if not isinstance(worker_id, str) or not worker_id:
-            raise InvalidInput("worker_id must be a non-empty string")
-        if validate_int(limit, "limit") < 1:
-            return []
-
+    async def _dequeue(self, worker_id: str, limit: int) -> list[tuple[Rollout, Attempt]]:
         return await self._write(lambda conn: claim(conn, worker_id, limit))
 
-    async def finish_attempt(
-        self,
-        attempt_id: str,
-        status: AttemptStatus,
-        *,
-        output: Any = None,
-        reward: float | None = None,
-        error: str | None = None,
-    ) -> Rollout:
-        final = validate_finish_status(status)
-        reward = validate_reward(reward)
-        try:
-            output_blob = _json.dumps(output)
-        except TypeError as exc:
-            raise InvalidInput(f"rollout output: {exc}") from None
-
+    async def _finish_attempt(self, attempt_id: str, ending: Ending) -> Rollout:
         def finish(conn: sqlite3.Connection) -> Rollout:
             rollout_id = running_attempt(conn, attempt_id)
-            end_attempt(conn, attempt_id, rollout_id, final, error, output_blob, reward)
+            end_attempt(conn, attempt_id, rollout_id, ending)
             return rollout_of(conn, rollout_id)
 
         return await self._write(finish)
@@ -230,15 +194,10 @@ class SqliteStore(Store):
         with self._tx(write=False) as conn:
             return rollout_of(conn, rollout_id)
 
-    async def list_rollouts(
-        self,
-        *,
-        status: RolloutStatus | None = None,
-        mode: Mode | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        limit: int | None = None,
+    async def _list_rollouts(
+        self, status: RolloutStatus | None, mode: Mode | None, rollout_ids: list[str] | None, limit: int | None
     ) -> list[Rollout]:
-        sql, args = list_sql(status, mode, rollout_ids, validate_limit(limit))
+        sql, args = list_sql(SQLITE, status, mode, rollout_ids, limit)
         with self._tx(write=False) as conn:
             return [rollout_from_row(row) for row in conn.execute(sql, args)]
 
@@ -247,15 +206,14 @@ class SqliteStore(Store):
             with self._read() as conn:
                 return conn.execute(sql, args).fetchall()
 
-        return await sql_page(query, fetch, rollout_from_row, table="rollouts", cols=ROLLOUT_COLS,
-                              placeholder=lambda _: "?")  # fmt: skip
+        return await sql_page(query, fetch, SQLITE)
 
     async def count_rollouts(self, *, mode: Mode | None = None) -> dict[str, int]:
         """Counted from an index (every entry of it: ~0.1 s per million rollouts). A file is counted on a
         connection of its own in a worker thread (WAL readers do not wait on the writer), so the event loop
         and this store's other calls go on meanwhile."""
         out = {s.value: 0 for s in RolloutStatus}
-        sql, args = count_sql(mode)
+        sql, args = count_sql(SQLITE, mode)
         if self.path == ":memory:":
             with self._read() as conn:
                 out.update(dict(conn.execute(sql, args).fetchall()))
@@ -268,7 +226,7 @@ class SqliteStore(Store):
 
     async def usage_by_version(self) -> dict[int, VersionUsage]:
         """One ``GROUP BY`` over the table, read aside as ``count_rollouts`` is."""
-        sql = usage_sql("rollouts")
+        sql = usage_sql(SQLITE)
         if self.path == ":memory:":
             with self._read() as conn:
                 return usage_of(conn.execute(sql).fetchall())

@@ -10,7 +10,7 @@ from typing import Any
 from tether import _json
 from tether.store._frozen import frozen_size, snapshot
 from tether.store._span_cache import SPAN_BYTES
-from tether.store._validate import validate_span, validate_spec
+from tether.store._validate import span_attributes, validate_spec
 from tether.store.errors import InvalidInput
 from tether.store.sqlite._rows import NEXT_QUEUE_POS
 from tether.types import Mode, Rollout, RolloutSpec, Span, SpanKind, new_id
@@ -68,11 +68,7 @@ def span_rows(spans: Sequence[Span], cache: bool) -> tuple[list[list[Any]], list
     rows = []
     cached: list[tuple[Span, int]] = []
     for span in spans:
-        validate_span(span)
-        try:
-            attributes = _json.dumps(span.attributes)
-        except TypeError as exc:
-            raise InvalidInput(f"span {span.name!r} attributes: {exc}") from None
+        attributes = span_attributes(span)
         kind = SpanKind(span.kind)
         start, end = float(span.start_time), real(span.end_time)  # REAL columns: as a read gives them back
         if cache:

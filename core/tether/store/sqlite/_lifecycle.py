@@ -11,16 +11,11 @@ import time
 from typing import Any
 
 from tether import _json
+from tether.store._rows import ATTEMPT_COLS, ROLLOUT_COLS, attempt_from_row, qualified, rollout_from_row
 from tether.store._stale import stale_reason, timed_out_span
+from tether.store._validate import Ending
 from tether.store.errors import InvalidInput, InvalidTransition, NotFound
-from tether.store.sqlite._rows import (
-    ATTEMPT_COLS,
-    NEXT_QUEUE_POS,
-    ROLLOUT_COLS,
-    attempt_from_row,
-    qualified,
-    rollout_from_row,
-)
+from tether.store.sqlite._rows import NEXT_QUEUE_POS
 from tether.types import Attempt, AttemptStatus, Rollout, RolloutStatus, new_id
 
 # -- lookups ------------------------------------------------------------------------------------------------
@@ -103,17 +98,9 @@ def claim(conn: sqlite3.Connection, worker_id: str, limit: int) -> list[tuple[Ro
     return list(zip(rollouts, attempts, strict=True))
 
 
-def end_attempt(
-    conn: sqlite3.Connection,
-    attempt_id: str,
-    rollout_id: str,
-    status: AttemptStatus,
-    error: str | None,
-    output: bytes | None,
-    reward: float | None,
-) -> None:
-    """End a running attempt as ``status``; its rollout succeeds, is queued again (attempts left) or fails."""
-    now = time.time()
+def end_attempt(conn: sqlite3.Connection, attempt_id: str, rollout_id: str, ending: Ending) -> None:
+    """End a running attempt as ``ending`` says; its rollout succeeds, is queued again (attempts left) or fails."""
+    now, status, error, output, reward = time.time(), ending.status, ending.error, ending.output, ending.reward
     conn.execute(
         "UPDATE attempts SET status = ?, finished_at = ?, error = ? WHERE attempt_id = ?",
         (status.value, now, error, attempt_id),
@@ -153,7 +140,7 @@ def sweep(conn: sqlite3.Connection, when: float) -> list[str]:
         rollout, attempt = rollout_from_row(row[:16]), attempt_from_row(row[16:])
         reason = stale_reason(rollout, attempt, when)
         if reason:
-            end_attempt(conn, attempt.attempt_id, rollout.rollout_id, AttemptStatus.TIMEOUT, reason, None, None)
+            end_attempt(conn, attempt.attempt_id, rollout.rollout_id, Ending(AttemptStatus.TIMEOUT, error=reason))
             affected.append(rollout.rollout_id)
     return affected
 

@@ -1,5 +1,6 @@
-"""The SQLite store's reads and writes that are not a rollout's life (``tether.store.sqlite``): listing and
-counting rollouts, versioned resources, and taking finished rollouts out for a harvest."""
+"""The SQLite store's reads and writes that are not a rollout's life (``tether.store.sqlite``): its dialect of the
+shared rollout statements (``tether.store._sql``), counting in a file aside, versioned resources, and taking
+finished rollouts out for a harvest."""
 
 from __future__ import annotations
 
@@ -10,42 +11,19 @@ from typing import Any
 
 from tether import _json
 from tether.store._span_cache import SpanCache
+from tether.store._sql import Dialect
 from tether.store.errors import InvalidInput, InvalidTransition
 from tether.store.sqlite._lifecycle import attempts_of, rollouts_by_id, status_of
-from tether.store.sqlite._rows import ROLLOUT_COLS, read_spans
-from tether.types import Attempt, LLMEndpoint, Mode, PromptTemplate, Resources, Rollout, RolloutStatus, Span
+from tether.store.sqlite._rows import read_spans
+from tether.types import Attempt, LLMEndpoint, PromptTemplate, Resources, Rollout, Span
 
-
-def list_sql(
-    status: RolloutStatus | None, mode: Mode | None, rollout_ids: Sequence[str] | None, limit: int | None
-) -> tuple[str, list[Any]]:
-    """The statement (and its arguments) that ``list_rollouts`` runs; ``limit`` is already validated."""
-    where: list[str] = []
-    args: list[Any] = []
-    if status is not None:
-        where.append("status = ?")
-        args.append(RolloutStatus(status).value)
-    if mode is not None:
-        where.append("mode = ?")
-        args.append(Mode(mode).value)
-    if rollout_ids is not None:
-        where.append("rollout_id IN (SELECT value FROM json_each(?))")
-        args.append(_json.dumps(list(rollout_ids)).decode())
-    sql = f"SELECT {ROLLOUT_COLS} FROM rollouts"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY seq"
-    if limit is not None:
-        sql += " LIMIT ?"
-        args.append(int(limit))
-    return sql, args
-
-
-def count_sql(mode: Mode | None) -> tuple[str, list[Any]]:
-    """The statement (and its arguments) that counts rollouts by status, of one mode or all."""
-    if mode is None:
-        return "SELECT status, COUNT(*) FROM rollouts GROUP BY status", []
-    return "SELECT status, COUNT(*) FROM rollouts WHERE mode = ? GROUP BY status", [Mode(mode).value]
+#: how this store writes the statements of ``tether.store._sql`` (ids: a JSON array, read by ``json_each``)
+SQLITE = Dialect(
+    "rollouts",
+    lambda _: "?",
+    "rollout_id IN (SELECT value FROM json_each({}))",
+    lambda ids: _json.dumps(ids).decode(),
+)
 
 
 def count_in_file(path: str, sql: str, args: list[Any]) -> list[Any]:

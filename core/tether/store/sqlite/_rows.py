@@ -1,4 +1,5 @@
-"""The SQLite store's schema and how its rows become tether records (``tether.store.sqlite``).
+"""The SQLite store's schema and its span reads (``tether.store.sqlite``); rows become records in
+``tether.store._rows``.
 
 Spans are read through ``read_spans``: from the store's cache of the spans it wrote (``tether.store._span_cache``)
 when it holds them all, else decoded from their rows.
@@ -7,15 +8,13 @@ when it holds them all, else decoded from their rows.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from tether import _json
 from tether.store._frozen import thawed_span
+from tether.store._rows import SPAN_COLS, span_from_row
 from tether.store._span_cache import SpanCache
 from tether.store.errors import StoreError
-from tether.types import Attempt, AttemptStatus, Mode, Rollout, RolloutStatus, Span, SpanKind
+from tether.types import Span
 
 SCHEMA_VERSION = 1
 
@@ -86,15 +85,6 @@ PAGE_INDEXES = (
     "CREATE INDEX IF NOT EXISTS rollouts_mode_status ON rollouts (mode, status)",
 )
 
-ROLLOUT_COLS = (
-    "rollout_id, input, task_id, mode, status, metadata, max_attempts, timeout_s, heartbeat_timeout_s, "
-    "resources_version, attempt_count, created_at, finished_at, output, reward, error"
-)
-ATTEMPT_COLS = "attempt_id, rollout_id, idx, worker_id, status, started_at, last_heartbeat_at, finished_at, error"
-SPAN_COLS = (
-    "rollout_id, attempt_id, kind, name, agent_name, attributes, span_id, parent_id, start_time, end_time, "
-    "sequence"
-)
 NEXT_QUEUE_POS = "(SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM rollouts)"
 
 
@@ -125,36 +115,6 @@ def create_schema(conn: sqlite3.Connection, path: Path | str) -> None:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-def qualified(alias: str, cols: str) -> str:
-    return ", ".join(f"{alias}.{c.strip()}" for c in cols.split(","))
-
-
-def rollout_from_row(row: Sequence[Any]) -> Rollout:
-    return Rollout(
-        rollout_id=row[0], input=_json.loads(row[1]), task_id=row[2], mode=Mode(row[3]),
-        status=RolloutStatus(row[4]), metadata=_json.loads(row[5]), max_attempts=row[6], timeout_s=row[7],
-        heartbeat_timeout_s=row[8], resources_version=row[9], attempt_count=row[10], created_at=row[11],
-        finished_at=row[12], output=None if row[13] is None else _json.loads(row[13]), reward=row[14],
-        error=row[15],
-    )  # fmt: skip
-
-
-def attempt_from_row(row: Sequence[Any]) -> Attempt:
-    return Attempt(
-        attempt_id=row[0], rollout_id=row[1], index=row[2], worker_id=row[3], status=AttemptStatus(row[4]),
-        started_at=row[5], last_heartbeat_at=row[6], finished_at=row[7], error=row[8],
-    )  # fmt: skip
-
-
-SPAN_KINDS = {kind.value: kind for kind in SpanKind}
-
-
-def span_from_row(row: Sequence[Any]) -> Span:
-    # positional, with the kind looked up rather than constructed: this runs once per span read from the file
-    return Span(row[0], row[1], SPAN_KINDS[row[2]], row[3], row[4], _json.loads(row[5]), row[6], row[7], row[8],
-                row[9], row[10])  # fmt: skip
 
 
 def read_spans(conn: sqlite3.Connection, cache: SpanCache, attempt_id: str, since: int) -> list[Span] | None:

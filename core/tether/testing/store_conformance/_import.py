@@ -8,6 +8,7 @@ import pytest
 
 from tether.store.base import ImportedRollout, Store, import_id
 from tether.store.errors import InvalidInput
+from tether.testing.store_conformance._base import ConformanceBase
 from tether.types import AttemptStatus, Mode, RolloutSpec, RolloutStatus, Span, SpanKind
 
 
@@ -16,21 +17,13 @@ def _span(span_id: str, name: str = "call", **kwargs: Any) -> Span:
     return Span("", "", kwargs.pop("kind", SpanKind.LLM), name, span_id=span_id, start_time=1.0, **kwargs)
 
 
-class ImportConformance:
+class ImportConformance(ConformanceBase):
     """Imports bypass the queue, are atomic, and are idempotent by key and span id."""
-
-    async def _everything(self, store: Store) -> list[dict[str, Any]]:
-        out = []
-        for rollout in await store.list_rollouts():
-            attempts = await store.get_attempts(rollout.rollout_id)
-            spans = [[s.to_dict() for s in await store.get_spans(a.attempt_id)] for a in attempts]
-            out.append({"rollout": rollout.to_dict(), "attempts": [a.to_dict() for a in attempts], "spans": spans})
-        return out
 
     async def test_import_writes_a_finished_rollout_and_leaves_the_queue_alone(self, store: Store) -> None:
         queued = await store.enqueue([RolloutSpec(input=i) for i in range(3)])
         ((running, attempt),) = await store.dequeue("trainer")
-        before = await self._everything(store)
+        before = await self._snapshot(store)
         item = ImportedRollout(
             key="t1", input="hi", output="bye", mode=Mode.VAL, metadata={"source": "otlp"},
             spans=[_span("a"), _span("b", parent_id="a", kind=SpanKind.TOOL)],
@@ -55,7 +48,7 @@ class ImportConformance:
         ]
         # nothing else moved: the queue hands out only its own rollouts, the running one is untouched
         assert [
-            r for r in await self._everything(store) if r["rollout"]["rollout_id"] != result.rollout_id
+            r for r in await self._snapshot(store) if r["rollout"]["rollout_id"] != result.rollout_id
         ] == before
         claimed = await store.dequeue("trainer", limit=10)
         assert [r.rollout_id for r, _ in claimed] == [r.rollout_id for r in queued[1:]]
@@ -89,7 +82,7 @@ class ImportConformance:
     @pytest.mark.parametrize("bad", ["key", "slash", "kind", "attributes", "input", "mode", "time"])
     async def test_a_bad_import_writes_nothing(self, store: Store, bad: str) -> None:
         await store.import_rollout(ImportedRollout(key="ok", spans=[_span("x")]))
-        before = await self._everything(store)
+        before = await self._snapshot(store)
         item = ImportedRollout(key="ok", output="changed", spans=[_span("y")])
         if bad == "key":
             item.key = ""
@@ -107,4 +100,4 @@ class ImportConformance:
             item.spans.append(_span("z", end_time=float("nan")))
         with pytest.raises(InvalidInput):
             await store.import_rollout(item)
-        assert await self._everything(store) == before
+        assert await self._snapshot(store) == before

@@ -13,11 +13,7 @@ import pytest
 from tether.store.base import Store
 from tether.store.errors import InvalidInput, InvalidTransition, NotFound, StoreError
 from tether.testing.store_conformance._base import ConformanceBase, span, spec
-from tether.types import (
-    DEFAULT_HEARTBEAT_TIMEOUT_S,
-    AttemptStatus,
-    RolloutStatus,
-)
+from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, AttemptStatus, RolloutStatus
 
 
 class LifecycleConformance(ConformanceBase):

@@ -10,11 +10,7 @@ import pytest
 from tether.store.base import Store
 from tether.store.errors import InvalidInput, InvalidTransition, NotFound
 from tether.testing.store_conformance._base import ConformanceBase, span
-from tether.types import (
-    AttemptStatus,
-    Span,
-    SpanKind,
-)
+from tether.types import AttemptStatus, Span, SpanKind
 
 
 class SpanConformance(ConformanceBase):
