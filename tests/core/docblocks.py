@@ -81,7 +81,9 @@ def run_block(name: str, namespace: dict[str, Any], swaps: dict[str, str] | None
     assert found.not_run is None, f"{name} is marked not run ({found.not_run}): a test may not run it"
     code = found.code
     for old, new in (swaps or {}).items():
-        assert old in code, f"docs/{found.page} block {found.index} no longer says {old!r}: update the test's swaps"
+        assert old in code, (
+            f"docs/{found.page} block {found.index} no longer says {old!r}: update the test's swaps"
+        )
         code = code.replace(old, new)
     # blank lines keep the page's line numbers in tracebacks
     exec(compile("\n" * found.line + code, f"docs/{found.page}", "exec"), namespace)
@@ -89,14 +91,21 @@ def run_block(name: str, namespace: dict[str, Any], swaps: dict[str, str] | None
 
 
 def claimed(test_file: Path) -> list[str]:
-    """The block names a test file runs: the string constants its ``run_block(...)`` calls start with."""
+    """The block names a test file runs: the string constants its ``run_block(...)`` calls start with (also
+    ``asyncio.to_thread(run_block, "<name>", ...)``)."""
     tree = ast.parse(test_file.read_text())
     names = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "run_block":
-            first = node.args[0] if node.args else None
-            assert isinstance(first, ast.Constant) and isinstance(first.value, str), (
-                f"{test_file.name}:{node.lineno}: run_block's first argument is a block name written out"
-            )
-            names.append(first.value)
+        if not isinstance(node, ast.Call):
+            continue
+        args = node.args
+        if getattr(node.func, "id", getattr(node.func, "attr", None)) != "run_block":
+            if not (args and isinstance(args[0], ast.Name) and args[0].id == "run_block"):
+                continue
+            args = args[1:]
+        first = args[0] if args else None
+        assert isinstance(first, ast.Constant) and isinstance(first.value, str), (
+            f"{test_file.name}:{node.lineno}: run_block's first argument is a block name written out"
+        )
+        names.append(first.value)
     return names

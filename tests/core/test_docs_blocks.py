@@ -208,7 +208,9 @@ def test_ray_runners_are_built_as_written() -> None:
 def served(model: FakeLLM) -> Iterator[str]:
     """``tether serve <the fake LLM> --port 0`` as a real process: the base URL it printed."""
     command = [sys.executable, "-c", "from tether.cli import main; main()", "serve", model.base_url, "--port", "0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ
+    )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
