@@ -77,7 +77,7 @@ def test_tether_demo_runs_end_to_end_and_resumes(tmp_path: Path) -> None:
         "nano",
     ]
     # a 1-epoch warm start of the nano model may get every preflight problem wrong: the preflight would rightly
-    # stop it (tests/core/test_fit_preflight.py), so this smoke test of the plumbing skips it
+    # stop it (tests/core/training/test_fit_preflight.py), so this smoke test of the plumbing skips it
     args += ["--tasks-per-step", "2", "--group-size", "4", "--runners", "8", "--no-preflight"]
     first = subprocess.run(
         ["tether", "demo", *args, "--steps", "2", "--eval-every", "1"], capture_output=True, text=True, timeout=600

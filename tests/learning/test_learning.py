@@ -167,7 +167,8 @@ def test_grpo_teaches_a_tool_using_agent(tool_start: Path, tmp_path: Path) -> No
 def test_grpo_teaches_lora_adapters(letter_start: Path, tmp_path: Path) -> None:
     agent = tether.wrap(pick_letter, reward=lambda task, out: float(out in FIRST))
     # every linear layer and the output head: this 64-wide model's frozen final norm and tied embeddings cap what
-    # adapters on the blocks alone can move (P(a or b) from 0.23 to about 0.29 at most, tests/models/test_lora.py)
+    # adapters on the blocks alone can move (P(a or b) from 0.23 to about 0.29 at most,
+    # tests/models/models/test_lora.py)
     layers = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
     lora = tether.LoRA(r=8, alpha=16, target_modules=layers)
     result = _fit(f"embedded:{letter_start}", agent, tmp_path, steps=16, lr=3e-3, lora=lora)

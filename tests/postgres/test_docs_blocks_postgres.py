@@ -1,7 +1,7 @@
 """The docs' store blocks run here (tox env ``postgres``), on a real PostgreSQL server: docs/store.md's four
 ``open_store`` URLs (SQLite, memory, a served store, PostgreSQL) and docs/scale-out.md's PostgreSQL one each open
 a store that takes a rollout and gives it back. Only the hosts differ: the test's server for ``db-host``, a
-store served on a free port for ``127.0.0.1:4747``. ``tests/core/test_docs_blocks.py`` checks every docs block
+store served on a free port for ``127.0.0.1:4747``. ``tests/core/top/test_docs_blocks.py`` checks every docs block
 is run somewhere or marked not run."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core" / "top"))
 
 from docblocks import run_block
 

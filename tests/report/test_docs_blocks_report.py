@@ -1,6 +1,6 @@
 """docs/metrics.md's block runs here (tox env ``report``, where TensorBoard and W&B are installed): the Trainer
 it builds takes both sinks, as ``fit`` will send them its rows (``test_report.py`` reads those rows back).
-``tests/core/test_docs_blocks.py`` checks every docs block is run somewhere or marked not run."""
+``tests/core/top/test_docs_blocks.py`` checks every docs block is run somewhere or marked not run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core" / "top"))
 
 from docblocks import run_block
 

@@ -2,7 +2,7 @@
 ``AgentExecutor`` wrapped and run by ``Trainer.dev`` against the fake LLM (its URL for the page's
 ``localhost:8000``), then the planner/solver pipeline, whose calls carry the names the page says. The model,
 tools and prompts are what the page leaves to the reader, built as LangChain's documentation builds them.
-``tests/core/test_docs_blocks.py`` checks every docs block is run somewhere or marked not run."""
+``tests/core/top/test_docs_blocks.py`` checks every docs block is run somewhere or marked not run."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core" / "top"))
 
 from docblocks import run_block
 

@@ -20,7 +20,7 @@ import tether.plugin.hookspecs as hookspecs
 from tether.cli import main
 from tether.models import check_model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
 
 # -- plugin hooks -------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The docs' Python blocks that need torch run here (tox env ``embedded``), as written but for what a test
 machine lacks: a nano embedded model or a tiny ``hf:`` checkpoint for a real one, the fake LLM for an API
-teacher, one training step for a hundred. ``tests/core/test_docs_blocks.py`` checks every block is run
+teacher, one training step for a hundred. ``tests/core/top/test_docs_blocks.py`` checks every block is run
 somewhere or marked not run."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ pytest.importorskip("tether_openai")
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core" / "top"))
 
 from docblocks import run_block  # noqa: E402
 

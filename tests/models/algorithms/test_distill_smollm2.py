@@ -4,7 +4,7 @@ the tokens the student sampled, position by position, so identical weights agree
 one token, a retokenised reply or a prompt rendered otherwise would give whole nats.
 
 Skipped when SmolLM2 is absent, except in the ``hf`` tox env (``TETHER_REQUIRE_PRETRAINED=1``), which installs
-it (``tests/models/test_hf_pretrained.py`` says how)."""
+it (``tests/models/models/test_hf_pretrained.py`` says how)."""
 
 from __future__ import annotations
 

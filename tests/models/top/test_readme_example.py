@@ -18,7 +18,7 @@ pytest.importorskip("peft")
 from tether.models.embedded import EmbeddedBackend
 from tether.testing.fake_llm import FakeLLM, Reply, text
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def _the_block() -> str:

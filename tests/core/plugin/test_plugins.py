@@ -25,7 +25,7 @@ from tether.plugin.adapters import Adapter
 from tether.plugin.manager import AdapterNotFound, Plugins, UnavailablePlugin, build, reset_plugins
 from tether.types import Resources, Rollout
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HOOKS = sorted(n for n in dir(hookspecs) if hasattr(getattr(hookspecs, n), "tether_spec"))
 
 

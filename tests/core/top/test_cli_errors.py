@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from tether.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*/train.py"))
 
 

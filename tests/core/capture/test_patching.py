@@ -123,7 +123,7 @@ def test_one_patch_module_defines_every_patch_helper_and_seam_error() -> None:
     from tether.capture import patching
     from tether.plugin import instrument
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     defined = {
         f"{path.relative_to(root)}:{node.name}"
         for folder in ("core", "plugins")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
 MARKER = re.compile(r"^<!-- not run: (?P<reason>\S.*?) -->$")
 _FENCE = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _LINK = re.compile(r"\]\(([^)\s#]*)#([^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.M)
 

@@ -4,7 +4,8 @@
 follow one layout (docs/plugin-tutorial.md): ``plugins/<fw>/tether_<fw>/`` with ``__init__.py`` (EXTRA, REQUIRES
 and every hook implementation), ``adapter.py`` (the adapter classes) or ``tracer.py`` (a tracer-only plugin's
 tracers), and the same module name for the same job in every plugin. ``plugins/_template`` (folders starting with
-``_``) is no plugin: tests/core/test_plugin_tutorial.py checks it. ``plugins/<name>_base`` is a base package that
+``_``) is no plugin: tests/core/plugin/test_plugin_tutorial.py checks it.
+``plugins/<name>_base`` is a base package that
 plugins may share (``tether_langchain_base``, for langchain and langgraph): packaged, but with no entry point,
 hooks or extra, importing no plugin and no framework at import time."""
 
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _is_base(folder: Path) -> bool:

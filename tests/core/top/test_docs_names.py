@@ -12,7 +12,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _PATH = re.compile(r"`((?:core|plugins|tests|bench|examples)/[\w./-]*\w)(?:::\w+)?[`\s]")
 _NAME = re.compile(r"`(tether(?:\.\w+)+)")
 

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 import tether
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "models.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "models.md"
 
 #: the row's knob cell -> (its default cell, the code's defaults that cell states)
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TUTORIAL = ROOT / "docs" / "plugin-tutorial.md"
 TEMPLATE = ROOT / "plugins" / "_template"
 _BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)

