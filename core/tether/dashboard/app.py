@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from tether import _json, spans
-from tether._net import local_address, refusal
+from tether._net import request_refusal
 from tether.dashboard.index import MAX_LIMIT
 from tether.dashboard.rows import parse_filters
 from tether.dashboard.sources import Source, Sources, read_apo_history, read_metrics
@@ -251,14 +251,7 @@ def _middleware(token: str | None) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        refused = refusal(
-            request.method,
-            request.headers.get("Host"),
-            request.headers.get("Origin"),
-            request.content_type,
-            local_address(request.transport),
-            token=bool(token),
-        )
+        refused = request_refusal(request, token=bool(token))
         if refused is not None:  # a page of another site, its name rebound to 127.0.0.1, reading the runs
             return _error(refused[0], "Forbidden", refused[1])
         if token:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import signal
 
 from aiohttp import web
 
-from tether._net import check_bind
+from tether._net import check_bind, run_until_signalled
 from tether.dashboard.app import PREFIX, create_app
 from tether.dashboard.sources import Sources
 
@@ -74,14 +73,6 @@ def serve(
 async def _serve(store_url: str | None, runs: str | None, host: str, port: int, token: str | None) -> None:
     sources = Sources(store_url, runs, token=token)
     server = await start_dashboard(sources, host, port, token)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     what = ", ".join(x for x in (store_url and f"store {store_url}", runs and f"runs in {runs}/") if x)
-    print(f"tether dashboard ({what or 'nothing to show'}) at {server.url}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop()
-        print("tether dashboard stopped", flush=True)
+    listening = f"tether dashboard ({what or 'nothing to show'}) at {server.url}"
+    await run_until_signalled(server.stop, listening, "tether dashboard stopped")
