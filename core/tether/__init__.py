@@ -6,6 +6,8 @@ cheap: heavy parts (HTTP servers, models, frameworks) load on first use.
 
 from __future__ import annotations
 
+import importlib
+
 from tether.algorithms.base import Algorithm
 from tether.capture.emit import emit_reward, emit_span
 from tether.capture.passthrough import passthrough
@@ -42,45 +44,19 @@ from tether.types import (
 __version__ = "0.1.0"
 
 
+#: loaded on first use so that `import tether` stays light (GRPO, Distill and SFT need torch; VERL imports no verl
+#: until VERL.fit): the module each name comes from
+_LAZY = {
+    **dict.fromkeys(("APO", "GRPO", "Distill", "Joint", "SFT", "VERL", "WarmStart"), "tether.algorithms"),
+    "Judge": "tether.rewards.judge",  # rewards without an answer key (tether.rewards)
+    "MajorityVote": "tether.rewards.majority",
+}
+
+
 def __getattr__(name: str) -> object:
-    # GRPO needs torch: load it on first use so `import tether` stays light
-    if name == "GRPO":
-        from tether.algorithms import GRPO
-
-        return GRPO
-    if name == "Distill":
-        from tether.algorithms import Distill
-
-        return Distill
-    if name == "SFT":
-        from tether.algorithms import SFT
-
-        return SFT
-    if name == "APO":
-        from tether.algorithms.apo import APO
-
-        return APO
-    if name == "Joint":
-        from tether.algorithms.joint import Joint
-
-        return Joint
-    if name == "WarmStart":
-        from tether.algorithms.warmstart import WarmStart
-
-        return WarmStart
-    if name == "VERL":  # imports no verl: that waits for VERL.fit
-        from tether.algorithms.verl import VERL
-
-        return VERL
-    if name == "Judge":  # rewards without an answer key (tether.rewards)
-        from tether.rewards.judge import Judge
-
-        return Judge
-    if name == "MajorityVote":
-        from tether.rewards.majority import MajorityVote
-
-        return MajorityVote
-    raise AttributeError(f"module 'tether' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tether' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
 def __dir__() -> list[str]:

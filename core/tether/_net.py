@@ -1,4 +1,5 @@
-"""Who may be served: the bind rule every tether server follows (store, dashboard, model server, proxy).
+"""Who may be served: the bind rule every tether server follows (store, dashboard, model server, proxy), the
+requests they refuse, and how a server command runs until it is told to stop.
 
 A server binds loopback unless it is given a token; beyond loopback, anyone who can reach it could read and change
 what it serves.
@@ -6,8 +7,15 @@ what it serves.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
+import signal
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 _STORE_FIX = "Pass --token <secret> (or set TETHER_STORE_TOKEN)"
 
@@ -103,3 +111,35 @@ def local_address(transport: object) -> str | None:
     if isinstance(sockname, tuple) and sockname:
         return str(sockname[0])
     return None
+
+
+def request_refusal(
+    request: web.BaseRequest, *, token: bool, content_type: str | None = None
+) -> tuple[int, str] | None:
+    """``refusal`` of an aiohttp request, on the socket it came in on (``content_type``: as the server reads
+    it; the request's own by default)."""
+    return refusal(
+        request.method,
+        request.headers.get("Host"),
+        request.headers.get("Origin"),
+        request.content_type if content_type is None else content_type,
+        local_address(request.transport),
+        token=token,
+    )
+
+
+# -- a server command's life ----------------------------------------------------------------------------
+
+
+async def run_until_signalled(stop: Callable[[], Awaitable[None]], listening: str, stopped: str) -> None:
+    """Print ``listening``, wait for SIGINT or SIGTERM, then ``stop()`` the server and print ``stopped``."""
+    signalled = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, signalled.set)
+    print(listening, flush=True)
+    try:
+        await signalled.wait()
+    finally:
+        await stop()
+        print(stopped, flush=True)

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -121,21 +125,31 @@ _host_option = click.option(
 )
 
 
+def _port_option(default: int, help: str) -> Callable[[_F], _F]:
+    """A server's ``--port`` (0: a free one)."""
+    return click.option("--port", default=default, show_default=True, type=click.IntRange(0, 65535), help=help)
+
+
+def _token_option(envvar: str, help: str) -> Callable[[_F], _F]:
+    """A server's ``--token``, also read from ``envvar``."""
+    return click.option("--token", envvar=envvar, default=None, help=help)
+
+
+@contextlib.contextmanager
+def _start_errors(*errors: type[Exception]) -> Iterator[None]:
+    """A server that cannot start (a refused bind, a bad argument, a port in use) as the command's error line."""
+    try:
+        yield
+    except errors as exc:
+        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
+
+
 @main.command("serve")
 @click.argument("model")
 @_host_option
-@click.option(
-    "--port",
-    default=8000,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port to listen on; 0 picks a free one (the URL is printed).",
-)
-@click.option(
-    "--token",
-    envvar="TETHER_SERVE_TOKEN",
-    default=None,
-    help="Bearer token clients must send, as their OpenAI api_key (env TETHER_SERVE_TOKEN).",
+@_port_option(8000, "Port to listen on; 0 picks a free one (the URL is printed).")
+@_token_option(
+    "TETHER_SERVE_TOKEN", "Bearer token clients must send, as their OpenAI api_key (env TETHER_SERVE_TOKEN)."
 )
 @click.option(
     "--policy",
@@ -149,10 +163,9 @@ def serve_model(model: str, host: str, port: int, token: str | None, policy: str
     your agent's base URL at the printed URL. See docs/serve.md."""
     from tether.proxy.model_server import serve
 
-    try:
+    # a refused bind, a bad model, a port in use
+    with _start_errors(ValueError, ImportError, FileNotFoundError, OSError):
         serve(model, host=host, port=port, token=token, policy=policy)
-    except (ValueError, ImportError, FileNotFoundError, OSError) as exc:  # refused bind, bad model, port in use
-        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
 
 
 @main.group()
@@ -170,19 +183,8 @@ def store() -> None:
     "[default: sqlite:///runs/tether.db, under the current folder].",
 )
 @_host_option
-@click.option(
-    "--port",
-    default=4747,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port to listen on; 0 picks a free one.",
-)
-@click.option(
-    "--token",
-    envvar="TETHER_STORE_TOKEN",
-    default=None,
-    help="Bearer token clients must send (env TETHER_STORE_TOKEN).",
-)
+@_port_option(4747, "Port to listen on; 0 picks a free one.")
+@_token_option("TETHER_STORE_TOKEN", "Bearer token clients must send (env TETHER_STORE_TOKEN).")
 @click.option(
     "--max-body-mb",
     default=32,
@@ -200,10 +202,8 @@ def store_serve(store_url: str | None, host: str, port: int, token: str | None, 
     if store_url is None:
         store_url = DEFAULT_STORE_URL
         click.echo(f"no --store given: serving {DEFAULT_STORE_URL} (pass --store to choose)", err=True)
-    try:
+    with _start_errors(ValueError, OSError, StoreError):  # refused bind, bad store URL or file, port in use
         serve(store_url, host=host, port=port, token=token, max_body_bytes=max_body_mb * 1024 * 1024)
-    except (ValueError, OSError, StoreError) as exc:  # refused bind, bad store URL or file, port in use
-        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
 
 
 @main.command()
@@ -225,28 +225,18 @@ def store_serve(store_url: str | None, host: str, port: int, token: str | None, 
     show_default=True,
     help="Address to bind; anything but loopback requires --token.",
 )
-@click.option(
-    "--port",
-    default=4800,
-    show_default=True,
-    type=click.IntRange(0, 65535),
-    help="Port to listen on; 0 picks a free one.",
-)
-@click.option(
-    "--token",
-    envvar="TETHER_STORE_TOKEN",
-    default=None,
-    help="Token the page needs (open it as /dashboard/?token=...), also sent to an http:// store "
+@_port_option(4800, "Port to listen on; 0 picks a free one.")
+@_token_option(
+    "TETHER_STORE_TOKEN",
+    "Token the page needs (open it as /dashboard/?token=...), also sent to an http:// store "
     "(env TETHER_STORE_TOKEN).",
 )
 def dashboard(store_url: str | None, runs: str, host: str, port: int, token: str | None) -> None:
     """Serve the dashboard: runs and their curves, rollouts, traces, transitions, resources."""
     from tether.dashboard.server import serve
 
-    try:
+    with _start_errors(ValueError, OSError):  # refused bind, bad store URL, port in use
         serve(store_url, runs, host=host, port=port, token=token)
-    except (ValueError, OSError) as exc:  # refused bind, bad store URL, port in use
-        raise click.ClickException(getattr(exc, "strerror", None) or str(exc)) from None
 
 
 @main.command("import")

@@ -10,6 +10,7 @@ in their order: the Trainer knows nothing of how an algorithm trains.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +35,10 @@ from tether.training.run.run_dir import RunDir
 from tether.training.run.settings import EvalSampled, Settings, check_counts, check_eval_sampled
 from tether.training.signal.credit import Credit, CreditRule
 from tether.types import DEFAULT_HEARTBEAT_TIMEOUT_S, Mode, Task
+
+#: the settings that are not the Trainer's field of the same name as it is: ``sampling`` is copied, and
+#: ``scale_by_std`` is the algorithm's
+_NOT_OWN = frozenset({"sampling", "scale_by_std"})
 
 
 @dataclass(slots=True)
@@ -218,22 +223,11 @@ class Trainer:
 
     def settings(self) -> Settings:
         """The settings an algorithm reads, as an immutable copy."""
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(Settings) if f.name not in _NOT_OWN}
         settings = Settings(
+            **own,
             sampling=dict(self.sampling),
-            max_attempts=self.max_attempts,
-            timeout_s=self.timeout_s,
-            credit=self.credit,
-            tool_error_penalty=self.tool_error_penalty,
-            gamma=self.gamma,
             scale_by_std=self._resolved_algorithm().scale_by_std if self.algorithm is not None else True,
-            n_runners=self.n_runners,
-            heartbeat_timeout_s=self.heartbeat_timeout_s,
-            seed=self.seed,
-            steps=self.steps,
-            eval_every=self.eval_every,
-            eval_sampled=self.eval_sampled,
-            progress=self.progress,
-            stop_after_idle_steps=self.stop_after_idle_steps,
         )
         settings.credit_rule  # noqa: B018 - checked: a bad rule is refused before anything runs
         return settings

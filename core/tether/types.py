@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 
 class RolloutStatus(StrEnum):
@@ -67,6 +67,8 @@ class _Record:
     """Mixin: dict round-trip for the dataclasses below."""
 
     __slots__ = ()
+    #: the fields ``from_dict`` turns back into their enum (JSON holds the value)
+    _ENUMS: ClassVar[Mapping[str, type[StrEnum]]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
@@ -74,7 +76,10 @@ class _Record:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         names = _field_names(cls)
-        return cls(**{k: v for k, v in data.items() if k in names})
+        obj = cls(**{k: v for k, v in data.items() if k in names})
+        for name, enum in cls._ENUMS.items():
+            setattr(obj, name, enum(getattr(obj, name)))
+        return obj
 
 
 _FIELD_CACHE: dict[type, frozenset[str]] = {}
@@ -120,6 +125,8 @@ class RolloutSpec(_Record):
 
 @dataclass(slots=True)
 class Rollout(_Record):
+    _ENUMS: ClassVar[Mapping[str, type[StrEnum]]] = {"mode": Mode, "status": RolloutStatus}
+
     rollout_id: str
     input: Any
     task_id: str
@@ -137,16 +144,11 @@ class Rollout(_Record):
     reward: float | None = None
     error: str | None = None
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        obj = super(Rollout, cls).from_dict(data)
-        obj.mode = Mode(obj.mode)
-        obj.status = RolloutStatus(obj.status)
-        return obj
-
 
 @dataclass(slots=True)
 class Attempt(_Record):
+    _ENUMS: ClassVar[Mapping[str, type[StrEnum]]] = {"status": AttemptStatus}
+
     attempt_id: str
     rollout_id: str
     index: int  # 1 for the first attempt of a rollout
@@ -156,12 +158,6 @@ class Attempt(_Record):
     last_heartbeat_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     error: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        obj = super(Attempt, cls).from_dict(data)
-        obj.status = AttemptStatus(obj.status)
-        return obj
 
 
 @dataclass(slots=True)
@@ -184,6 +180,8 @@ class Span(_Record):
     The sub-agent that produced the span is ``agent_name``, not an attribute.
     """
 
+    _ENUMS: ClassVar[Mapping[str, type[StrEnum]]] = {"kind": SpanKind}
+
     rollout_id: str
     attempt_id: str
     kind: SpanKind
@@ -195,12 +193,6 @@ class Span(_Record):
     start_time: float = field(default_factory=time.time)
     end_time: float | None = None
     sequence: int | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        obj = super(Span, cls).from_dict(data)
-        obj.kind = SpanKind(obj.kind)
-        return obj
 
 
 @dataclass(slots=True)

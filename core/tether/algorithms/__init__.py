@@ -8,6 +8,7 @@ Modules that need torch load on first use: ``from tether.algorithms import GRPO`
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from tether.training.signal.credit import Credit, CreditStats, assign_credit, credit_advantages
@@ -36,39 +37,25 @@ __all__ = [
 ]
 
 
+#: where each lazily loaded name lives; those in ``_NEEDS_TORCH`` say how to install torch when it is missing
+_LAZY = {
+    "APO": "tether.algorithms.apo",
+    "GRPO": "tether.algorithms.grpo",
+    "Distill": "tether.algorithms.distill",
+    "Joint": "tether.algorithms.joint",
+    "SFT": "tether.algorithms.sft",
+    "WarmStart": "tether.algorithms.warmstart",
+    "VERL": "tether.algorithms.verl",
+}
+_NEEDS_TORCH = frozenset({"GRPO", "Distill", "SFT"})
+
+
 def __getattr__(name: str) -> Any:
-    if name == "APO":
-        from tether.algorithms.apo import APO
-
-        return APO
-    if name == "GRPO":
-        try:
-            from tether.algorithms.grpo import GRPO
-        except ImportError as exc:
-            raise ImportError(f'GRPO needs torch: pip install "tether[embedded]" ({exc})') from None
-        return GRPO
-    if name == "Distill":
-        try:
-            from tether.algorithms.distill import Distill
-        except ImportError as exc:
-            raise ImportError(f'Distill needs torch: pip install "tether[embedded]" ({exc})') from None
-        return Distill
-    if name == "Joint":
-        from tether.algorithms.joint import Joint
-
-        return Joint
-    if name == "SFT":
-        try:
-            from tether.algorithms.sft import SFT
-        except ImportError as exc:
-            raise ImportError(f'SFT needs torch: pip install "tether[embedded]" ({exc})') from None
-        return SFT
-    if name == "WarmStart":
-        from tether.algorithms.warmstart import WarmStart
-
-        return WarmStart
-    if name == "VERL":
-        from tether.algorithms.verl import VERL
-
-        return VERL
-    raise AttributeError(f"module 'tether.algorithms' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tether.algorithms' has no attribute {name!r}")
+    try:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    except ImportError as exc:
+        if name not in _NEEDS_TORCH:
+            raise
+        raise ImportError(f'{name} needs torch: pip install "tether[embedded]" ({exc})') from None

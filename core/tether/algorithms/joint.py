@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -271,17 +271,10 @@ class _PromptSearch(LoopHooks):
         history = sorted(
             [*loop.history, *search.metrics], key=lambda h: (h.get("step", 0), h.get("kind") == "apo")
         )
-        return JointResult(
-            run_dir=result.run_dir,
-            history=history,
-            checkpoint=result.checkpoint,
-            plot=result.plot,
-            best_prompts=prompt_result.best_prompts,
-            best_score=prompt_result.best_score,
-            candidates=prompt_result.candidates,
-            weights_policy=self.weights_policy,
-            prompt_policy=self.prompt_policy,
-        )
+        # APO's result (its best prompts and candidates) with the run's folder, checkpoint and plot, both histories
+        joined = {f.name: getattr(prompt_result, f.name) for f in fields(prompt_result)}
+        joined.update(run_dir=result.run_dir, history=history, checkpoint=result.checkpoint, plot=result.plot)
+        return JointResult(**joined, weights_policy=self.weights_policy, prompt_policy=self.prompt_policy)
 
     async def close(self) -> None:
         if self.owned and self.optimizer is not None:

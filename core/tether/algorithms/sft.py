@@ -210,7 +210,7 @@ class SFT(Algorithm):
         self, backend: TrainableBackend, batch: Sequence[Transition], policies: list[str] | None
     ) -> dict[str, float]:
         if policies is not None:  # each policy's calls train its own weights
-            return update_policies(self, backend, batch, policies, backend.pad_token_id)
+            return update_policies(self.update, backend, batch, policies, backend.pad_token_id)
         with backend.policy() as model:
             return self.update(model, batch, pad_token_id=backend.pad_token_id)
 

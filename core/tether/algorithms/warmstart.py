@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.algorithms.base import Algorithm
-from tether.models.base import LoRACapable, ModelBackend, RefitsTokenizer, RendersReplies
+from tether.models.base import ModelBackend, RefitsTokenizer, RendersReplies, attach_lora
 from tether.models.lora import LoRA
 from tether.policies import PolicyMap
 from tether.training.run.health import FitError
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 #: what a ``RemoteBackend`` error says when the teacher did not answer the probe, or refused its key
 _NO_ANSWER = ("cannot reach", "did not answer", " answered 401", " answered 403", " answered 407")
+#: the fine-tuning's settings a warm start passes on to its ``tether.SFT`` as they are
+_SFT_SETTINGS = "min_reward epochs lr batch_size micro_batch micro_batch_tokens pack policies".split()
 #: where the teacher's rollouts are kept, inside the run folder
 TEACHER_STORE = Path("warmstart") / "teacher.db"
 
@@ -113,14 +115,8 @@ class WarmStart(Algorithm):
 
     def prepare_backend(self, backend: ModelBackend) -> None:
         """Before the student starts: attach the LoRA adapters, if any (as ``GRPO(lora=...)`` does)."""
-        if self.lora is None:
-            return
-        if not isinstance(backend, LoRACapable):
-            raise ValueError(
-                f"WarmStart(lora=...) needs a backend that can hold LoRA adapters (model='embedded' or "
-                f"'hf:<path>'); the {type(backend).__name__} cannot (it is no tether.models.base.LoRACapable)"
-            )
-        backend.attach_lora(self.lora)
+        if self.lora is not None:
+            attach_lora(backend, self.lora, "WarmStart", "model='embedded' or 'hf:<path>'")
 
     async def probe(self, session: Session) -> None:
         """One short call to the teacher, answered within ``teacher_timeout_s``, or a ``FitError`` naming it. Any
@@ -273,16 +269,9 @@ class WarmStart(Algorithm):
 
         return SFT(
             source=source,
-            min_reward=self.min_reward,
-            epochs=self.epochs,
-            lr=self.lr,
-            batch_size=self.batch_size,
-            micro_batch=self.micro_batch,
-            micro_batch_tokens=self.micro_batch_tokens,
-            pack=self.pack,
             retokenize=True,  # the teacher's token ids, if any, are not the student's
             schedule="cosine",
-            policies=self.policies,
+            **{name: getattr(self, name) for name in _SFT_SETTINGS},
         )
 
 

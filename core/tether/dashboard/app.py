@@ -18,13 +18,13 @@ from typing import Any
 from aiohttp import web
 
 from tether import _json, spans
+from tether._net import request_refusal
 from tether.dashboard.index import MAX_LIMIT
 from tether.dashboard.rows import parse_filters
 from tether.dashboard.sources import Source, Sources, read_apo_history, read_metrics
 from tether.dashboard.trace import rollout_detail
 from tether.store.base import Store
 from tether.store.errors import NotFound
-from tether.store.http._site import refused
 from tether.types import Resources
 
 __all__ = ["PREFIX", "create_app", "dashboard_app", "mount"]
@@ -251,9 +251,9 @@ def _middleware(token: str | None) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        refusal = refused(request, request.content_type, token=bool(token))
-        if refusal is not None:  # a page of another site, its name rebound to 127.0.0.1, reading the runs
-            return _error(refusal[0], "Forbidden", refusal[1])
+        refused = request_refusal(request, token=bool(token))
+        if refused is not None:  # a page of another site, its name rebound to 127.0.0.1, reading the runs
+            return _error(refused[0], "Forbidden", refused[1])
         if token:
             given = request.query.get("token")
             if given is not None and hmac.compare_digest(_raw(given), token.encode()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tether import spans
@@ -41,16 +41,9 @@ class Row:
         record = meta.get(spans.RECORD_METADATA)
         candidate = meta.get(spans.APO_CANDIDATE)
         return cls(
-            rollout_id=rollout.rollout_id,
-            task_id=rollout.task_id,
+            **{name: getattr(rollout, name) for name in _AS_IT_IS},
             mode=str(rollout.mode),
             status=str(rollout.status),
-            reward=rollout.reward,
-            attempt_count=rollout.attempt_count,
-            max_attempts=rollout.max_attempts,
-            created_at=rollout.created_at,
-            finished_at=rollout.finished_at,
-            resources_version=rollout.resources_version,
             error=_last_line(rollout.error),
             record=str(record) if record is not None else None,
             candidate=str(candidate) if candidate is not None else None,
@@ -59,6 +52,10 @@ class Row:
     @property
     def finished(self) -> bool:
         return RolloutStatus(self.status).finished
+
+
+#: the fields of a ``Row`` that are the rollout's field of the same name as it is (the others are shown otherwise)
+_AS_IT_IS = tuple(f.name for f in fields(Row) if f.name not in {"mode", "status", "error", "record", "candidate"})
 
 
 @dataclass(slots=True)

@@ -6,10 +6,10 @@ import asyncio
 
 from aiohttp import web
 
-from tether._net import check_bind
+from tether._net import check_bind, run_until_signalled
+from tether._site import RunningSite, bind
 from tether.dashboard.app import PREFIX, create_app
 from tether.dashboard.sources import Sources
-from tether.store.http._site import RunningSite, bind, serve_until_signalled
 
 __all__ = ["DashboardServer", "serve", "start_dashboard"]
 
@@ -49,5 +49,5 @@ async def _serve(store_url: str | None, runs: str | None, host: str, port: int, 
     sources = Sources(store_url, runs, token=token)
     server = await start_dashboard(sources, host, port, token)
     what = ", ".join(x for x in (store_url and f"store {store_url}", runs and f"runs in {runs}/") if x)
-    banner = f"tether dashboard ({what or 'nothing to show'}) at {server.url}"
-    await serve_until_signalled(server, banner, "tether dashboard stopped")
+    listening = f"tether dashboard ({what or 'nothing to show'}) at {server.url}"
+    await run_until_signalled(server.stop, listening, "tether dashboard stopped")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,15 +206,7 @@ def read_metrics(path: Path, since: int = 0) -> dict[str, Any]:
         f.seek(start)
         data = f.read(_METRICS_CHUNK)
     end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
-    records = []
-    for line in data[:end].splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return {"records": records, "next": start + end, "reset": reset}
+    return {"records": _records(data[:end].splitlines()), "next": start + end, "reset": reset}
 
 
 def _tail_records(path: Path, size: int) -> list[dict[str, Any]]:
@@ -225,15 +218,7 @@ def _tail_records(path: Path, size: int) -> list[dict[str, Any]]:
     lines = data.splitlines()
     if length > size:
         lines = lines[1:]  # the first line may be cut
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+    return _records(lines)
 
 
 def read_apo_history(path: Path | None) -> list[dict[str, Any]]:
@@ -243,8 +228,14 @@ def read_apo_history(path: Path | None) -> list[dict[str, Any]]:
     file = path / "apo_history.jsonl"
     if not file.is_file():
         return []
+    return _records(file.read_text().splitlines())
+
+
+def _records(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file's ``lines``; a line that is not one (cut, or half written) is
+    skipped."""
     out = []
-    for line in file.read_text().splitlines():
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:

@@ -134,6 +134,17 @@ class LoRACapable(Protocol):
     def attach_lora(self, lora: LoRA) -> None: ...
 
 
+def attach_lora(backend: ModelBackend, lora: LoRA, who: str, models: str) -> None:
+    """Attach ``lora`` to ``backend`` before it starts; a ValueError naming what ``who`` (``"GRPO"``) needs, a
+    backend of one of ``models`` (the ``model=`` strings whose backends hold adapters), for one that cannot."""
+    if not isinstance(backend, LoRACapable):
+        raise ValueError(
+            f"{who}(lora=...) needs a backend that can hold LoRA adapters ({models}); the "
+            f"{type(backend).__name__} cannot (it is no tether.models.base.LoRACapable)"
+        )
+    backend.attach_lora(lora)
+
+
 @runtime_checkable
 class PolicyBackend(Protocol):
     """A backend that holds one set of weights per policy (``wrap(optimize={policy: [sub-agents]})``):

@@ -27,7 +27,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from tether._net import check_bind, local_address, refusal, unbracket
+from tether._net import check_bind, request_refusal, unbracket
 from tether.models.base import (
     DEFAULT_BACKEND_TIMEOUT_S,
     BackendError,
@@ -114,14 +114,7 @@ class BackendServer:
         await self.stop()
 
     async def _handle(self, request: web.BaseRequest) -> web.Response:
-        refused = refusal(
-            request.method,
-            request.headers.get("Host"),
-            request.headers.get("Origin"),
-            request.content_type,
-            local_address(request.transport),
-            token=self._expected is not None,
-        )
+        refused = request_refusal(request, token=self._expected is not None)
         if refused is not None:
             return _error(*refused)
         if self._expected is not None:

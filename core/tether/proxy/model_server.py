@@ -21,10 +21,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import signal
 from pathlib import Path
 
-from tether._net import is_loopback, unbracket
+from tether._net import is_loopback, run_until_signalled, unbracket
 from tether.capture.span_batcher import SpanBatcher
 from tether.models.base import ModelBackend
 from tether.proxy._http_server import Request, Response
@@ -150,13 +149,4 @@ def serve(
 
 async def _serve(server: ModelServer, model: str) -> None:
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"tether serve: {model} at {server.base_url}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop()
-        print("tether serve stopped", flush=True)
+    await run_until_signalled(server.stop, f"tether serve: {model} at {server.base_url}", "tether serve stopped")

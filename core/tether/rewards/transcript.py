@@ -94,13 +94,9 @@ def _first_system(member: Member) -> str | None:
 
 def _content(content: Any) -> str:
     """A message's text (the text parts of a list of content parts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
     if isinstance(content, list):
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content)
+    return "" if content is None else str(content)
 
 
 def _text(value: Any) -> str:

@@ -248,6 +248,10 @@ class Unversioned:
     def load_weights(self, directory: str) -> None: ...
 
 
+def _never_updates(model: Any, transitions: Any, **options: Any) -> dict[str, float]:
+    raise AssertionError("refused before any update runs")
+
+
 def test_a_per_policy_update_on_a_backend_without_policy_versions_is_refused_naming_the_capability() -> None:
     backend = Unversioned()
     assert isinstance(backend, tether.TrainableBackend) and not isinstance(backend, PolicyVersions)
@@ -268,7 +272,7 @@ def test_a_per_policy_update_on_a_backend_without_policy_versions_is_refused_nam
         policy="writer",
     )
     with pytest.raises(ValueError, match=r"Unversioned is no tether\.models\.base\.PolicyVersions"):
-        update_policies(OnlyFit(), backend, [row], ["writer"], 0)  # type: ignore[arg-type]
+        update_policies(_never_updates, backend, [row], ["writer"], 0)
 
 
 async def test_a_lora_algorithm_on_a_backend_without_adapters_is_refused_naming_the_capability(

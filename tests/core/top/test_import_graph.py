@@ -136,7 +136,19 @@ def test_the_plugin_contract_imports_nothing_above_it() -> None:
 
 
 #: the ground floor: records, the span schema and small helpers, importable from anywhere
-GROUND = {"types", "spans", "policies", "_json", "_deadlines", "_http11", "_loop", "_net", "_seeds", "_slots"}
+GROUND = {
+    "types",
+    "spans",
+    "policies",
+    "_json",
+    "_deadlines",
+    "_http11",
+    "_loop",
+    "_net",
+    "_seeds",
+    "_site",
+    "_slots",
+}
 
 #: each package (or top-level module above the ground) and the packages it may import, besides the ground:
 #: the layers of the architecture, lowest first. A package may use anything below it, never above.

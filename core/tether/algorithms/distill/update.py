@@ -155,20 +155,11 @@ class Distill(GRPO):
         self._signal.tokens += float(mask.sum())
         return signal
 
-    def update(
-        self,
-        model: Any,
-        transitions: Sequence[Transition],
-        *,
-        pad_token_id: int = 0,
-        weights_version: int | None = None,
-        policy: str | None = None,
-    ) -> dict[str, float]:
-        """GRPO's update with the teacher's per-token signal; its metrics plus the teacher's."""
+    def update(self, model: Any, transitions: Sequence[Transition], **options: Any) -> dict[str, float]:
+        """GRPO's update (the same ``options``) with the teacher's per-token signal; its metrics plus the
+        teacher's."""
         self._signal = _Signal()
-        metrics = super().update(
-            model, transitions, pad_token_id=pad_token_id, weights_version=weights_version, policy=policy
-        )
+        metrics = super().update(model, transitions, **options)
         return {**metrics, **self._signal.metrics()}
 
     # -- the teacher -----------------------------------------------------------------------------------------

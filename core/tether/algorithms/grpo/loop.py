@@ -271,7 +271,7 @@ class Loop:
 
         def _update() -> dict[str, float]:
             if self.policies is not None:  # one update per policy, each on its own weights
-                return update_policies(algo, self.backend, trainable, self.policies, pad)
+                return update_policies(algo.update, self.backend, trainable, self.policies, pad)
             with self.backend.policy() as model:  # the version being updated: bumped when the block ends
                 return algo.update(
                     model, trainable, pad_token_id=pad, weights_version=self.backend.weights_version

@@ -10,8 +10,7 @@ line and single-policy dashboards read the same. The frozen policy and policies 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
 from tether.models.base import PolicyVersions, TrainableBackend
 from tether.policies import DEFAULT_POLICY, FROZEN_POLICY, PolicyMap
@@ -36,18 +35,6 @@ _SUMS = (
 _MAXIMA = ("grad_norm", "drift_max", "lr")
 
 
-class _Updates(Protocol):
-    def update(
-        self,
-        model: Any,
-        transitions: Sequence[Transition],
-        *,
-        pad_token_id: int = 0,
-        weights_version: int | None = None,
-        policy: str | None = None,
-    ) -> dict[str, float]: ...
-
-
 def trained_policies(chosen: Sequence[str] | None, policies: PolicyMap) -> list[str] | None:
     """The policies an algorithm updates, in the agent's order; None when one shared policy trains (today's
     single update). ValueError naming the agent's policies for a name it does not have."""
@@ -68,13 +55,14 @@ def trained_policies(chosen: Sequence[str] | None, policies: PolicyMap) -> list[
 
 
 def update_policies(
-    algorithm: _Updates,
+    update: Callable[..., dict[str, float]],
     backend: TrainableBackend,
     trainable: Sequence[Transition],
     names: Sequence[str],
     pad_token_id: int,
 ) -> dict[str, float]:
-    """One update per policy in ``names`` that has transitions; the step's metrics (totals and per policy)."""
+    """One ``update`` (an algorithm's: ``PolicyUpdate.update``'s signature) per policy in ``names`` that has
+    transitions; the step's metrics (totals and per policy)."""
     if not isinstance(backend, PolicyVersions):
         raise ValueError(
             f"training one set of weights per policy needs a backend that holds them (model='embedded', "
@@ -88,7 +76,7 @@ def update_policies(
             per_policy[name] = {"trained_transitions": 0.0}
             continue
         with backend.policy(name) as model:  # this policy's version: bumped when the block ends
-            per_policy[name] = algorithm.update(
+            per_policy[name] = update(
                 model,
                 mine,
                 pad_token_id=pad_token_id,

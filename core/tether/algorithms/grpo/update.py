@@ -34,7 +34,7 @@ from tether.algorithms import batching
 from tether.algorithms.grpo import loop as grpo_loop
 from tether.algorithms.grpo.defaults import Reference, default_lr
 from tether.algorithms.grpo.drift import Drift, Refusals
-from tether.models.base import LoRACapable
+from tether.models.base import attach_lora
 from tether.models.lora import LoRA
 from tether.training.signal import packing
 from tether.training.signal.packing import PackedSequence
@@ -172,12 +172,7 @@ class GRPO(grpo_loop.PolicyUpdate):
                     "lora=tether.LoRA(...) (full-weight training with vLLM goes through tether.VERL)"
                 )
             return
-        if not isinstance(backend, LoRACapable):
-            raise ValueError(
-                f"GRPO(lora=...) needs a backend that can hold LoRA adapters (model='embedded', 'hf:<path>' or "
-                f"'vllm:<model>'); the {type(backend).__name__} cannot (it is no tether.models.base.LoRACapable)"
-            )
-        backend.attach_lora(self.lora)
+        attach_lora(backend, self.lora, "GRPO", "model='embedded', 'hf:<path>' or 'vllm:<model>'")
 
     # -- state ---------------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ no row: it is left out of its group, as tether's own GRPO leaves it out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tether.types import Transition
@@ -41,15 +41,7 @@ class Row:
 
     def output_fields(self) -> dict[str, Any]:
         """The keyword arguments of verl's ``AgentLoopOutput`` for this row (its ``metrics`` apart)."""
-        return {
-            "prompt_ids": self.prompt_ids,
-            "response_ids": self.response_ids,
-            "response_mask": self.response_mask,
-            "response_logprobs": self.response_logprobs,
-            "reward_score": self.reward_score,
-            "num_turns": self.num_turns,
-            "extra_fields": self.extra_fields,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("key", "uid")}
 
 
 def row_key(uid: str, session: int | str, index: int) -> str:

@@ -21,6 +21,7 @@ entries (``reused_tokens``) and all prompt tokens looked up (``prompt_tokens``).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -58,12 +59,7 @@ class KVStats:
     prompt_tokens: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "calls": self.calls,
-            "hits": self.hits,
-            "reused_tokens": self.reused_tokens,
-            "prompt_tokens": self.prompt_tokens,
-        }
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass

@@ -17,11 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
-from tether._net import check_bind, unbracket
+from tether._net import check_bind, request_refusal, run_until_signalled, unbracket
+from tether._site import RunningSite, bind
 from tether.store.base import Store
 from tether.store.http import _wire
 from tether.store.http._routes import ROUTES, STOPPING_KEY, STORE_KEY, Handler, error
-from tether.store.http._site import RunningSite, bind, refused, serve_until_signalled
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Mount", "StoreServer", "create_app", "serve", "start_server"]
 
@@ -44,7 +44,7 @@ def _errors_middleware(token: str | None, max_body_bytes: int) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         content_type = request.content_type if request.body_exists or request.method == "POST" else ""
-        refusal = refused(request, content_type, token=expected is not None)
+        refusal = request_refusal(request, token=expected is not None, content_type=content_type)
         if refusal is not None:
             return error(refusal[0], "Forbidden" if refusal[0] == 403 else "UnsupportedMediaType", refusal[1])
         if expected is not None and not request.path.startswith(DASHBOARD):  # the pages check it themselves
@@ -159,6 +159,6 @@ async def _serve(
     try:
         server = await start_server(store, host, port, token, mounts=mounts, max_body_bytes=max_body_bytes)
         banner = f"tether store ({_describe(store_url, store)}) serving at {server.url}"
-        await serve_until_signalled(server, banner, "tether store stopped")
+        await run_until_signalled(server.stop, banner, "tether store stopped")
     finally:
         await store.close()

@@ -1,32 +1,15 @@
 """What the store server (``tether.store.http.server``) and the dashboard (``tether.dashboard.server``) do alike
-around their aiohttp app: refuse what a page of another site sends, bind the app (an error naming the fix
-when the address cannot be had), hold it while it runs, and serve until SIGINT/SIGTERM."""
+around their aiohttp app: bind it (an error naming the fix when the address cannot be had) and hold it while
+it runs. Who they refuse and how a server command runs until signalled: ``tether._net``."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
-import signal
 import socket
 from typing import Self
 
 from aiohttp import web
-
-from tether._net import local_address, refusal
-
-
-def refused(request: web.Request, content_type: str, *, token: bool) -> tuple[int, str] | None:
-    """``tether._net.refusal`` of ``request`` (its method, Host, Origin and socket; ``content_type`` as the
-    server reads it): the status and message to refuse it with, or None."""
-    return refusal(
-        request.method,
-        request.headers.get("Host"),
-        request.headers.get("Origin"),
-        content_type,
-        local_address(request.transport),
-        token=token,
-    )
 
 
 class RunningSite:
@@ -70,18 +53,3 @@ async def bind(
             reason += " (another server has it: pick another --port, or 0 for a free one)"
         raise OSError(exc.errno, f"cannot serve {what} on {host}:{port}: {reason}") from None
     return runner, runner.addresses[0][1] if runner.addresses else port
-
-
-async def serve_until_signalled(site: RunningSite, banner: str, stopped: str) -> None:
-    """Print ``banner`` once SIGINT and SIGTERM are handled, wait for one of them, stop ``site`` and print
-    ``stopped``."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(banner, flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await site.stop()
-        print(stopped, flush=True)
