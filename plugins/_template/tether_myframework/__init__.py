@@ -6,10 +6,7 @@ Importing this module does not import MyFramework.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_myframework.adapter import MyFrameworkAdapter
 
 #: TODO(framework): the extra's name in pyproject.toml ([project.optional-dependencies])
@@ -19,7 +16,4 @@ REQUIRES = ("myframework", "openai")
 
 __all__ = ["EXTRA", "REQUIRES", "MyFrameworkAdapter", "register_adapters"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(MyFrameworkAdapter())
+register_adapters = adapters_hook(MyFrameworkAdapter)
