@@ -16,4 +16,6 @@ REQUIRES = ("myframework", "openai")
 
 __all__ = ["EXTRA", "REQUIRES", "MyFrameworkAdapter", "register_adapters"]
 
+#: the hook that registers the adapter; TODO(framework): if something must be switched off around every rollout
+#: (the framework's telemetry), add ``rollout_context = rollout_hook(<a function returning an async context>)``
 register_adapters = adapters_hook(MyFrameworkAdapter)
