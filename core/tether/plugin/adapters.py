@@ -1,12 +1,14 @@
 """The adapter contract that framework plugins implement, and the span sink adapters write to.
 
 An ``Adapter`` knows one agent framework: whether an object belongs to it (``accepts``, which looks in
-``sys.modules`` and never imports the framework), how to capture its model and tool calls (``instrument``
-a sink, idempotently; ``uninstrument`` exactly), what one rollout runs (``rollout_copy``: a copy that shares
-no run state, for frameworks whose objects hold it), how to run one task on it (``run``), and what must
-surround any run of it, the user's own ``run=`` included (``run_scope``). A ``Tracer`` only captures. Both are
-registered through the hooks in ``tether.plugin.hookspecs``. This module is the plugin contract: it imports nothing
-from tether above ``types``, ``spans``, ``_json`` and ``context`` (``tether.wrap`` builds on it).
+``sys.modules`` and never imports the framework; by default an instance of one of its ``agent_types``), how
+to capture its model and tool calls (``instrument`` a sink, idempotently; ``uninstrument`` exactly), what one
+rollout runs (``rollout_copy``: a copy that shares no run state, for frameworks whose objects hold it), how to
+run one task on it (``run``), and what must surround any run of it, the user's own ``run=`` included
+(``run_scope``). A ``Tracer`` only captures. Both are registered through the hooks in
+``tether.plugin.hookspecs`` (``tether.plugin.hookimpls`` builds the usual implementations). This module is the
+plugin contract: it imports nothing from tether above ``types``, ``spans``, ``_json`` and ``context``
+(``tether.wrap`` builds on it).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from typing import Any
+import sys
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
 from tether import _json
 from tether.plugin.instrument import Instrumentor
@@ -40,11 +44,15 @@ class Adapter(Tracer):
 
     #: ``pip install "tether[<extra>]"`` installs what this adapter needs.
     extra: str | None = None
+    #: ``(module, class)`` of the objects this adapter runs, for the default ``accepts``
+    agent_types: ClassVar[tuple[tuple[str, str], ...]] = ()
 
-    @abc.abstractmethod
     def accepts(self, agent: Any) -> bool:
         """True if ``agent`` is an object of this adapter's framework. Must not import the framework: look
-        in ``sys.modules`` (if the framework is not imported, the agent cannot be one of its objects)."""
+        in ``sys.modules`` (if the framework is not imported, the agent cannot be one of its objects).
+        Default: ``agent`` is an instance (not a class) of one of ``agent_types`` (``instance_of``); an
+        adapter without ``agent_types`` overrides this."""
+        return instance_of(agent, self.agent_types)
 
     @abc.abstractmethod
     async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
@@ -76,6 +84,18 @@ class Adapter(Tracer):
 
 
 # -- helpers for adapter authors ---------------------------------------------------------------------------
+
+
+def loaded_classes(names: Iterable[tuple[str, str]]) -> tuple[type, ...]:
+    """The classes named ``(module, class)`` whose modules are imported, looked up in ``sys.modules`` only (a
+    framework that is not imported has no objects to run)."""
+    found = (getattr(sys.modules.get(module), name, None) for module, name in names)
+    return tuple(cls for cls in found if isinstance(cls, type))
+
+
+def instance_of(agent: Any, names: Iterable[tuple[str, str]]) -> bool:
+    """True if ``agent`` is an instance (not a class) of one of the classes ``names`` (``loaded_classes``)."""
+    return not isinstance(agent, type) and isinstance(agent, loaded_classes(names))
 
 
 def json_safe(value: Any) -> Any:

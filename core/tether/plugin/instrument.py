@@ -3,7 +3,9 @@
 
 ``Instrumentor`` owns the sink and the bookkeeping, so a subclass writes only what is specific to its
 framework: ``_instrument(sink)`` (install handlers, patches, hooks), ``_uninstrument()`` (undo exactly that),
-and, when it handed the sink to a helper object, ``_repoint(sink)``. The rules, the same for every adapter:
+and, when it handed the sink to a helper object, ``_repoint(sink)``. A patch applied with ``self._patch(...)``
+in ``_instrument`` needs no undoing: the instrumentor undoes it, last first, after ``_uninstrument`` (and when
+``_instrument`` fails). The rules, the same for every adapter:
 
 - ``instrument(sink)`` the first time stores the sink and calls ``_instrument``; again with the same sink it
   changes nothing; with another sink it re-points: spans go to the new sink and nothing is installed twice
@@ -47,6 +49,7 @@ class Instrumentor:
         the copy is instrumented where it runs."""
         state = dict(self.__dict__)
         state.pop("_instrument_lock", None)  # made again on first use
+        state.pop("_patches", None)  # the copy applies its own
         state["_sink"] = None
         return state
 
@@ -73,6 +76,7 @@ class Instrumentor:
             try:
                 self._instrument(sink)
             except BaseException:
+                self._undo_patches()
                 self._sink = None
                 raise
 
@@ -84,6 +88,7 @@ class Instrumentor:
             try:
                 self._uninstrument()
             finally:
+                self._undo_patches()
                 self._sink = None
 
     # -- for subclasses -----------------------------------------------------------------------------------
@@ -98,6 +103,19 @@ class Instrumentor:
     def _repoint(self, sink: SpanSink) -> None:
         """Send captured calls to ``sink`` from now on (``self.sink`` already is ``sink``): override when
         ``_instrument`` handed the sink to an object that keeps its own reference."""
+
+    def _patch(self, *patches: Patch) -> None:
+        """Apply ``patches`` (for ``_instrument``); each applied one is undone, last first, after
+        ``_uninstrument`` or when ``_instrument`` raises."""
+        applied: list[Patch] = self.__dict__.setdefault("_patches", [])
+        for patch in patches:
+            patch.apply()
+            applied.append(patch)
+
+    def _undo_patches(self) -> None:
+        applied: list[Patch] = self.__dict__.get("_patches") or []
+        while applied:
+            applied.pop().undo()
 
     def _instrumentor_lock(self) -> threading.RLock:
         # subclasses that do not call Instrumentor.__init__ (they predate it) still get a lock, made once

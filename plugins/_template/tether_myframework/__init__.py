@@ -6,10 +6,7 @@ Importing this module does not import MyFramework.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_myframework.adapter import MyFrameworkAdapter
 
 #: TODO(framework): the extra's name in pyproject.toml ([project.optional-dependencies])
@@ -19,7 +16,6 @@ REQUIRES = ("myframework", "openai")
 
 __all__ = ["EXTRA", "REQUIRES", "MyFrameworkAdapter", "register_adapters"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(MyFrameworkAdapter())
+#: the hook that registers the adapter; TODO(framework): if something must be switched off around every rollout
+#: (the framework's telemetry), add ``rollout_context = rollout_hook(<a function returning an async context>)``
+register_adapters = adapters_hook(MyFrameworkAdapter)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from tether.plugin.adapters import Adapter, SpanSink
@@ -15,38 +14,18 @@ from tether_myframework.capture import captured_call_tool, named_run
 class MyFrameworkAdapter(Adapter):
     name = "myframework"
     extra = "myframework"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._patches: list[Patch] = []
-
-    def accepts(self, agent: Any) -> bool:
-        # never import the framework here: if it is not imported, the agent cannot be one of its objects
-        framework = sys.modules.get("myframework")  # TODO(framework): its top-level module
-        return framework is not None and isinstance(agent, framework.Agent)  # TODO(framework): the agent class(es)
+    #: TODO(framework): (module, class) of the objects users run; looked up in sys.modules, never imported
+    agent_types = (("myframework", "Agent"),)
 
     def _instrument(self, sink: SpanSink) -> None:
         from myframework import Agent  # TODO(framework): the classes whose methods capture and name calls
 
-        patches = [
+        self._patch(  # undone by uninstrument, and if _instrument fails
             # TODO(framework): the method that runs one agent (its model calls are named after the agent)
             Patch(Agent, "run", named_run),
             # TODO(framework): the method that calls one tool (one ``tool`` span per call)
             Patch(Agent, "call_tool", lambda original: captured_call_tool(original, lambda: self.sink)),
-        ]
-        try:
-            for patch in patches:
-                patch.apply()
-        except BaseException:
-            for patch in patches:
-                patch.undo()
-            raise
-        self._patches = patches
-
-    def _uninstrument(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
+        )
 
     # TODO(framework): if the framework's objects hold run state (a conversation, a running flag), override
     # rollout_copy(agent) to return a copy that shares none, so that concurrent rollouts stay apart

@@ -11,10 +11,7 @@ not import Agent Framework.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_agent_framework.adapter import AgentFrameworkAdapter, AgentFrameworkOutput, summarize
 
 EXTRA = "agent-framework"
@@ -22,7 +19,4 @@ REQUIRES = ("agent_framework", "agent_framework_openai", "openai")
 
 __all__ = ["EXTRA", "REQUIRES", "AgentFrameworkAdapter", "AgentFrameworkOutput", "register_adapters", "summarize"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(AgentFrameworkAdapter())
+register_adapters = adapters_hook(AgentFrameworkAdapter)

@@ -18,12 +18,11 @@ clients, which hold no run state); an agent runs as it is (a run without a sessi
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tether.plugin.adapters import Adapter, CannotCopy, SpanSink
+from tether.plugin.adapters import Adapter, CannotCopy, SpanSink, instance_of, loaded_classes
 from tether.plugin.instrument import Patch
 from tether.plugin.tasks import RunOutput, task_text
 from tether.types import Resources
@@ -31,16 +30,10 @@ from tether_agent_framework import stateless
 from tether_agent_framework.capture import make_execute_wrapper, make_invoke_wrapper, make_run_wrapper
 from tether_agent_framework.loop_clients import LoopClients
 
-#: (module, class) of what the adapter runs; looked up in sys.modules only
-_AGENT_TYPES = (("agent_framework._agents", "BaseAgent"),)
+#: (module, class) of the workflows the adapter runs (a rollout runs a copy)
 _WORKFLOW_TYPES = (("agent_framework._workflows._workflow", "Workflow"),)
 #: what a workflow's copy shares with the original (no run state; clients hold HTTP pools)
 _SHARED_TYPES = (("agent_framework._agents", "BaseAgent"), ("agent_framework._clients", "BaseChatClient"))
-
-
-def _types(names: tuple[tuple[str, str], ...]) -> tuple[type, ...]:
-    found = (getattr(sys.modules.get(module), cls, None) for module, cls in names)
-    return tuple(t for t in found if isinstance(t, type))
 
 
 class AgentFrameworkOutput(RunOutput):
@@ -54,16 +47,11 @@ class AgentFrameworkAdapter(Adapter):
 
     name = "agent_framework"
     extra = "agent-framework"
+    agent_types = (("agent_framework._agents", "BaseAgent"), *_WORKFLOW_TYPES)
 
     def __init__(self) -> None:
         super().__init__()
-        self._patches: list[Patch] = []
         self._clients = LoopClients()
-
-    def accepts(self, agent: Any) -> bool:
-        if isinstance(agent, type):
-            return False
-        return isinstance(agent, _types(_AGENT_TYPES) + _types(_WORKFLOW_TYPES))
 
     # -- capture ------------------------------------------------------------------------------------------
 
@@ -73,15 +61,13 @@ class AgentFrameworkAdapter(Adapter):
         from agent_framework._workflows._executor import Executor
 
         responses_client = stateless.responses_client_class()  # checked before anything is patched
-        self._patches = [
+        self._patch(
             Patch(RawAgent, "run", make_run_wrapper),
             Patch(Executor, "execute", make_execute_wrapper),
             Patch(FunctionTool, "invoke", lambda original: make_invoke_wrapper(original, lambda: self.sink)),
-        ]
+        )
         if responses_client is not None:
-            self._patches.append(Patch(responses_client, stateless.METHOD, stateless.make_wrapper))
-        for patch in self._patches:
-            patch.apply()
+            self._patch(Patch(responses_client, stateless.METHOD, stateless.make_wrapper))
         self._clients.install()
 
     def uninstrument(self) -> None:
@@ -90,17 +76,14 @@ class AgentFrameworkAdapter(Adapter):
 
     def _uninstrument(self) -> None:
         self._clients.uninstall()
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
     # -- running ------------------------------------------------------------------------------------------
 
     def rollout_copy(self, agent: Any) -> Any:
         """A workflow's copy for one rollout (see the module docstring); an agent itself."""
-        if not isinstance(agent, _types(_WORKFLOW_TYPES)):
+        if not instance_of(agent, _WORKFLOW_TYPES):
             return agent
-        with _shared(_types(_SHARED_TYPES)):
+        with _shared(loaded_classes(_SHARED_TYPES)):
             try:
                 return copy.deepcopy(agent)
             except Exception as exc:

@@ -9,10 +9,7 @@ Importing this module does not import AutoGen.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_autogen.adapter import AutoGenAdapter, AutoGenOutput, task_text
 
 EXTRA = "autogen"
@@ -20,7 +17,4 @@ REQUIRES = ("autogen_agentchat", "autogen_ext", "autogen_core")
 
 __all__ = ["EXTRA", "REQUIRES", "AutoGenAdapter", "AutoGenOutput", "register_adapters", "task_text"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(AutoGenAdapter())
+register_adapters = adapters_hook(AutoGenAdapter)

@@ -26,7 +26,6 @@ speaker-selection calls are named ``"<team name>.selector"`` (``tether_autogen.t
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 from tether.plugin.adapters import Adapter, SpanSink
@@ -38,14 +37,6 @@ from tether.types import Resources
 from tether_autogen.capture import EventHandler, make_turn_wrapper
 from tether_autogen.loop_clients import LoopClients
 from tether_autogen.teams import make_factory_wrapper
-
-# Base classes (module, attribute) whose instances the adapter runs; looked up in sys.modules only.
-_AGENT_BASES = (
-    ("autogen_agentchat.base", "ChatAgent"),
-    ("autogen_agentchat.base", "Team"),
-    ("autogen_agentchat.agents", "BaseChatAgent"),
-    ("autogen_agentchat.teams", "BaseGroupChat"),
-)
 
 
 class AutoGenOutput(RunOutput):
@@ -59,23 +50,18 @@ class AutoGenAdapter(Adapter):
 
     name = "autogen"
     extra = "autogen"
+    agent_types = (
+        ("autogen_agentchat.base", "ChatAgent"),
+        ("autogen_agentchat.base", "Team"),
+        ("autogen_agentchat.agents", "BaseChatAgent"),
+        ("autogen_agentchat.teams", "BaseGroupChat"),
+    )
 
     def __init__(self) -> None:
         super().__init__()
         self._handler: EventHandler | None = None
         self._logger_state: tuple[int, bool] | None = None  # the event logger's level and propagate
-        self._turns: Patch | None = None  # AssistantAgent.on_messages_stream, run under the agent's name
-        self._selector: Patch | None = None  # SelectorGroupChat's manager factory: "<team>.selector" calls
         self._clients = LoopClients()
-
-    def accepts(self, agent: Any) -> bool:
-        if isinstance(agent, type):
-            return False
-        for module_name, attr in _AGENT_BASES:
-            base = getattr(sys.modules.get(module_name), attr, None)
-            if isinstance(base, type) and isinstance(agent, base):
-                return True
-        return False
 
     # -- capture ------------------------------------------------------------------------------------------
 
@@ -92,14 +78,18 @@ class AutoGenAdapter(Adapter):
             logger.propagate = False
         self._handler = EventHandler(sink)
         logger.addHandler(self._handler)
-        self._turns = Patch(
-            AssistantAgent, "on_messages_stream", lambda original: make_turn_wrapper(original, lambda: self.sink)
-        )
-        self._turns.apply()
         from autogen_agentchat.teams import SelectorGroupChat
 
-        self._selector = Patch(SelectorGroupChat, "_create_group_chat_manager_factory", make_factory_wrapper)
-        self._selector.apply()
+        self._patch(
+            # each agent's turn runs under its name
+            Patch(
+                AssistantAgent,
+                "on_messages_stream",
+                lambda original: make_turn_wrapper(original, lambda: self.sink),
+            ),
+            # the selector's manager factory: its calls are "<team>.selector"'s
+            Patch(SelectorGroupChat, "_create_group_chat_manager_factory", make_factory_wrapper),
+        )
 
     def _repoint(self, sink: SpanSink) -> None:
         if self._handler is not None:
@@ -119,14 +109,8 @@ class AutoGenAdapter(Adapter):
             level, propagate = self._logger_state
             logger.setLevel(level)
             logger.propagate = propagate
-        if self._turns is not None:
-            self._turns.undo()
-        if self._selector is not None:
-            self._selector.undo()
         self._handler = None
         self._logger_state = None
-        self._turns = None
-        self._selector = None
 
     # -- running ------------------------------------------------------------------------------------------
 

@@ -9,12 +9,7 @@ import CrewAI.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook, rollout_hook
 from tether_crewai.adapter import CrewAIAdapter, CrewAIOutput, crew_inputs
 from tether_crewai.telemetry import QUIET_ENV, crewai_quiet
 
@@ -32,13 +27,6 @@ __all__ = [
     "rollout_context",
 ]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(CrewAIAdapter())
-
-
-@hookimpl
-def rollout_context(rollout: Any) -> AbstractAsyncContextManager[Any]:
-    """Keep CrewAI (and LiteLLM) from calling home during rollouts, whatever the adapter."""
-    return crewai_quiet()
+register_adapters = adapters_hook(CrewAIAdapter)
+#: keep CrewAI (and LiteLLM) from calling home during rollouts, whatever the adapter
+rollout_context = rollout_hook(crewai_quiet)

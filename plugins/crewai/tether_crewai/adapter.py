@@ -23,7 +23,6 @@ through tether's endpoint redirect (CrewAI's native OpenAI provider is an ``open
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -68,16 +67,12 @@ class CrewAIAdapter(Adapter):
 
     name = "crewai"
     extra = "crewai"
+    agent_types = (("crewai.crew", "Crew"),)
 
     def __init__(self) -> None:
         super().__init__()
         self._requests = RequestLog()
         self._handlers: list[tuple[type, Callable[[Any, Any], None]]] = []
-        self._patches: list[Patch] = []
-
-    def accepts(self, agent: Any) -> bool:
-        crew_type = getattr(sys.modules.get("crewai.crew"), "Crew", None)
-        return isinstance(crew_type, type) and not isinstance(agent, type) and isinstance(agent, crew_type)
 
     # -- capture ------------------------------------------------------------------------------------------
 
@@ -90,18 +85,14 @@ class CrewAIAdapter(Adapter):
         for event_type, handler in handlers:
             crewai_event_bus.on(event_type)(handler)
         self._handlers = handlers
-        for attr in _PATCHED:
-            original = Agent.__dict__.get(attr)
-            if original is not None and not Patch.is_patch(original):
-                patch = Patch(Agent, attr, make_execute_wrapper)
-                patch.apply()
-                self._patches.append(patch)
-        for attr in _EXPORTS:
-            original = CrewTask.__dict__.get(attr)
-            if original is not None and not Patch.is_patch(original):
-                patch = Patch(CrewTask, attr, make_export_wrapper)
-                patch.apply()
-                self._patches.append(patch)
+        for owner, attrs, wrapper in (
+            (Agent, _PATCHED, make_execute_wrapper),
+            (CrewTask, _EXPORTS, make_export_wrapper),
+        ):
+            for attr in attrs:
+                original = owner.__dict__.get(attr)
+                if original is not None and not Patch.is_patch(original):
+                    self._patch(Patch(owner, attr, wrapper))
         _add_request_listener(self._requests)
 
     def _uninstrument(self) -> None:
@@ -110,10 +101,7 @@ class CrewAIAdapter(Adapter):
         _remove_request_listener(self._requests)
         for event_type, handler in self._handlers:
             crewai_event_bus.off(event_type, handler)
-        for patch in self._patches:
-            patch.undo()
         self._handlers = []
-        self._patches = []
         self._requests.clear()
 
     # -- running ------------------------------------------------------------------------------------------

@@ -12,10 +12,8 @@ cost map.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 
 # LiteLLM fetches its model cost map from GitHub at import unless this is set; tether must not cause network
 # access (it only helps when this plugin loads before LiteLLM is imported: set it yourself to be sure)
@@ -27,16 +25,6 @@ EXTRA = "google-adk"
 #: top-level modules (``google`` is a namespace package: the extra's distributions are checked by version)
 REQUIRES = ("google", "litellm", "openai")
 
-__all__ = [
-    "EXTRA",
-    "REQUIRES",
-    "GoogleADKAdapter",
-    "GoogleADKOutput",
-    "NotLiteLlm",
-    "register_adapters",
-]
+__all__ = ["EXTRA", "REQUIRES", "GoogleADKAdapter", "GoogleADKOutput", "NotLiteLlm", "register_adapters"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(GoogleADKAdapter())
+register_adapters = adapters_hook(GoogleADKAdapter)

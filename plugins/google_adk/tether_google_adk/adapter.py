@@ -16,7 +16,6 @@ Naming and tool capture: ``tether_google_adk.capture`` (through ADK's ``PluginMa
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +27,6 @@ from tether.plugin.tasks import RunOutput, task_text
 from tether.types import Resources
 from tether_google_adk import capture
 
-_BASE_AGENT = ("google.adk.agents.base_agent", "BaseAgent")
 _SEAM = Seam("google-adk", "tether_google_adk.capture")
 _APP = "tether"
 _USER = "tether"
@@ -93,17 +91,7 @@ class GoogleADKAdapter(Adapter):
 
     name = "google_adk"
     extra = "google-adk"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._patches: list[Patch] = []
-
-    def accepts(self, agent: Any) -> bool:
-        if isinstance(agent, type):
-            return False
-        module_name, class_name = _BASE_AGENT
-        cls = getattr(sys.modules.get(module_name), class_name, None)
-        return isinstance(cls, type) and isinstance(agent, cls)
+    agent_types = (("google.adk.agents.base_agent", "BaseAgent"),)
 
     def run_scope(self, agent: Any) -> contextlib.AbstractContextManager[Any]:
         check_models(agent)
@@ -129,7 +117,7 @@ class GoogleADKAdapter(Adapter):
         def sink_of() -> SpanSink | None:
             return self.sink
 
-        patches = [
+        self._patch(
             Patch(PluginManager, "run_before_model_callback", capture.make_before_model),
             Patch(PluginManager, "run_before_tool_callback", capture.make_before_tool),
             Patch(
@@ -142,15 +130,7 @@ class GoogleADKAdapter(Adapter):
                 "run_on_tool_error_callback",
                 lambda o: capture.make_after_tool(o, sink_of, failed=True),
             ),
-        ]
-        for patch in patches:
-            patch.apply()
-        self._patches = patches
-
-    def _uninstrument(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
+        )
 
     # -- running ------------------------------------------------------------------------------------------
 

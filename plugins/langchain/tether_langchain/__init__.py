@@ -10,12 +10,7 @@ tether's endpoint redirect. LangSmith tracing is switched off inside rollouts. G
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook, rollout_hook
 from tether_langchain.adapter import LangChainAdapter, is_create_agent_graph, task_input
 from tether_langchain_base.hooks import no_langsmith_tracing
 
@@ -35,13 +30,6 @@ __all__ = [
     "task_input",
 ]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(LangChainAdapter())
-
-
-@hookimpl
-def rollout_context(rollout: Any) -> AbstractAsyncContextManager[Any]:
-    """Keep LangSmith from uploading traces of rollouts."""
-    return no_langsmith_tracing()
+register_adapters = adapters_hook(LangChainAdapter)
+#: keep LangSmith from uploading traces of rollouts
+rollout_context = rollout_hook(no_langsmith_tracing)

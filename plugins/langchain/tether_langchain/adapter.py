@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
-from tether.plugin.adapters import Adapter, SpanSink
+from tether.plugin.adapters import Adapter, SpanSink, instance_of
 from tether.types import Resources
 from tether_langchain.names import RunTree
 from tether_langchain_base.hooks import ConfigureHook
@@ -41,19 +41,12 @@ def is_create_agent_graph(agent: Any) -> bool:
     return isinstance(metadata, dict) and metadata.get("ls_integration") == _CREATE_AGENT
 
 
-def _is_graph(agent: Any) -> bool:
-    for module_name, class_name in _GRAPH_TYPES:
-        cls = getattr(sys.modules.get(module_name), class_name, None)
-        if isinstance(cls, type) and isinstance(agent, cls):
-            return True
-    return False
-
-
 class LangChainAdapter(Adapter):
     """Runs LangChain runnables; captures model and tool calls with the agent run that made them."""
 
     name = "langchain"
     extra = "langchain"
+    agent_types = (("langchain_core.runnables.base", "Runnable"),)
 
     def __init__(self) -> None:
         super().__init__()
@@ -62,10 +55,8 @@ class LangChainAdapter(Adapter):
         self._hook: ConfigureHook[Any] = ConfigureHook("tether_langchain_handler")
 
     def accepts(self, agent: Any) -> bool:
-        runnable = getattr(sys.modules.get("langchain_core.runnables.base"), "Runnable", None)
-        if not isinstance(runnable, type) or not isinstance(agent, runnable):
-            return False
-        return not _is_graph(agent) or is_create_agent_graph(agent)
+        """A runnable, but a LangGraph graph only when ``create_agent`` made it (others: the langgraph plugin)."""
+        return super().accepts(agent) and (not instance_of(agent, _GRAPH_TYPES) or is_create_agent_graph(agent))
 
     def agent_name(self) -> str | None:
         """The agent of the model call running in this context (the resolver behind ``X-Tether-Agent``)."""

@@ -10,12 +10,7 @@ LangGraph.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook, rollout_hook
 from tether_langchain_base.hooks import no_langsmith_tracing
 from tether_langgraph.adapter import LangGraphAdapter, node_name
 
@@ -24,13 +19,6 @@ REQUIRES = ("langgraph", "langchain_core", "langchain_openai")
 
 __all__ = ["EXTRA", "REQUIRES", "LangGraphAdapter", "node_name", "register_adapters", "rollout_context"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(LangGraphAdapter())
-
-
-@hookimpl
-def rollout_context(rollout: Any) -> AbstractAsyncContextManager[Any]:
-    """Keep LangSmith from uploading traces of rollouts (whatever the adapter: any agent may use LangChain)."""
-    return no_langsmith_tracing()
+register_adapters = adapters_hook(LangGraphAdapter)
+#: keep LangSmith from uploading traces of rollouts (whatever the adapter: any agent may use LangChain)
+rollout_context = rollout_hook(no_langsmith_tracing)

@@ -30,9 +30,6 @@ from tether.plugin.adapters import Adapter, SpanSink
 from tether.types import Resources
 from tether_langchain_base.hooks import ConfigureHook
 
-#: (module, class) of compiled graphs: ``CompiledStateGraph`` and functional-API entrypoints are ``Pregel``s
-_GRAPH_TYPES = (("langgraph.pregel.main", "Pregel"), ("langgraph.pregel", "Pregel"))
-
 
 def node_name() -> str | None:
     """The LangGraph node running in this context (None outside a node, or when LangChain isn't loaded)."""
@@ -71,6 +68,8 @@ class LangGraphAdapter(Adapter):
 
     name = "langgraph"
     extra = "langgraph"
+    #: compiled graphs: ``CompiledStateGraph`` and functional-API entrypoints are ``Pregel``s
+    agent_types = (("langgraph.pregel.main", "Pregel"), ("langgraph.pregel", "Pregel"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -78,13 +77,8 @@ class LangGraphAdapter(Adapter):
         self._hook: ConfigureHook[Any] = ConfigureHook("tether_langgraph_handler")
 
     def accepts(self, agent: Any) -> bool:
-        if _made_by_create_agent(agent):  # LangChain's agent: the langchain plugin's, named by the agent
-            return False
-        for module_name, class_name in _GRAPH_TYPES:
-            cls = getattr(sys.modules.get(module_name), class_name, None)
-            if isinstance(cls, type) and isinstance(agent, cls):
-                return True
-        return False
+        # a graph made by create_agent is LangChain's agent: the langchain plugin's, named by the agent
+        return not _made_by_create_agent(agent) and super().accepts(agent)
 
     def _instrument(self, sink: SpanSink) -> None:
         from tether_langgraph.capture import TetherCallbackHandler

@@ -9,26 +9,13 @@ this module does not import LlamaIndex.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_llama_index.adapter import LlamaIndexAdapter, LlamaIndexOutput, summarize
 
 EXTRA = "llama-index"
 #: top-level modules (``llama_index`` is a namespace package: the extra's distributions are checked by version)
 REQUIRES = ("llama_index", "openai")
 
-__all__ = [
-    "EXTRA",
-    "REQUIRES",
-    "LlamaIndexAdapter",
-    "LlamaIndexOutput",
-    "register_adapters",
-    "summarize",
-]
+__all__ = ["EXTRA", "REQUIRES", "LlamaIndexAdapter", "LlamaIndexOutput", "register_adapters", "summarize"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(LlamaIndexAdapter())
+register_adapters = adapters_hook(LlamaIndexAdapter)

@@ -29,11 +29,6 @@ from tether.types import Resources
 from tether_llama_index import loop_clients
 from tether_llama_index.capture import make_call_tool_wrapper, make_step_wrapper
 
-#: (module, class) of what the adapter runs; looked up in sys.modules only
-_AGENT_TYPES = (
-    ("llama_index.core.agent.workflow.base_agent", "BaseWorkflowAgent"),
-    ("llama_index.core.agent.workflow.multi_agent_workflow", "AgentWorkflow"),
-)
 _LLM_MODULE = "llama_index.llms.openai.base"
 _SEAM = Seam("llama-index-core", "tether_llama_index.adapter")
 _LLM_SEAM = Seam("llama-index-llms-openai", "tether_llama_index.loop_clients")
@@ -60,20 +55,14 @@ class LlamaIndexAdapter(Adapter):
 
     name = "llama_index"
     extra = "llama-index"
+    agent_types = (
+        ("llama_index.core.agent.workflow.base_agent", "BaseWorkflowAgent"),
+        ("llama_index.core.agent.workflow.multi_agent_workflow", "AgentWorkflow"),
+    )
 
     def __init__(self) -> None:
         super().__init__()
-        self._patches: list[Patch] = []
         self._clients = LoopPool()
-
-    def accepts(self, agent: Any) -> bool:
-        if isinstance(agent, type):
-            return False
-        for module_name, class_name in _AGENT_TYPES:
-            cls = getattr(sys.modules.get(module_name), class_name, None)
-            if isinstance(cls, type) and isinstance(agent, cls):
-                return True
-        return False
 
     # -- capture ------------------------------------------------------------------------------------------
 
@@ -91,31 +80,23 @@ class LlamaIndexAdapter(Adapter):
         def sink_of() -> SpanSink | None:
             return self.sink
 
-        patches = [
-            Patch(cls, "take_step", make_step_wrapper)
-            for cls in _subclasses(BaseWorkflowAgent)
-            if "take_step" in vars(cls) and not getattr(vars(cls)["take_step"], "__isabstractmethod__", False)
-        ]
-        patches.append(
-            Patch(AgentWorkflow, "_call_tool", lambda o: make_call_tool_wrapper(o, sink_of, multi_agent=True))
-        )
-        patches.append(
-            Patch(BaseWorkflowAgent, "_call_tool", lambda o: make_call_tool_wrapper(o, sink_of, multi_agent=False))
+        self._patch(
+            *(
+                Patch(cls, "take_step", make_step_wrapper)
+                for cls in _subclasses(BaseWorkflowAgent)
+                if "take_step" in vars(cls) and not getattr(vars(cls)["take_step"], "__isabstractmethod__", False)
+            ),
+            Patch(AgentWorkflow, "_call_tool", lambda o: make_call_tool_wrapper(o, sink_of, multi_agent=True)),
+            Patch(
+                BaseWorkflowAgent, "_call_tool", lambda o: make_call_tool_wrapper(o, sink_of, multi_agent=False)
+            ),
         )
         if isinstance(llm, type):
-            patches.append(Patch(llm, "_get_aclient", lambda o: loop_clients.make_wrapper(o, self._clients)))
-        for patch in patches:
-            patch.apply()
-        self._patches = patches
+            self._patch(Patch(llm, "_get_aclient", lambda o: loop_clients.make_wrapper(o, self._clients)))
 
     def uninstrument(self) -> None:
         self._clients.close_for_running_loop()  # made in run()'s loop
         super().uninstrument()
-
-    def _uninstrument(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
     # -- running ------------------------------------------------------------------------------------------
 

@@ -8,10 +8,7 @@ The endpoint redirect that sends every SDK request of a rollout to tether's prox
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_openai.adapter import OpenAIFunctionAdapter
 
 EXTRA = "openai"
@@ -19,7 +16,4 @@ REQUIRES = ("openai",)
 
 __all__ = ["EXTRA", "REQUIRES", "OpenAIFunctionAdapter", "register_adapters"]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(OpenAIFunctionAdapter())
+register_adapters = adapters_hook(OpenAIFunctionAdapter)

@@ -13,7 +13,6 @@ message.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -21,7 +20,7 @@ from typing import Any
 
 from tether import spans
 from tether.capture.context import RolloutScope, current_agent_name
-from tether.plugin.adapters import SpanSink
+from tether.plugin.adapters import SpanSink, tool_arguments
 from tether.types import SpanKind
 
 #: The tool-call ids already reported in the current run (a fresh set per ``OpenAIFunctionAdapter.run``;
@@ -89,13 +88,13 @@ def _calls(item: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """Call id -> (tool name, arguments) of the tool calls an item makes: an assistant message's ``tool_calls``
     or a Responses ``function_call`` item."""
     if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
-        return {item["call_id"]: (str(item.get("name")), _arguments(item.get("arguments")))}
+        return {item["call_id"]: (str(item.get("name")), tool_arguments(item.get("arguments")))}
     found = {}
     if item.get("role") == "assistant":
         for call in item.get("tool_calls") or ():
             function = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(function, Mapping) and isinstance(call.get("id"), str):
-                found[call["id"]] = (str(function.get("name")), _arguments(function.get("arguments")))
+                found[call["id"]] = (str(function.get("name")), tool_arguments(function.get("arguments")))
     return found
 
 
@@ -106,15 +105,6 @@ def _result(item: Mapping[str, Any]) -> tuple[str, Any] | None:
     if item.get("type") == "function_call_output" and isinstance(item.get("call_id"), str):
         return item["call_id"], item.get("output")
     return None
-
-
-def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
 
 
 def _content(content: Any) -> Any:

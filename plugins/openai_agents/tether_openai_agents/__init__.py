@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+from collections.abc import AsyncIterator
 
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook, rollout_hook
 from tether_openai_agents import gate
 from tether_openai_agents.adapter import OpenAIAgentsAdapter, agent_name, rollout_run_config, task_input
 
@@ -35,14 +32,13 @@ __all__ = [
     "task_input",
 ]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(OpenAIAgentsAdapter())
+register_adapters = adapters_hook(OpenAIAgentsAdapter)
 
 
 @contextlib.asynccontextmanager
 async def _no_trace_upload() -> AsyncIterator[None]:
+    """Keep the SDK's tracing from uploading rollouts, whatever the adapter (a plain function or another
+    framework's agent may run an Agents SDK agent inside)."""
     if "agents.tracing" not in sys.modules:  # the SDK is not in use in this process
         yield
         return
@@ -53,8 +49,4 @@ async def _no_trace_upload() -> AsyncIterator[None]:
         gate.release()
 
 
-@hookimpl
-def rollout_context(rollout: Any) -> AbstractAsyncContextManager[Any]:
-    """Keep the SDK's tracing from uploading rollouts, whatever the adapter (a plain function or another
-    framework's agent may run an Agents SDK agent inside)."""
-    return _no_trace_upload()
+rollout_context = rollout_hook(_no_trace_upload)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,9 +46,6 @@ from tether.plugin.tasks import task_text
 from tether.types import Resources, Task
 from tether_openai_agents import gate
 from tether_openai_agents.context import default_context, explain
-
-#: (module, class) of the agents the adapter runs; looked up in sys.modules only
-_AGENT_TYPES = (("agents.agent", "Agent"), ("agents", "Agent"))
 
 _SEAM = Seam("openai-agents", "tether_openai_agents.adapter")
 #: the private module that holds the SDK's default OpenAI API, and its getter and setter
@@ -141,19 +137,11 @@ class OpenAIAgentsAdapter(Adapter):
 
     name = "openai_agents"
     extra = "openai-agents"
+    agent_types = (("agents.agent", "Agent"), ("agents", "Agent"))
 
     def __init__(self) -> None:
         super().__init__()
         self._responses_default: bool | None = None
-
-    def accepts(self, agent: Any) -> bool:
-        if isinstance(agent, type):
-            return False
-        for module_name, class_name in _AGENT_TYPES:
-            cls = getattr(sys.modules.get(module_name), class_name, None)
-            if isinstance(cls, type) and isinstance(agent, cls):
-                return True
-        return False
 
     def _instrument(self, sink: SpanSink) -> None:
         import agents

@@ -31,7 +31,6 @@ the agent: a span that cannot be converted is logged at debug level and skipped.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -52,7 +51,7 @@ from agents.tracing import (
 
 from tether import spans
 from tether.capture.context import current_scope
-from tether.plugin.adapters import SpanSink
+from tether.plugin.adapters import SpanSink, tool_arguments
 from tether.plugin.adapters import json_safe as _plain
 from tether.types import SpanKind
 
@@ -178,7 +177,7 @@ class TetherTraceProcessor(TracingProcessor):
                 attributes[spans.ERROR] = _error_text(span.error)
             sink.emit(SpanKind.LLM, LLM_SPAN_NAME, attributes, agent_name=agent, start_time=start)
         elif isinstance(data, FunctionSpanData):
-            attributes = {spans.TOOL_NAME: data.name, spans.TOOL_ARGUMENTS: _arguments(data.input)}
+            attributes = {spans.TOOL_NAME: data.name, spans.TOOL_ARGUMENTS: tool_arguments(data.input)}
             caught = self.tool_errors.pop(span.span_id, None)
             if span.error or caught:
                 attributes[spans.TOOL_ERROR] = caught or _error_text(span.error)
@@ -200,15 +199,6 @@ def _assistant_message(output: Any) -> Any:
     if isinstance(message, dict):
         return _plain({k: v for k, v in message.items() if v is not None})
     return _plain(message)
-
-
-def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return _plain(json.loads(raw))
-        except ValueError:
-            return raw
-    return _plain(raw)
 
 
 def _error_text(error: Any) -> str:

@@ -9,10 +9,7 @@ import PydanticAI.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_pydantic_ai.adapter import DepsNeeded, PydanticAIAdapter, PydanticAIOutput, summarize
 from tether_pydantic_ai.capture import agent_name
 
@@ -30,7 +27,4 @@ __all__ = [
     "summarize",
 ]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(PydanticAIAdapter())
+register_adapters = adapters_hook(PydanticAIAdapter)

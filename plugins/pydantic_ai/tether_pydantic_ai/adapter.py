@@ -20,7 +20,6 @@ no run state (concurrent runs of one agent are safe), so a rollout runs the user
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from tether.capture.context import add_agent_resolver, remove_agent_resolver
@@ -29,9 +28,6 @@ from tether.plugin.instrument import Patch
 from tether.plugin.tasks import RunOutput, task_text
 from tether.types import Resources
 from tether_pydantic_ai.capture import agent_name, check_seams, infer_name_wrapper, tool_wrapper
-
-#: (module, class) of the agents the adapter runs; looked up in sys.modules only
-_AGENT_TYPES = (("pydantic_ai.agent.abstract", "AbstractAgent"), ("pydantic_ai.agent", "Agent"))
 
 
 class PydanticAIOutput(RunOutput):
@@ -54,40 +50,23 @@ class PydanticAIAdapter(Adapter):
 
     name = "pydantic_ai"
     extra = "pydantic-ai"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._patches: list[Patch] = []
-
-    def accepts(self, agent: Any) -> bool:
-        if isinstance(agent, type):
-            return False
-        for module_name, class_name in _AGENT_TYPES:
-            cls = getattr(sys.modules.get(module_name), class_name, None)
-            if isinstance(cls, type) and isinstance(agent, cls):
-                return True
-        return False
+    agent_types = (("pydantic_ai.agent.abstract", "AbstractAgent"), ("pydantic_ai.agent", "Agent"))
 
     def _instrument(self, sink: SpanSink) -> None:
         check_seams()  # before anything is installed
         from pydantic_ai.agent.abstract import AbstractAgent
         from pydantic_ai.tool_manager import ToolManager
 
-        self._patches = [
+        self._patch(
             Patch(
                 ToolManager, "_execute_tool_call_impl", lambda original: tool_wrapper(original, lambda: self.sink)
             ),
             Patch(AbstractAgent, "_infer_name", infer_name_wrapper),
-        ]
-        for patch in self._patches:
-            patch.apply()
+        )
         add_agent_resolver(agent_name)
 
     def _uninstrument(self) -> None:
         remove_agent_resolver(agent_name)
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
 
     async def run(self, agent: Any, task: Any, resources: Resources) -> PydanticAIOutput:
         try:

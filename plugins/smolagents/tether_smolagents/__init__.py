@@ -9,10 +9,7 @@ this module does not import smolagents.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.plugin.adapters import Adapter
-from tether.plugin.hookspecs import hookimpl
+from tether.plugin.hookimpls import adapters_hook
 from tether_smolagents.adapter import SmolagentsAdapter, SmolagentsOutput, summarize
 from tether_smolagents.capture import agent_label
 
@@ -29,7 +26,4 @@ __all__ = [
     "summarize",
 ]
 
-
-@hookimpl
-def register_adapters(register: Callable[[Adapter], None]) -> None:
-    register(SmolagentsAdapter())
+register_adapters = adapters_hook(SmolagentsAdapter)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from typing import Any
 
 from tether.capture.patching import Seam
@@ -29,8 +28,6 @@ from tether.plugin.tasks import RunOutput, task_text
 from tether.types import Resources
 from tether_smolagents.capture import managed_call_wrapper, run_wrapper, timeout_wrapper, tool_wrapper
 
-#: (module, class) of the agents the adapter runs; looked up in sys.modules only
-_AGENT_TYPES = (("smolagents.agents", "MultiStepAgent"),)
 _SEAM = Seam("smolagents", "tether_smolagents.adapter")
 
 
@@ -55,19 +52,7 @@ class SmolagentsAdapter(Adapter):
 
     name = "smolagents"
     extra = "smolagents"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._patches: list[Patch] = []
-
-    def accepts(self, agent: Any) -> bool:
-        if isinstance(agent, type):
-            return False
-        for module_name, class_name in _AGENT_TYPES:
-            cls = getattr(sys.modules.get(module_name), class_name, None)
-            if isinstance(cls, type) and isinstance(agent, cls):
-                return True
-        return False
+    agent_types = (("smolagents.agents", "MultiStepAgent"),)
 
     def _instrument(self, sink: SpanSink) -> None:
         from smolagents import local_python_executor
@@ -76,19 +61,12 @@ class SmolagentsAdapter(Adapter):
 
         _SEAM.require(local_python_executor, "timeout")  # private: checked before anything is installed
 
-        self._patches = [
+        self._patch(
             Patch(MultiStepAgent, "run", run_wrapper),
             Patch(MultiStepAgent, "__call__", lambda original: managed_call_wrapper(original, lambda: self.sink)),
             Patch(Tool, "__call__", lambda original: tool_wrapper(original, lambda: self.sink)),
             Patch(local_python_executor, "timeout", timeout_wrapper),
-        ]
-        for patch in self._patches:
-            patch.apply()
-
-    def _uninstrument(self) -> None:
-        for patch in reversed(self._patches):
-            patch.undo()
-        self._patches = []
+        )
 
     def rollout_copy(self, agent: Any) -> Any:
         """A copy of the agent and its managed agents with their own run state (``tether_smolagents.isolate``)."""

@@ -226,16 +226,24 @@ def _classes_by_base(package_dir: Path) -> dict[str, list[str]]:
     return found
 
 
+#: the builders of ``tether.plugin.hookimpls``: ``register_adapters = adapters_hook(MyAdapter)`` is a hook too
+_HOOK_BUILDERS = {"adapters_hook", "rollout_hook"}
+
+
+def _name(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+
+
 def _hookimpls(path: Path) -> list[str]:
-    return [
-        node.name
-        for node in ast.walk(ast.parse(path.read_text(), str(path)))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and any(
-            (d.id if isinstance(d, ast.Name) else getattr(d, "attr", "")) == "hookimpl"
-            for d in node.decorator_list
-        )
-    ]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if any(_name(d) == "hookimpl" for d in node.decorator_list):
+                found.append(node.name)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if _name(node.value.func) in _HOOK_BUILDERS:
+                found += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return found
 
 
 @pytest.mark.parametrize("package_dir", BUNDLED, ids=[p.name for p in BUNDLED])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -268,3 +269,74 @@ def test_patch_a_module_attribute_and_an_instance() -> None:
 def test_patch_of_a_missing_attribute_raises() -> None:
     with pytest.raises(AttributeError):
         Patch(_Target, "nope", _shout).apply()
+
+
+# -- patches an instrumentor applies with _patch ----------------------------------------------------------
+
+
+class _Patching(Instrumentor):
+    """Patches ``_Target.hello`` and ``_Target.greet`` through ``_patch``; optionally fails after the first."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.patched_while_uninstrumenting: bool | None = None
+
+    def _instrument(self, sink: SpanSink) -> None:
+        self._patch(Patch(_Target, "hello", _shout))
+        if self.fail:
+            raise RuntimeError("the framework moved")
+        self._patch(Patch(_Target, "greet", _shout))
+
+    def _uninstrument(self) -> None:
+        self.patched_while_uninstrumenting = _Target().hello() == "HELLO"
+
+
+def test_patches_applied_with__patch_are_undone_after__uninstrument() -> None:
+    hello, inherited = _Target.__dict__["hello"], "greet" not in _Target.__dict__
+    inst = _Patching()
+    inst.instrument(_Sink())
+    assert (_Target().hello(), _Target().greet()) == ("HELLO", "BASE")
+    inst.uninstrument()
+    assert inst.patched_while_uninstrumenting is True, "_uninstrument runs before the patches are undone"
+    assert _Target.__dict__["hello"] is hello and ("greet" not in _Target.__dict__) == inherited
+    inst.instrument(_Sink())  # and again: the same patches, applied afresh
+    assert _Target().hello() == "HELLO"
+    inst.uninstrument()
+    assert _Target.__dict__["hello"] is hello
+
+
+def test_a_failing__instrument_undoes_the_patches_it_applied() -> None:
+    hello = _Target.__dict__["hello"]
+    inst = _Patching(fail=True)
+    with pytest.raises(RuntimeError, match="moved"):
+        inst.instrument(_Sink())
+    assert _Target.__dict__["hello"] is hello and not inst.instrumented
+
+
+def test_a_pickled_instrumentor_leaves_its_patches_behind() -> None:
+    inst = _Patching()
+    inst.instrument(_Sink())
+    try:
+        state = inst.__getstate__()
+        assert "_patches" not in state and state["_sink"] is None
+    finally:
+        inst.uninstrument()
+
+
+def test_the_default_accepts_claims_instances_of_agent_types_in_loaded_modules_only() -> None:
+    class _Typed(Adapter):
+        name = "typed"
+        agent_types = ((__name__, "_Base"), ("not_imported_framework.agents", "Agent"))
+
+        async def run(self, agent: Any, task: Any, resources: Resources) -> Any:
+            return task
+
+    class _Untyped(_Typed):
+        agent_types = ()
+
+    adapter = _Typed()
+    assert adapter.accepts(_Target()) and adapter.accepts(_Base())
+    assert not adapter.accepts(_Target) and not adapter.accepts("text")  # a class, another object
+    assert "not_imported_framework" not in sys.modules, "accepts never imports a framework"
+    assert not _Untyped().accepts(_Target())

@@ -7,13 +7,15 @@ process-wide manager, install theirs with ``reset_plugins`` explicitly (the ``pr
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib.metadata
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -22,6 +24,7 @@ import pytest
 import tether
 from tether.plugin import hookspecs
 from tether.plugin.adapters import Adapter
+from tether.plugin.hookimpls import adapters_hook, rollout_hook
 from tether.plugin.manager import AdapterNotFound, Plugins, UnavailablePlugin, build, reset_plugins
 from tether.types import Resources, Rollout
 
@@ -377,3 +380,40 @@ def test_an_extra_installed_at_an_unsupported_version_is_listed_unavailable(
     assert entry.name == "probe" and entry.hint == 'pip install "tether[probe]"'
     assert f"pluggy {installed} (needs pluggy>=999)" in entry.reason
     assert plugins.loaded() == []
+
+
+def test_the_built_hook_implementations_register_adapters_and_enter_contexts() -> None:
+    entered: list[str] = []
+
+    @asynccontextmanager
+    async def _quiet() -> AsyncIterator[None]:
+        """Keep the framework quiet."""
+        entered.append("quiet")
+        yield
+
+    def plugin_module() -> ModuleType:  # what a plugin's __init__.py builds in two lines
+        module = ModuleType("tether_lists")
+        module.register_adapters = adapters_hook(_ListAdapter, _AnyListAdapter)  # type: ignore[attr-defined]
+        module.rollout_context = rollout_hook(_quiet)  # type: ignore[attr-defined]
+        return module
+
+    plugins, other = build(entry_points=False), build(entry_points=False)
+    plugins.register(plugin_module(), name="lists")
+    other.register(plugin_module(), name="lists")
+    assert [a.name for a in plugins.adapters()] == ["lists", "any-list"]
+    assert other.adapters()[0] is not plugins.adapters()[0], "each manager gets adapters of its own"
+    assert rollout_hook(_quiet).__doc__ == "Keep the framework quiet."
+    (manager,) = plugins.rollout_contexts(Rollout(rollout_id="ro-1", input="x", task_id="t"))
+
+    async def enter() -> None:
+        async with manager:
+            assert entered == ["quiet"]
+
+    asyncio.run(enter())
+
+
+def test_a_built_hook_under_a_misspelled_name_is_rejected() -> None:
+    module = ModuleType("tether_typo")
+    module.register_adapter = adapters_hook(_ListAdapter)  # type: ignore[attr-defined]
+    with pytest.raises(pluggy.PluginValidationError, match="unknown hook\\(s\\) register_adapter"):
+        build(entry_points=False).register(module, name="typo")
