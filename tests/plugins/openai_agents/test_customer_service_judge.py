@@ -10,8 +10,8 @@ calls would train. ``fit``: one GRPO step on the embedded model with the judge's
 
 from __future__ import annotations
 
+import collections
 import importlib.util
-import itertools
 import json
 import re
 import sys
@@ -57,8 +57,9 @@ FAQ, SEAT = (
 
 
 def _agents_llm() -> Any:
-    """The agents' model: each FAQ or seat rollout alternately does the routine or answers off the cuff."""
-    turns = itertools.count()
+    """The agents' model: of each question's rollouts, alternately one does the routine and one answers off the
+    cuff (counted per question: rollouts of two tasks run concurrently and may interleave in any order)."""
+    turns: collections.Counter[str] = collections.Counter()
 
     def handle(request: dict[str, Any]) -> Reply:
         messages = request["messages"]
@@ -66,7 +67,8 @@ def _agents_llm() -> Any:
         question = next(str(m["content"]) for m in messages if m.get("role") == "user")
         results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
         if "triaging agent" in system:
-            if next(turns) % 2:
+            turns[question] += 1
+            if turns[question] % 2 == 0:
                 return text("I think you can bring two bags, and seats are changed at the gate.")
             seat = "seat to" in question
             return tool_call("transfer_to_seat_booking_agent" if seat else "transfer_to_faq_agent", {})
