@@ -221,9 +221,12 @@ class PromptTemplate(_Record):
 
 @dataclass(slots=True)
 class LLMEndpoint(_Record):
-    """Where agents send model calls. The runner scopes ``base_url`` to each rollout."""
+    """Where agents send model calls: the sampling and model name of a resources version, and the URL.
 
-    base_url: str
+    The URL is the runner's to decide: a resources version the trainer publishes has none (``""``), and each
+    rollout's agent gets an endpoint whose ``base_url`` is its attempt's proxy URL (``Runner``)."""
+
+    base_url: str = ""
     model: str = "tether"
     sampling: dict[str, Any] = field(default_factory=dict)
 

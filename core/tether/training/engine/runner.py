@@ -2,7 +2,8 @@
 
 For each rollout it opens an attempt (``dequeue``), opens it on the proxy (``proxy.attempt``, with the
 sampling of the rollout's resources) and scopes the model endpoint to that attempt's URL (holding the openai
-SDK's endpoint redirect, ``tether.capture.redirect``, when the SDK is installed), enters every plugin's
+SDK's endpoint redirect, ``tether.capture.redirect``, when the SDK is installed); the agent's resources get an
+endpoint at that URL (the runner alone decides it: a published resources version names none), enters every plugin's
 ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and records the
 outcome — output and reward, or the error with its traceback. A run past the rollout's
 ``timeout_s`` is cancelled and its attempt ends ``timeout`` through the store's own sweep
@@ -245,16 +246,16 @@ class Runner:
         sink_token = current_sink.set(self.sink)
         deadline = asyncio.timeout(rollout.timeout_s)  # no limit when timeout_s is None
         try:
-            resources = await self._resources_for(rollout)
-            assert resources.llm is not None
+            published = await self._resources_for(rollout)
+            sampling = published.llm.sampling if published.llm is not None else {}
             # the sampling travels once: the rollout's resources -> the proxy's attempt, applied to each call
             # and the system messages its resources swap in (tether.proxy.system_messages: APO's in-flight
             # candidates)
-            replacements = system_messages.rule_of(resources.prompts)
+            replacements = system_messages.rule_of(published.prompts)
             async with self.proxy.attempt(
-                rollout_id, attempt_id, _sampling(rollout, attempt, resources.llm.sampling), replacements
+                rollout_id, attempt_id, _sampling(rollout, attempt, sampling), replacements
             ) as base_url:
-                resources.llm.base_url = base_url
+                resources = _with_endpoint(published, base_url)  # the one place a rollout's URL is set
                 with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url, self.proxy.token)):
                     async with contextlib.AsyncExitStack() as stack:
                         stack.enter_context(redirect.held())  # the SDK's requests reach this attempt's URL
@@ -354,13 +355,17 @@ class Runner:
         await retry_outage(finish, f"ending attempt {attempt_id}", self.outage_s)
 
     async def _resources_for(self, rollout: Rollout) -> Resources:
-        """The rollout's resources, with a copy of the LLM endpoint the runner fills with the attempt's URL."""
+        """The resources version the rollout runs under (an empty one when the store has none)."""
         resources = await self.store.get_resources(rollout.resources_version)
-        if resources is None:
-            resources = Resources(version=0)
-        llm = resources.llm or LLMEndpoint(base_url="")
-        resources.llm = LLMEndpoint(base_url=llm.base_url, model=llm.model, sampling=dict(llm.sampling))
-        return resources
+        return resources if resources is not None else Resources(version=0)
+
+
+def _with_endpoint(published: Resources, base_url: str) -> Resources:
+    """What the agent of one attempt gets: the published version with an endpoint at the attempt's URL (a
+    published version names none: ``Session.publish``)."""
+    llm = published.llm or LLMEndpoint()
+    endpoint = LLMEndpoint(base_url=base_url, model=llm.model, sampling=dict(llm.sampling))
+    return Resources(published.version, endpoint, published.prompts, published.created_at)
 
 
 def _sampling(rollout: Rollout, attempt: Attempt, sampling: dict[str, Any]) -> dict[str, Any]:

@@ -178,9 +178,10 @@ class Session:
     async def publish(
         self, sampling: Mapping[str, Any] | None = None, prompts: dict[str, PromptTemplate] | None = None
     ) -> int:
-        """Publish a resources version: the proxy's endpoint with the trainer's sampling updated by ``sampling``,
-        and ``prompts`` (the latest ones when None). Returns its version."""
-        llm = LLMEndpoint(base_url=self.proxy.url, sampling={**self.settings.sampling, **(sampling or {})})
+        """Publish a resources version: the trainer's sampling updated by ``sampling``, and ``prompts`` (the
+        latest ones when None). Returns its version. It names no URL: the runner gives each rollout its
+        attempt's (``tether.training.engine.runner``)."""
+        llm = LLMEndpoint(sampling={**self.settings.sampling, **(sampling or {})})
         resources = await self.store.add_resources(llm=llm, prompts=prompts)
         return resources.version
 
