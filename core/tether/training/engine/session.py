@@ -109,6 +109,9 @@ class Session:
         self._exporter: SpanExporter | None = None
         self._parts: Parts | None = None
         self._batches = 0  # batches run: part of each rollout's seed
+        #: whether the run's one ``optimize=`` check ran (``check_optimize_names``: the preflight's; else the
+        #: first training batch's)
+        self.names_checked = False
         self._stack: contextlib.AsyncExitStack | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
