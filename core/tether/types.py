@@ -205,10 +205,23 @@ class Span(_Record):
 
 @dataclass(slots=True)
 class PromptTemplate(_Record):
-    """A named prompt the algorithms may rewrite. ``engine`` is ``"f-string"`` or ``"jinja"``."""
+    """A named prompt the algorithms may rewrite. ``engine`` is ``"f-string"`` or ``"jinja"``.
+
+    ``system_message_of`` and ``replaces`` make it a system message swapped in flight (APO's
+    ``system_message_of``, ``tether.proxy.system_messages``): the calls of that sub-agent whose system message
+    is exactly ``replaces`` get this template's text instead. Both are None for a template the agent reads.
+    """
 
     template: str
     engine: str = "f-string"
+    system_message_of: str | None = None
+    replaces: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"template": self.template, "engine": self.engine}
+        if self.system_message_of is not None or self.replaces is not None:
+            out["system_message_of"], out["replaces"] = self.system_message_of, self.replaces
+        return out
 
     def format(self, **values: Any) -> str:
         if self.engine == "jinja":

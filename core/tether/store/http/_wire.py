@@ -69,6 +69,8 @@ _LLM_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
 _PROMPT_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "template": ((str,), True),
     "engine": ((str,), False),
+    "system_message_of": ((str, type(None)), False),
+    "replaces": ((str, type(None)), False),
 }
 
 
