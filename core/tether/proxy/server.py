@@ -41,7 +41,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import orjson
@@ -85,6 +85,7 @@ _SSE_HEADERS = {"Cache-Control": "no-cache"}
 _CALLS = ("/v1/chat/completions", "/v1/responses")
 
 
+@dataclass(eq=False)
 class ProxyServer(ErrorAnswers):
     """Serve ``backend`` on ``host:port`` (0: a free port); each call of an open attempt becomes a span
     submitted to ``batcher``.
@@ -103,40 +104,30 @@ class ProxyServer(ErrorAnswers):
     (``X-Tether-Token`` or ``Authorization: Bearer``) or gets 401.
     """
 
-    def __init__(
-        self,
-        backend: ModelBackend,
-        *,
-        batcher: SpanBatcher,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        close_backend: bool = False,
-        policies: PolicyMap | None = None,
-        max_concurrent_calls: int = 512,
-        queue_timeout_s: float = 10.0,
-        max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
-        token: str | None = None,
-    ) -> None:
-        check_bind(unbracket(host), token, "the proxy", "Pass ProxyServer(token=<secret>)")
-        if max_concurrent_calls < 1:
-            raise ValueError(f"max_concurrent_calls must be >= 1, got {max_concurrent_calls}")
-        self.backend = backend
-        self.policies = policies
-        self.batcher = batcher
-        self.host = host
-        self.port = port
-        self.close_backend = close_backend
-        self.token = token or None
-        self._bearer = f"Bearer {token}".encode() if token else b""
-        self.calls = 0  # successful recorded calls
-        self.failures = 0  # calls answered with an error
-        self._server: HttpServer | None = None
-        #: the open attempts by (rollout id, attempt id): what each changes in its calls
-        self._attempts: dict[tuple[str, str], OpenAttempt] = {}
-        self.max_concurrent_calls = max_concurrent_calls
-        self.queue_timeout_s = queue_timeout_s
-        self.max_span_bytes = max_span_bytes
-        self._upstream = Slots(max_concurrent_calls)
+    backend: ModelBackend
+    _: KW_ONLY
+    batcher: SpanBatcher
+    host: str = "127.0.0.1"
+    port: int = 0
+    close_backend: bool = False
+    policies: PolicyMap | None = None
+    max_concurrent_calls: int = 512
+    queue_timeout_s: float = 10.0
+    max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES
+    token: str | None = None
+    calls: int = field(default=0, init=False)  # successful recorded calls
+    failures: int = field(default=0, init=False)  # calls answered with an error
+    _server: HttpServer | None = field(default=None, init=False)
+    #: the open attempts by (rollout id, attempt id): what each changes in its calls
+    _attempts: dict[tuple[str, str], OpenAttempt] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        check_bind(unbracket(self.host), self.token, "the proxy", "Pass ProxyServer(token=<secret>)")
+        if self.max_concurrent_calls < 1:
+            raise ValueError(f"max_concurrent_calls must be >= 1, got {self.max_concurrent_calls}")
+        self.token = self.token or None
+        self._bearer = f"Bearer {self.token}".encode() if self.token else b""
+        self._upstream = Slots(self.max_concurrent_calls)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 

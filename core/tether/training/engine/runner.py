@@ -32,7 +32,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether import spans
@@ -70,6 +70,7 @@ class RunnerStats:
     failed: int = 0
 
 
+@dataclass(eq=False)
 class Runner:
     """Runs rollouts of one wrapped agent from ``store``, at most ``concurrency`` at a time, their model
     calls served by ``proxy``; adapters' spans go to ``batcher`` (the proxy's). A store that fails (busy,
@@ -81,42 +82,31 @@ class Runner:
     exit), then ``await run_until_idle()`` or ``await serve(stop_event)``.
     """
 
-    def __init__(
-        self,
-        agent: WrappedAgent,
-        store: Store,
-        proxy: ProxyServer,
-        *,
-        batcher: SpanBatcher,
-        concurrency: int = 4,
-        worker_id: str | None = None,
-        poll_s: float = 0.02,
-        store_patience_s: float = 30.0,
-        outage_s: float = DEFAULT_OUTAGE_S,
-        gate: GroupGate | None = None,
-    ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.agent = agent
-        self.store = store
-        self.proxy = proxy
-        self.batcher = batcher
-        self.concurrency = concurrency
-        self.worker_id = worker_id or f"runner-{uuid.uuid4().hex[:8]}"
-        self.poll_s = poll_s
-        self.store_patience_s = store_patience_s  # how long a store that refuses every dequeue is retried
-        self.outage_s = outage_s  # how long ending an attempt is retried while the store fails
-        self.stats = RunnerStats()
-        #: where a group reward's rollouts wait for their group (``tether.training.engine.group_gate``)
-        self.gate = gate
-        self._parked = 0  # rollouts waiting there: they hold no runner slot
-        self.sink: RolloutSink | None = None
-        self._instrumented: list[Tracer] = []
-        #: attempts running here: attempt id -> (seconds between heartbeats, monotonic time of the last one)
-        self._beats: dict[str, tuple[float, float]] = {}
-        #: attempts whose outcome the store did not take (it failed): attempt id -> rollout id
-        self._unrecorded: dict[str, str] = {}
-        self._warned: dict[str, float] = {}  # kind of store failure -> when it was last logged
+    agent: WrappedAgent
+    store: Store
+    proxy: ProxyServer
+    _: KW_ONLY
+    batcher: SpanBatcher
+    concurrency: int = 4
+    worker_id: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:8]}")
+    poll_s: float = 0.02
+    store_patience_s: float = 30.0  # how long a store that refuses every dequeue is retried
+    outage_s: float = DEFAULT_OUTAGE_S  # how long ending an attempt is retried while the store fails
+    #: where a group reward's rollouts wait for their group (``tether.training.engine.group_gate``)
+    gate: GroupGate | None = None
+    stats: RunnerStats = field(default_factory=RunnerStats, init=False)
+    sink: RolloutSink | None = field(default=None, init=False)
+    _parked: int = field(default=0, init=False)  # rollouts waiting at the gate: they hold no runner slot
+    _instrumented: list[Tracer] = field(default_factory=list, init=False)
+    #: attempts running here: attempt id -> (seconds between heartbeats, monotonic time of the last one)
+    _beats: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+    #: attempts whose outcome the store did not take (it failed): attempt id -> rollout id
+    _unrecorded: dict[str, str] = field(default_factory=dict, init=False)
+    _warned: dict[str, float] = field(default_factory=dict, init=False)  # kind of store failure -> last logged
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
 
     async def __aenter__(self) -> Runner:
         self.sink = RolloutSink(self.batcher, asyncio.get_running_loop())
