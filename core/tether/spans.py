@@ -11,8 +11,8 @@ layouts exist:
   Consumers read it through ``proxy_call(span)``, one reader of the nested keys, which gives a ``ProxyCall``
   (None for any other span, or a malformed one).
 - **An adapter's LLM span** (kind ``llm``, any other name): a framework's own view of a call, flat dotted
-  keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``); it
-  only supplies the sub-agent name of a proxy span with the same request messages when the proxy's lacks one.
+  keys (``REQUEST_MESSAGES``, ``REQUEST_MODEL``, ``REQUEST_TOOLS``, ``RESPONSE``, ``USAGE``, ``ERROR``), for
+  inspection; it names no transition (a call's sub-agent is the proxy span's, from the request header).
 - **The proxy's failed-call span** (kind ``llm``, name ``LLM_CALL_FAILED``): a call the model backend
   failed, with the error the agent was answered; it says why a rollout has no transitions.
 - **A passthrough call** (kind ``llm``, name ``PASSTHROUGH_CALL``): a judge's call that kept its own

@@ -197,10 +197,23 @@ class Span(_Record):
 
 @dataclass(slots=True)
 class PromptTemplate(_Record):
-    """A named prompt the algorithms may rewrite. ``engine`` is ``"f-string"`` or ``"jinja"``."""
+    """A named prompt the algorithms may rewrite. ``engine`` is ``"f-string"`` or ``"jinja"``.
+
+    ``system_message_of`` and ``replaces`` make it a system message swapped in flight (APO's
+    ``system_message_of``, ``tether.proxy.system_messages``): the calls of that sub-agent whose system message
+    is exactly ``replaces`` get this template's text instead. Both are None for a template the agent reads.
+    """
 
     template: str
     engine: str = "f-string"
+    system_message_of: str | None = None
+    replaces: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"template": self.template, "engine": self.engine}
+        if self.system_message_of is not None or self.replaces is not None:
+            out["system_message_of"], out["replaces"] = self.system_message_of, self.replaces
+        return out
 
     def format(self, **values: Any) -> str:
         if self.engine == "jinja":
@@ -213,9 +226,12 @@ class PromptTemplate(_Record):
 
 @dataclass(slots=True)
 class LLMEndpoint(_Record):
-    """Where agents send model calls. The runner scopes ``base_url`` to each rollout."""
+    """Where agents send model calls: the sampling and model name of a resources version, and the URL.
 
-    base_url: str
+    The URL is the runner's to decide: a resources version the trainer publishes has none (``""``), and each
+    rollout's agent gets an endpoint whose ``base_url`` is its attempt's proxy URL (``Runner``)."""
+
+    base_url: str = ""
     model: str = "tether"
     sampling: dict[str, Any] = field(default_factory=dict)
 

@@ -8,6 +8,7 @@ records; work spreads over the actors; an actor killed mid-run loses no rollout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import plain_calc_agent
@@ -143,7 +144,8 @@ async def test_actors_swap_a_system_message_candidate_in_as_the_trainers_proxy_d
     original = "You are a calculator agent. Use the calculator tool."
     candidate = "You are a careful calculator agent. Always call the calculator tool first."
     prompts = system_messages.templates("solve", original)
-    prompts[system_messages.prompt_name("solve")] = tether.PromptTemplate(candidate)
+    name = system_messages.prompt_name("solve")
+    prompts[name] = dataclasses.replace(prompts[name], template=candidate)  # the rule in its fields
     async with FakeLLM(handler=_reply) as llm:
         backend = _backend(llm)
         try:

@@ -17,8 +17,10 @@ best prompts are published as the latest resources version.
 **A system message in flight.** ``APO(system_message_of="check_query")`` optimizes that sub-agent's system
 message for an agent that does not read prompts from resources: a first batch of rollouts (the training tasks,
 ``train_batch_size`` of them) captures the exact system message its calls send, which becomes the starting
-template ``system_message[check_query]``; the proxy swaps each candidate into that sub-agent's calls of the
-candidate's rollouts (``tether.proxy.system_messages``). The agent's code does not change.
+template ``system_message[check_query]``, the rule its data (``PromptTemplate.system_message_of`` and
+``replaces``: the sub-agent and the captured text, kept by every rewrite); the proxy swaps each candidate into
+that sub-agent's calls of the candidate's rollouts (``tether.proxy.system_messages``). The agent's code does
+not change.
 """
 
 from __future__ import annotations
@@ -118,9 +120,10 @@ class APO(Algorithm):
         """The template names to rewrite; ``ValueError`` naming the known templates for an unknown name."""
         known = ", ".join(repr(n) for n in prompts) or "none"
         if self.system_message_of is not None:
-            names = [_system.prompt_name(self.system_message_of)]
+            agent = self.system_message_of
+            names = [n for n, t in prompts.items() if t.system_message_of == agent] or [_system.prompt_name(agent)]
         elif self.optimize is None:
-            names = [n for n in prompts if not _system.is_captured(n)]
+            names = list(prompts)
         else:
             names = [self.optimize] if isinstance(self.optimize, str) else list(self.optimize)
         unknown = [n for n in names if n not in prompts]
@@ -159,7 +162,7 @@ class APO(Algorithm):
         agent = self.system_message_of
         latest = await session.store.get_resources()
         stored = dict(latest.prompts) if latest is not None else {}
-        if _system.captured_name(agent) in stored and _system.prompt_name(agent) in stored:
+        if any(t.system_message_of == agent for t in stored.values()):
             return stored  # published by an earlier run of this search (a resumed run)
         rng = random.Random(f"apo-capture:{self.seed}")
         tasks = rng.sample(list(train), min(self.train_batch_size, len(train)))

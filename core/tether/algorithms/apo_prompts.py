@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether import spans as schema
-from tether.proxy.system_messages import is_captured
 from tether.spans import proxy_call
 from tether.types import PromptTemplate, Rollout, Span, SpanKind
 
@@ -81,11 +80,9 @@ def parse_rewrite(reply: str) -> str:
 
 
 def render_templates(prompts: Mapping[str, PromptTemplate]) -> str:
-    """The templates as the optimizer sees them (a system message's captured original is left out: it is the
-    matching rule of ``tether.proxy.system_messages``, not a prompt)."""
-    return "\n\n".join(
-        f"Template {name!r} ({t.engine}):\n{t.template}" for name, t in prompts.items() if not is_captured(name)
-    )
+    """The templates as the optimizer sees them (a system message's rule, ``PromptTemplate.replaces``, is not
+    shown: it is not a prompt)."""
+    return "\n\n".join(f"Template {name!r} ({t.engine}):\n{t.template}" for name, t in prompts.items())
 
 
 def critique_messages(

@@ -8,6 +8,7 @@ all candidates of a round in one batch).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -176,7 +177,7 @@ class BeamSearch:
             new_text = _text.parse_rewrite(reply)
             child = Candidate(
                 self._next_id(),
-                {**parent.prompts, name: PromptTemplate(new_text, parent.prompts[name].engine)},
+                {**parent.prompts, name: dataclasses.replace(parent.prompts[name], template=new_text)},
                 round=round_,
                 parent=parent.id,
                 edited=name,

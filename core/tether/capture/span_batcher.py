@@ -39,6 +39,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from tether.store.base import Store
 from tether.store.errors import InvalidInput, InvalidTransition, NotFound
@@ -59,45 +60,39 @@ _handled: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 PROXY_QUIET_S = 0.005
 
 
+@dataclass(eq=False)
 class SpanBatcher:
     """Writes submitted spans to ``store`` in batches. Bind it to an event loop by calling ``submit`` (or
     ``start``) from that loop first; afterwards ``submit`` may also be called from other threads."""
 
-    def __init__(
-        self,
-        store: Store,
-        max_batch: int = 256,
-        max_delay_s: float = 0.05,
-        *,
-        retries: int = 3,
-        retry_delay_s: float = 0.2,
-        outage_s: float = DEFAULT_OUTAGE_S,
-        quiet_s: float | None = None,
-    ) -> None:
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        if max_delay_s < 0:
-            raise ValueError(f"max_delay_s must be >= 0, got {max_delay_s}")
-        if quiet_s is not None and quiet_s <= 0:
-            raise ValueError(f"quiet_s must be > 0 (or None: wait max_delay_s), got {quiet_s}")
-        self.store = store
-        self.max_batch = max_batch
-        self.max_delay_s = max_delay_s
-        self.retries = retries
-        self.retry_delay_s = retry_delay_s
-        self.outage_s = outage_s
-        self.quiet_s = quiet_s
-        self._last_submit = 0.0  # loop time of the last submit (for ``quiet_s``)
-        self.written = 0  # spans the store accepted
-        self.dropped = 0  # spans the store rejected (logged)
-        self._pending: list[Span | Callable[[], Span]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._has_items: asyncio.Event | None = None
-        self._waiter: asyncio.Future[None] | None = None  # the writer waiting for a batch (``_wait_for_batch``)
-        self._write_lock: asyncio.Lock | None = None
-        self._closed = False
+    store: Store
+    max_batch: int = 256
+    max_delay_s: float = 0.05
+    _: KW_ONLY
+    retries: int = 3
+    retry_delay_s: float = 0.2
+    outage_s: float = DEFAULT_OUTAGE_S
+    quiet_s: float | None = None
+    written: int = field(default=0, init=False)  # spans the store accepted
+    dropped: int = field(default=0, init=False)  # spans the store rejected (logged)
+    _last_submit: float = field(default=0.0, init=False)  # loop time of the last submit (for ``quiet_s``)
+    _pending: list[Span | Callable[[], Span]] = field(default_factory=list, init=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    _loop_thread: int | None = field(default=None, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _has_items: asyncio.Event | None = field(default=None, init=False)
+    #: the writer waiting for a batch (``_wait_for_batch``)
+    _waiter: asyncio.Future[None] | None = field(default=None, init=False)
+    _write_lock: asyncio.Lock | None = field(default=None, init=False)
+    _closed: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.max_delay_s < 0:
+            raise ValueError(f"max_delay_s must be >= 0, got {self.max_delay_s}")
+        if self.quiet_s is not None and self.quiet_s <= 0:
+            raise ValueError(f"quiet_s must be > 0 (or None: wait max_delay_s), got {self.quiet_s}")
 
     @property
     def pending(self) -> int:

@@ -1,10 +1,15 @@
-"""The proxy's error answers, in OpenAI's body shape, each one counted in ``failures``: a request it cannot
-read, a URL or method it does not serve, a backend with no call free (503, retried by OpenAI clients)."""
+"""The proxy's error answers, each one counted in ``failures``: a request it cannot read, a URL or method it
+does not serve, a backend with no call free (503, retried by OpenAI clients).
+
+They use OpenAI's body shape (``{"error": {"message", "type", "param", "code"}}``), which OpenAI's SDKs show as
+they are."""
 
 from __future__ import annotations
 
+import orjson
+
 from tether.proxy._http_server import Request, Response
-from tether.proxy._responses import error_response
+from tether.proxy._responses import JSON
 
 _ENDPOINTS = (
     "the proxy serves POST /r/{rollout_id}/{attempt_id}/v1/chat/completions and .../v1/responses (and both "
@@ -40,8 +45,10 @@ class ErrorAnswers:
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> Response:
+        """An OpenAI-shaped error answer."""
         self.failures += 1
-        return error_response(status, message, param=param, kind=kind, code=code, headers=headers)
+        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+        return Response(orjson.dumps(body), status, JSON, headers)
 
     def _unreadable(self, status: int, why: str) -> Response:
         """The answer to a request the HTTP server could not read (malformed, too large)."""

@@ -20,6 +20,7 @@ import http
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import cast
 from urllib.parse import unquote
 
@@ -83,30 +84,22 @@ class _BadRequest(Exception):
         self.status = status
 
 
+@dataclass(eq=False)
 class HttpServer:
     """Serve ``handler`` on ``host:port`` (0: a free port); ``port`` is the bound one once started."""
 
-    def __init__(
-        self,
-        handler: Handler,
-        on_error: OnError,
-        host: str,
-        port: int,
-        *,
-        max_body: int,
-        shutdown_timeout_s: float = 60.0,
-    ) -> None:
-        self.handler = handler
-        self.on_error = on_error
-        self.host = host
-        self.port = port
-        self.max_body = max_body
-        self.shutdown_timeout_s = shutdown_timeout_s
-        self._server: asyncio.Server | None = None
-        self._connections: set[_Connection] = set()
-        self._sweeper: asyncio.Task[None] | None = None
-        self._date = b""
-        self._date_second = -1
+    handler: Handler
+    on_error: OnError
+    host: str
+    port: int
+    _: KW_ONLY
+    max_body: int
+    shutdown_timeout_s: float = 60.0
+    _server: asyncio.Server | None = field(default=None, init=False)
+    _connections: set[_Connection] = field(default_factory=set, init=False)
+    _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
+    _date: bytes = field(default=b"", init=False)
+    _date_second: int = field(default=-1, init=False)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

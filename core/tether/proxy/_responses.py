@@ -1,8 +1,4 @@
-"""The proxy's answers: JSON bodies and OpenAI-shaped errors, as ``_http_server.Response``.
-
-Errors use OpenAI's body shape (``{"error": {"message", "type", "param", "code"}}``), which OpenAI's SDKs show
-as they are.
-"""
+"""The proxy's JSON answers, as ``_http_server.Response`` (its errors: ``tether.proxy._error_answers``)."""
 
 from __future__ import annotations
 
@@ -32,17 +28,3 @@ def models_list(backend: ModelBackend) -> Response:
     return json_response(
         {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "tether"}]}
     )
-
-
-def error_response(
-    status: int,
-    message: str,
-    *,
-    param: str | None = None,
-    kind: str = "invalid_request_error",
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    """An OpenAI-shaped error answer."""
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return Response(orjson.dumps(body), status, JSON, headers)

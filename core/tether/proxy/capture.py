@@ -8,6 +8,7 @@ span instead.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
@@ -89,22 +90,41 @@ def request_params(request: ChatRequest, stream: bool) -> spans.RequestParams:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """A call of an open attempt, as each of its spans names it."""
+
+    rollout_id: str
+    attempt_id: str
+    agent_name: str | None
+    call_id: str
+    raw_request: bytes  # the request as the backend was asked (a Responses API call's chat translation)
+    start_time: float
+
+    def span(self, name: str, attributes: dict[str, Any], end_time: float) -> Span:
+        return Span(
+            rollout_id=self.rollout_id,
+            attempt_id=self.attempt_id,
+            kind=SpanKind.LLM,
+            name=name,
+            agent_name=self.agent_name,
+            attributes=attributes,
+            start_time=self.start_time,
+            end_time=end_time,
+        )
+
+
 def llm_span(
+    call: RecordedCall,
     *,
-    rollout_id: str,
-    attempt_id: str,
-    agent_name: str | None,
-    call_id: str,
-    raw_request: bytes,
     params: spans.RequestParams,
     result: ChatResult,
     response_payload: bytes,
-    start_time: float,
     latency_ms: float,
 ) -> Span:
     """The ``llm`` span of one call. Messages are parsed again from the raw request and response bytes, so the
     span shares no object with the client, the backend or the response."""
-    sent = orjson.loads(raw_request)
+    sent = orjson.loads(call.raw_request)
     answered = orjson.loads(response_payload)
     # annotated literals: mypy checks them against the schema, at no run-time cost on the hot path
     choices: list[spans.ProxyChoice] = [
@@ -117,7 +137,7 @@ def llm_span(
         for c, out in zip(result.choices, answered["choices"], strict=True)
     ]
     attributes: spans.ProxyLLMAttributes = {
-        "call_id": call_id,
+        "call_id": call.call_id,
         "request": {
             "messages": sent["messages"],
             "tools": sent.get("tools"),
@@ -131,53 +151,29 @@ def llm_span(
         "token_ids_available": result.token_ids_available,
         "weights_version": result.weights_version,
     }
-    return Span(
-        rollout_id=rollout_id,
-        attempt_id=attempt_id,
-        kind=SpanKind.LLM,
-        name=spans.LLM_CALL,
-        agent_name=agent_name,
-        attributes=cast("dict[str, Any]", attributes),  # a TypedDict is a plain dict at run time
-        start_time=start_time,
-        end_time=start_time + latency_ms / 1000.0,
-    )
+    # (a TypedDict is a plain dict at run time)
+    return call.span(spans.LLM_CALL, cast("dict[str, Any]", attributes), call.start_time + latency_ms / 1000.0)
 
 
-def failed_call_span(
-    *,
-    rollout_id: str,
-    attempt_id: str,
-    agent_name: str | None,
-    call_id: str,
-    raw_request: bytes,
-    error: str,
-    status: int,
-    start_time: float,
+def failed_call_span(call: RecordedCall, error: str, status: int, raw_request: bytes | None = None) -> Span:
+    """The ``LLM_CALL_FAILED`` span of a call the model backend failed (or the proxy refused): what was asked
+    (``raw_request`` in place of the call's own, when given) and what the agent was answered."""
+    sent = orjson.loads(raw_request if raw_request is not None else call.raw_request)
+    attributes = {
+        "call_id": call.call_id,
+        "request": {"messages": sent.get("messages"), "tools": sent.get("tools")},
+        spans.ERROR: error,
+        "status": status,
+    }
+    return call.span(spans.LLM_CALL_FAILED, attributes, time.time())
+
+
+def call_span(
+    call: RecordedCall, policy: str | None, replaced: tuple[Replacement, list[int]] | None, **fields: Any
 ) -> Span:
-    """The ``LLM_CALL_FAILED`` span of a call the model backend failed: what was asked and what the agent was
-    answered."""
-    sent = orjson.loads(raw_request)
-    return Span(
-        rollout_id=rollout_id,
-        attempt_id=attempt_id,
-        kind=SpanKind.LLM,
-        name=spans.LLM_CALL_FAILED,
-        agent_name=agent_name,
-        attributes={
-            "call_id": call_id,
-            "request": {"messages": sent.get("messages"), "tools": sent.get("tools")},
-            spans.ERROR: error,
-            "status": status,
-        },
-        start_time=start_time,
-        end_time=time.time(),
-    )
-
-
-def call_span(policy: str | None, replaced: tuple[Replacement, list[int]] | None, **fields: Any) -> Span:
     """The ``llm`` span of an answered call (``llm_span``'s ``fields``), with its policy and replaced system
     message marked."""
-    span = llm_span(**fields)
+    span = llm_span(call, **fields)
     if policy is not None:
         span.attributes[spans.POLICY] = policy
     if replaced is not None:

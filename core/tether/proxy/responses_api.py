@@ -3,9 +3,9 @@
 An agent written for the Responses API (the openai SDK's ``client.responses.create``, the Agents SDK's default
 model, LangChain's ``use_responses_api=True``) reaches the same backends through the proxy, and is recorded as the
 same ``llm`` span and transition, token ids and sub-agent name included: ``chat_body`` turns the request into a
-chat-completions body (the proxy validates and records that body), and ``response_object`` turns the
-``chat.completion`` the backend's answer becomes into a ``response`` object (``tether.proxy.responses_stream``
-streams it as the API's semantic events).
+chat-completions body (the proxy validates and records that body; ``read_call`` reads either kind of call),
+and ``response_object`` turns the ``chat.completion`` the backend's answer becomes into a ``response`` object
+(``tether.proxy.responses_stream`` streams it as the API's semantic events).
 
 What translates:
 
@@ -31,8 +31,9 @@ from typing import Any
 
 import orjson
 
+from tether.models.base import ChatRequest
 from tether.proxy._http_server import Response
-from tether.proxy.request import InvalidRequest
+from tether.proxy.request import InvalidRequest, parse_chat_request
 from tether.proxy.responses_stream import sse_body
 
 #: request keys that need a response stored by the server: refused, with the fix
@@ -46,6 +47,22 @@ _SEND_INPUT = "send the whole conversation as `input` items instead (as with sto
 _SAME = ("model", "temperature", "top_p", "stream", "tool_choice", "parallel_tool_calls", "seed")
 _MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+def read_call(raw: bytes, responses: bool) -> tuple[Any, bytes, ChatRequest, bool]:
+    """A call's request as sent, the bytes of the chat body the backend is asked (a Responses API call's
+    translation when ``responses``), its ``ChatRequest`` and whether it streams; ``InvalidRequest`` for a
+    request that is not one."""
+    try:
+        asked = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON ({exc})") from None
+    body = asked
+    if responses:
+        body = chat_body(asked)
+        raw = orjson.dumps(body)
+    chat, stream = parse_chat_request(body)
+    return asked, raw, chat, stream
 
 
 def chat_body(body: Any) -> dict[str, Any]:

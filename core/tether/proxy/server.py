@@ -41,25 +41,33 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import orjson
 
 from tether._net import check_bind, refusal, unbracket
-from tether._seeds import derive_seed
 from tether._slots import Slots
 from tether.capture.context import AGENT_HEADER, CALL_ID_HEADER, TOKEN_HEADER, decode_agent_header
 from tether.capture.span_batcher import SpanBatcher
-from tether.models.base import BackendError, BadRequest, ModelBackend
+from tether.models.base import BackendError, BadRequest, ChatRequest, ChatResult, ModelBackend
 from tether.policies import PolicyMap
 from tether.proxy import responses_api
+from tether.proxy._attempts import OpenAttempt
 from tether.proxy._error_answers import ErrorAnswers
 from tether.proxy._http_server import HttpServer, Request, Response
 from tether.proxy._responses import JSON, MAX_BODY, models_list
-from tether.proxy.capture import call_span, completion_json, failed_call_span, request_params, span_size
-from tether.proxy.request import InvalidRequest, parse_chat_request
+from tether.proxy.capture import (
+    RecordedCall,
+    call_span,
+    completion_json,
+    failed_call_span,
+    request_params,
+    span_size,
+)
+from tether.proxy.request import InvalidRequest
 from tether.proxy.sse import sse_body
-from tether.proxy.system_messages import Rule, swap_in
+from tether.proxy.system_messages import Replacement, Rule
 from tether.types import new_id
 
 log = logging.getLogger(__name__)
@@ -68,9 +76,6 @@ log = logging.getLogger(__name__)
 #: store's default 32 MiB request cap, with room for JSON's overhead
 DEFAULT_MAX_SPAN_BYTES = 24 * 1024 * 1024
 _TRUNCATED = orjson.dumps({"messages": [{"role": "user", "content": "[not recorded: the request was too large]"}]})
-#: the sampling parameters an attempt's ``sampling`` overrides in each request (greedy evaluation, the
-#: training temperature); others in the mapping are ignored
-_SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
 #: ``refusal`` depends on its arguments only, and a proxy's clients send the same few hosts and types
 _refusal = functools.lru_cache(maxsize=256)(refusal)
 _CALL_ID = CALL_ID_HEADER.lower()
@@ -80,6 +85,7 @@ _SSE_HEADERS = {"Cache-Control": "no-cache"}
 _CALLS = ("/v1/chat/completions", "/v1/responses")
 
 
+@dataclass(eq=False)
 class ProxyServer(ErrorAnswers):
     """Serve ``backend`` on ``host:port`` (0: a free port); each call of an open attempt becomes a span
     submitted to ``batcher``.
@@ -98,44 +104,30 @@ class ProxyServer(ErrorAnswers):
     (``X-Tether-Token`` or ``Authorization: Bearer``) or gets 401.
     """
 
-    def __init__(
-        self,
-        backend: ModelBackend,
-        *,
-        batcher: SpanBatcher,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        close_backend: bool = False,
-        policies: PolicyMap | None = None,
-        max_concurrent_calls: int = 512,
-        queue_timeout_s: float = 10.0,
-        max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
-        token: str | None = None,
-    ) -> None:
-        check_bind(unbracket(host), token, "the proxy", "Pass ProxyServer(token=<secret>)")
-        if max_concurrent_calls < 1:
-            raise ValueError(f"max_concurrent_calls must be >= 1, got {max_concurrent_calls}")
-        self.backend = backend
-        self.policies = policies
-        self.batcher = batcher
-        self.host = host
-        self.port = port
-        self.close_backend = close_backend
-        self.token = token or None
-        self._bearer = f"Bearer {token}".encode() if token else b""
-        self.calls = 0  # successful recorded calls
-        self.failures = 0  # calls answered with an error
-        self._server: HttpServer | None = None
-        #: the open attempts, (rollout id, attempt id) -> the sampling overrides of their calls
-        self._attempts: dict[tuple[str, str], dict[str, Any]] = {}
-        #: the open attempts' calls so far (a seeded attempt's n-th call samples with a seed derived from n)
-        self._calls: dict[tuple[str, str], int] = {}
-        #: the open attempts' system-message replacements by sub-agent (``tether.proxy.system_messages``)
-        self._system_messages: dict[tuple[str, str], Rule] = {}
-        self.max_concurrent_calls = max_concurrent_calls
-        self.queue_timeout_s = queue_timeout_s
-        self.max_span_bytes = max_span_bytes
-        self._upstream = Slots(max_concurrent_calls)
+    backend: ModelBackend
+    _: KW_ONLY
+    batcher: SpanBatcher
+    host: str = "127.0.0.1"
+    port: int = 0
+    close_backend: bool = False
+    policies: PolicyMap | None = None
+    max_concurrent_calls: int = 512
+    queue_timeout_s: float = 10.0
+    max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES
+    token: str | None = None
+    calls: int = field(default=0, init=False)  # successful recorded calls
+    failures: int = field(default=0, init=False)  # calls answered with an error
+    _server: HttpServer | None = field(default=None, init=False)
+    #: the open attempts by (rollout id, attempt id): what each changes in its calls
+    _attempts: dict[tuple[str, str], OpenAttempt] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        check_bind(unbracket(self.host), self.token, "the proxy", "Pass ProxyServer(token=<secret>)")
+        if self.max_concurrent_calls < 1:
+            raise ValueError(f"max_concurrent_calls must be >= 1, got {self.max_concurrent_calls}")
+        self.token = self.token or None
+        self._bearer = f"Bearer {self.token}".encode() if self.token else b""
+        self._upstream = Slots(self.max_concurrent_calls)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -183,16 +175,11 @@ class ProxyServer(ErrorAnswers):
         if key in self._attempts:
             raise ValueError(f"attempt {attempt_id!r} of rollout {rollout_id!r} is already open on this proxy")
         url = f"{self.url}/r/{rollout_id}/{attempt_id}/v1"
-        self._attempts[key] = {k: sampling[k] for k in _SAMPLING_KEYS if sampling and sampling.get(k) is not None}
-        self._calls[key] = 0
-        if system_messages:
-            self._system_messages[key] = dict(system_messages)
+        self._attempts[key] = OpenAttempt.of(sampling, system_messages)
         try:
             yield url
         finally:
             self._attempts.pop(key, None)
-            self._calls.pop(key, None)
-            self._system_messages.pop(key, None)
 
     async def flush(self) -> None:
         """Return when every call answered so far is in the store."""
@@ -239,14 +226,14 @@ class ProxyServer(ErrorAnswers):
                 code="unauthorized",
             )
         key: tuple[str, str] | None = None
-        sampling: dict[str, Any] | None = None
+        attempt: OpenAttempt | None = None
         if path.startswith("/r/"):
             parts = path.split("/", 4)  # "", "r", rid, aid, rest
             if len(parts) < 5 or not parts[2] or not parts[3]:
                 return self._unknown(request, "the URL names no rollout or attempt")
             key, path = (parts[2], parts[3]), "/" + parts[4]
-            sampling = self._attempts.get(key)
-            if sampling is None:
+            attempt = self._attempts.get(key)
+            if attempt is None:
                 return self._error(
                     404,
                     f"attempt {key[1]!r} of rollout {key[0]!r} is not open on this proxy: its calls are served "
@@ -257,7 +244,7 @@ class ProxyServer(ErrorAnswers):
         if path in _CALLS:
             if method != "POST":
                 return self._not_allowed(request, "POST")
-            return await self._chat(request, key, sampling, responses=path == "/v1/responses")
+            return await self._chat(request, key, attempt, responses=path == "/v1/responses")
         if path == "/v1/models" or (path == "/health" and key is None):
             if method not in ("GET", "HEAD"):
                 return self._not_allowed(request, "GET,HEAD")
@@ -275,40 +262,49 @@ class ProxyServer(ErrorAnswers):
         return hmac.compare_digest(bearer, self._bearer)
 
     async def _chat(
-        self, request: Request, key: tuple[str, str] | None, sampling: dict[str, Any] | None, responses: bool
+        self, request: Request, key: tuple[str, str] | None, attempt: OpenAttempt | None, responses: bool
     ) -> Response:
-        """Answer one call; ``key`` (rollout id, attempt id) and its ``sampling`` when the call is recorded.
+        """Answer one call; ``key`` (rollout id, attempt id) and its open ``attempt`` when the call is recorded.
         A Responses API call (``responses``) is answered and recorded as the chat call it translates to."""
         start_time = time.time()
         started = time.perf_counter()
-        raw = request.body
         try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            return self._error(400, f"the request body is not valid JSON ({exc})")
-        asked = body
-        try:
-            if responses:
-                body = responses_api.chat_body(asked)
-                raw = orjson.dumps(body)
-            chat, stream = parse_chat_request(body)
+            asked, raw, chat, stream = responses_api.read_call(request.body, responses)
         except InvalidRequest as exc:
             return self._error(400, str(exc), param=exc.param)
-        if sampling:
-            for name, value in sampling.items():
-                setattr(chat, name, value)
-            if key is not None and "seed" in sampling:  # each call its own seed: the attempt's and its index
-                index = self._calls.get(key, 0)
-                self._calls[key] = index + 1
-                chat.seed = derive_seed(sampling["seed"], index)
         call_id = request.headers.get(_CALL_ID) or new_id("call")
         agent_name = decode_agent_header(request.headers.get(_AGENT))
+        replaced = attempt.prepare(chat, agent_name) if attempt is not None else None
         policy: str | None = None
         if self.policies is not None:
             policy = self.policies.policy_of(agent_name)
             if not self.policies.shared:
                 chat.policy = policy
-        replaced = swap_in(self._system_messages.get(key) if key is not None else None, agent_name, chat)
+        call = RecordedCall(key[0], key[1], agent_name, call_id, raw, start_time) if key is not None else None
+        answered = await self._ask(chat, call_id)
+        if isinstance(answered, Response):  # no call free: never reached the backend, not recorded
+            return answered
+        if isinstance(answered, _Failure):
+            if call is not None:  # on record, so a rollout without transitions says why
+                self.batcher.submit(failed_call_span(call, answered.message, answered.status))
+            return self._error(answered.status, answered.message, kind=answered.kind)
+        result, completion, payload = answered
+        if call is not None:
+            latency_ms = (time.perf_counter() - started) * 1000.0
+            refused = self._record(call, policy, replaced, chat, stream, result, payload, latency_ms)
+            if refused is not None:
+                return refused
+        if responses:
+            return responses_api.answer(asked, completion, call_id, stream)
+        if stream:
+            return Response(sse_body(completion), content_type="text/event-stream", headers=_SSE_HEADERS)
+        return Response(payload, content_type=JSON)
+
+    async def _ask(
+        self, chat: ChatRequest, call_id: str
+    ) -> tuple[ChatResult, dict[str, Any], bytes] | _Failure | Response:
+        """The backend's answer (the result, its completion object and that object's JSON), or why it failed;
+        the 503 answer when no call was free within ``queue_timeout_s``."""
         if not self._upstream.try_take():  # all taken: wait for one, for at most queue_timeout_s
             try:
                 async with asyncio.timeout(self.queue_timeout_s):
@@ -318,36 +314,32 @@ class ProxyServer(ErrorAnswers):
         try:
             result = await self.backend.chat(chat)
             completion = completion_json(result, f"chatcmpl-{call_id}", bool(chat.extra.get("logprobs")))
-            payload = orjson.dumps(completion)
+            return result, completion, orjson.dumps(completion)
         except BadRequest as exc:
-            status, message, kind = 400, f"the model backend rejected the request: {exc}", "invalid_request_error"
+            return _Failure(400, f"the model backend rejected the request: {exc}", "invalid_request_error")
         except BackendError as exc:
-            status, message, kind = 502, f"the model backend failed: {exc}", "upstream_error"
+            return _Failure(502, f"the model backend failed: {exc}", "upstream_error")
         except Exception as exc:
             log.exception("model backend %s raised", type(self.backend).__name__)
-            status, message, kind = 502, f"the model backend raised {type(exc).__name__}: {exc}", "upstream_error"
-        else:
-            status = 200
+            return _Failure(502, f"the model backend raised {type(exc).__name__}: {exc}", "upstream_error")
         finally:
             self._upstream.give()
-        if status != 200:
-            if key is not None:  # on record, so a rollout without transitions says why
-                self.batcher.submit(
-                    failed_call_span(
-                        rollout_id=key[0],
-                        attempt_id=key[1],
-                        agent_name=agent_name,
-                        call_id=call_id,
-                        raw_request=raw,
-                        error=message,
-                        status=status,
-                        start_time=start_time,
-                    )
-                )
-            return self._error(status, message, kind=kind)
-        latency_ms = (time.perf_counter() - started) * 1000.0
-        size = span_size(raw, payload, result) if key is not None else 0
-        if key is not None and size > self.max_span_bytes:
+
+    def _record(
+        self,
+        call: RecordedCall,
+        policy: str | None,
+        replaced: tuple[Replacement, list[int]] | None,
+        chat: ChatRequest,
+        stream: bool,
+        result: ChatResult,
+        payload: bytes,
+        latency_ms: float,
+    ) -> Response | None:
+        """Submit the span of an answered call; or, when it would be over ``max_span_bytes``, a failed-call
+        span and the 413 the agent gets instead of the answer."""
+        size = span_size(call.raw_request, payload, result)
+        if size > self.max_span_bytes:
             # its span would be refused by the store (an HTTP store takes 32 MiB a request): the agent would
             # get an answer whose transition silently vanishes. Refuse the call instead, on record.
             message = (
@@ -356,34 +348,29 @@ class ProxyServer(ErrorAnswers):
                 "transition could not be stored. Send less context per call, or raise max_span_bytes if the store "
                 "takes bigger requests (tether store serve --max-body-mb)"
             )
-            self.batcher.submit(
-                failed_call_span(
-                    rollout_id=key[0], attempt_id=key[1], agent_name=agent_name, call_id=call_id,
-                    raw_request=_TRUNCATED, error=message, status=413, start_time=start_time,
-                )
-            )  # fmt: skip
+            self.batcher.submit(failed_call_span(call, message, 413, raw_request=_TRUNCATED))
             return self._error(413, message, code="record_too_large")
-        if key is not None:  # built when its batch is written: off the path of this answer and the next ones
-            self.batcher.submit_deferred(
-                functools.partial(
-                    call_span,
-                    policy,
-                    replaced,
-                    rollout_id=key[0],
-                    attempt_id=key[1],
-                    agent_name=agent_name,
-                    call_id=call_id,
-                    raw_request=raw,
-                    params=request_params(chat, stream),  # not ``chat``: its messages need not stay alive
-                    result=result,
-                    response_payload=payload,
-                    start_time=start_time,
-                    latency_ms=latency_ms,
-                )
+        # built when its batch is written: off the path of this answer and the next ones
+        self.batcher.submit_deferred(
+            functools.partial(
+                call_span,
+                call,
+                policy,
+                replaced,
+                params=request_params(chat, stream),  # not ``chat``: its messages need not stay alive
+                result=result,
+                response_payload=payload,
+                latency_ms=latency_ms,
             )
-            self.calls += 1
-        if responses:
-            return responses_api.answer(asked, completion, call_id, stream)
-        if stream:
-            return Response(sse_body(completion), content_type="text/event-stream", headers=_SSE_HEADERS)
-        return Response(payload, content_type=JSON)
+        )
+        self.calls += 1
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """A call the backend did not answer: the status, message and error type of the agent's answer."""
+
+    status: int
+    message: str
+    kind: str

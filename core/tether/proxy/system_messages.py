@@ -2,13 +2,13 @@
 
 For an agent that does not read its prompts from resources, ``tether.APO(system_message_of="check_query")``
 takes the exact system message that sub-agent sends (captured from a first batch of rollouts) as its starting
-template, and each candidate rides in a resources version as two prompt templates:
+template, and each candidate rides in a resources version as one prompt template (named
+``system_message[check_query]``, a label only) whose rule is data: ``PromptTemplate.system_message_of`` (the
+sub-agent) and ``PromptTemplate.replaces`` (the captured text, never rewritten), which a rewrite keeps
+(``dataclasses.replace``), so the rule is exact.
 
-- ``system_message[check_query]``: the candidate (the one APO rewrites), and
-- ``system_message[check_query].captured``: the captured text (never rewritten), so the rule is exact.
-
-Both are f-string templates without placeholders: the text's own braces are doubled (``escape``), so
-``template.format()`` gives the text back. The runner reads the rule of a rollout's resources (``rule_of``) and
+The template has no placeholders: the text's own braces are doubled (``escape``), so ``template.format()``
+gives the text back. The runner reads the rule of a rollout's resources (``rule_of``, from those fields) and
 opens the attempt on the proxy with it; the proxy replaces, in that sub-agent's calls only, a system message
 equal to the captured text with the candidate (``replace``), before the model sees the request. Calls whose
 system message differs, and other sub-agents' calls, are left alone. The proxy's span records the messages
@@ -30,8 +30,6 @@ from tether.types import PromptTemplate, Span
 if TYPE_CHECKING:
     from tether.models.base import ChatRequest
 
-_PREFIX = "system_message["
-_CAPTURED = "].captured"
 _ROLES = ("system", "developer")
 
 
@@ -49,17 +47,8 @@ Rule = Mapping[str, Replacement]
 
 
 def prompt_name(agent: str) -> str:
-    """The resources prompt name of ``agent``'s system-message candidate."""
-    return f"{_PREFIX}{agent}]"
-
-
-def captured_name(agent: str) -> str:
-    """The resources prompt name of ``agent``'s captured system message (never rewritten)."""
-    return f"{_PREFIX}{agent}{_CAPTURED}"
-
-
-def is_captured(name: str) -> bool:
-    return name.startswith(_PREFIX) and name.endswith(_CAPTURED)
+    """The name (a label: the rule is in the template's fields) of ``agent``'s system-message template."""
+    return f"system_message[{agent}]"
 
 
 def escape(text: str) -> PromptTemplate:
@@ -68,24 +57,23 @@ def escape(text: str) -> PromptTemplate:
 
 
 def templates(agent: str, captured: str) -> dict[str, PromptTemplate]:
-    """The two prompt templates that start the search of ``agent``'s system message."""
-    return {prompt_name(agent): escape(captured), captured_name(agent): escape(captured)}
+    """The template that starts the search of ``agent``'s system message: the captured text, as the rule's
+    original and as the first candidate."""
+    start = escape(captured)
+    return {prompt_name(agent): PromptTemplate(start.template, system_message_of=agent, replaces=captured)}
 
 
 def rule_of(prompts: Mapping[str, PromptTemplate]) -> dict[str, Replacement]:
-    """The replacements a resources version asks for (empty when it has no system-message candidate); a
+    """The replacements a resources version asks for (empty when it has no system-message template); a
     candidate equal to the captured text is left out (nothing to replace)."""
     rule: dict[str, Replacement] = {}
     for name, template in prompts.items():
-        if not is_captured(name):
+        agent, original = template.system_message_of, template.replaces
+        if agent is None or original is None:
             continue
-        agent = name[len(_PREFIX) : -len(_CAPTURED)]
-        candidate = prompts.get(prompt_name(agent))
-        if candidate is None:
-            continue
-        original, text = template.format(), candidate.format()
+        text = template.format()
         if text != original:
-            rule[agent] = Replacement(original, text, prompt_name(agent))
+            rule[agent] = Replacement(original, text, name)
     return rule
 
 

@@ -8,8 +8,8 @@ sink sees the current rollout; events outside any rollout are ignored before any
 
 - ``llm`` (one per chat-model call): ``request.messages`` as the OpenAI chat completions API receives them
   (``openai_messages``, deep-copied), ``request.model``, and ``response`` (the assistant message) or ``error``.
-  The proxy's span of the same call is the one with token ids; transitions use this one only to fill in a
-  missing agent name, matching on the request messages.
+  The proxy's span of the same call is the one with token ids and the agent name (from the request header);
+  this one is for inspection.
 - ``tool``: ``tool.name``, ``tool.arguments``, ``tool.call_id`` and ``tool.result`` or ``tool.error``.
   LangChain fires ``on_tool_error`` even when a tool node turns the exception into a ``ToolMessage`` and the run
   carries on, so an error span does not mean the rollout failed. Each tool run yields at most one span.

@@ -14,7 +14,7 @@ What a rollout's spans become:
 - ``GenerationSpanData`` → ``llm`` span ``openai_agents.generation``: ``request.messages`` (the chat
   completions messages exactly as sent, system instructions first), ``request.model``, ``response`` (the
   assistant message), ``usage`` and ``error`` when the call failed. The proxy's span of the same call holds
-  the token ids; this one names the agent (transitions match the two on the request messages).
+  the token ids and, from the request header, the agent (see below); this one is for inspection.
 - ``FunctionSpanData`` → ``tool`` span: ``tool.name``, ``tool.arguments`` (parsed JSON, or the raw text),
   ``tool.result`` or ``tool.error``. The SDK turns a tool's exception into a message to the model and
   redacts its text on the span (0.24); ``tool.error`` is the exception (``"ZeroDivisionError: division by

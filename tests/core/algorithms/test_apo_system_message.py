@@ -6,6 +6,7 @@ fake OpenAI servers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,7 @@ async def test_the_candidate_reaches_only_that_sub_agents_calls_and_the_better_o
     assert BETTER.format() in check and WORSE in check and CHECK_SYSTEM in check  # start, then candidates
     # the optimizer saw the exact captured text as an escaped template, and never the captured copy's name
     assert system_messages.escape(CHECK_SYSTEM).template in optimizer.rewrite_requests[0]
-    assert system_messages.captured_name("check") not in optimizer.critiques[0]
+    assert optimizer.critiques[0].count("Template ") == 1  # one template: its rule (the original) is data
 
     store = open_store(f"sqlite:///{tmp_path / 'apo' / 'store.db'}")
     try:
@@ -163,7 +164,8 @@ async def test_spans_and_transitions_hold_what_the_model_saw(tmp_path: Path) -> 
         trainer = tether.Trainer(model=agent_llm.base_url, progress=False)
         async with trainer.session(tether.wrap(agent, reward=reward)) as session:
             prompts = system_messages.templates("check", CHECK_SYSTEM)
-            prompts[system_messages.prompt_name("check")] = PromptTemplate(BETTER)
+            name = system_messages.prompt_name("check")
+            prompts[name] = dataclasses.replace(prompts[name], template=BETTER)  # a rewrite keeps the rule
             batch = await session.run_batch(TASKS, mode=Mode.VAL, prompts=prompts, harvest=False)
     assert batch.mean_reward == 1.0  # the model answered under the candidate
     for result in batch.results:
@@ -187,9 +189,14 @@ def test_system_message_of_excludes_templates() -> None:
 def test_replace_is_exact_and_templates_round_trip() -> None:
     prompts = system_messages.templates("check", CHECK_SYSTEM)
     assert system_messages.rule_of(prompts) == {}  # the start replaces nothing
-    prompts[system_messages.prompt_name("check")] = PromptTemplate(BETTER)
+    name = system_messages.prompt_name("check")
+    assert system_messages.rule_of({name: PromptTemplate(BETTER)}) == {}  # no rule in its fields: none by name
+    prompts[name] = dataclasses.replace(prompts[name], template=BETTER)
     (replacement,) = system_messages.rule_of(prompts).values()
     assert (replacement.original, replacement.text) == (CHECK_SYSTEM, BETTER.format())
+    # the rule travels as data through a store's JSON (and the HTTP store's wire)
+    assert PromptTemplate.from_dict(prompts[name].to_dict()) == prompts[name]
+    assert PromptTemplate(BETTER).to_dict() == {"template": BETTER, "engine": "f-string"}
     parts = [{"type": "text", "text": "You check a draft answer. "}, {"type": "text", "text": CHECK_SYSTEM[26:]}]
     messages = [{"role": "system", "content": parts}, {"role": "user", "content": CHECK_SYSTEM}]
     swapped = system_messages.replace(messages, replacement)

@@ -329,6 +329,30 @@ async def test_runner_sends_the_sampling_once_and_leaves_the_batcher_to_its_owne
     assert len(await store.get_spans(attempt.attempt_id)) == 3
 
 
+async def test_the_runner_alone_decides_the_url_each_rollout_calls() -> None:
+    """A published resources version names no URL; each rollout's agent gets an endpoint at its attempt's URL
+    (with the version's sampling), and only that rollout's calls reach it."""
+    urls: dict[str, str] = {}
+
+    async def run(agent: dict[str, Any], task: Any, resources: Resources) -> Any:
+        assert resources.llm is not None and resources.llm.sampling["temperature"] == 0.5
+        urls[str(task)] = resources.llm.base_url
+        return await _DictAgentAdapter().run(agent, task, resources)
+
+    agent = tether.wrap({"name": "a", "calls": 1}, reward=lambda t, o: 1.0, run=run)
+    async with FakeLLM(handler=_echo) as llm:
+        trainer = tether.Trainer(model=llm.base_url, progress=False)
+        async with trainer.session(agent, trains=False) as session:
+            batch = await session.run_batch(["x", "y"], sampling={"temperature": 0.5}, harvest=False)
+            published = await session.store.get_resources()
+            proxy_url = session.proxy.url
+    assert published is not None and published.llm is not None and published.llm.base_url == ""
+    assert batch.failed == 0 and len(batch.results) == 2
+    for result in batch.results:
+        attempt = result.spans[0].attempt_id
+        assert urls[result.rollout.input] == f"{proxy_url}/r/{result.rollout.rollout_id}/{attempt}/v1"
+
+
 async def _run_until_idle(
     store: Store,
     agent: WrappedAgent,

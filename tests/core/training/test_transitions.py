@@ -98,11 +98,14 @@ def test_optimize_marks_only_named_agents_trainable() -> None:
     assert [t.trainable for t in report.transitions] == [True, False, False]
 
 
-def test_adapter_llm_span_fills_a_missing_agent_name_by_request() -> None:
+def test_a_call_is_named_by_the_proxy_span_alone() -> None:
+    # the name comes from one place (the proxy's span, from the request header): an adapter's own span of the
+    # same request names no transition, and only counts its sub-agent as seen
     messages = [{"role": "user", "content": "exact request"}]
     adapter_span = _span(0, SpanKind.LLM, spans.adapter_llm_attributes(messages, model="m"), agent="planner")
-    report = build_transitions(_rollout(), [adapter_span, _llm(1, None, messages=messages)])
-    assert report.transitions[0].agent_name == "planner"
+    report = build_transitions(_rollout(), [adapter_span, _llm(1, None, messages=messages), _llm(2, "writer")])
+    assert [t.agent_name for t in report.transitions] == [None, "writer"]
+    assert report.agent_names == {"planner", "writer"}
 
 
 def test_rewards_emitted_after_each_call_are_recorded_on_it() -> None:

@@ -137,9 +137,13 @@ def test_optimize_names_are_checked_after_the_first_rollouts(warm_start: Path, t
         _trainer(warm_start, tmp_path, steps=1).fit(nobody, train=_tasks(4), preflight=False)
     # a name on a path the first rollouts did not take is a warning; the named agent that was seen trains
     partly = tether.wrap(pick_letter, reward=reward, optimize=["pick_letter", "ghost"])
-    with pytest.warns(UserWarning, match=r"sub-agent 'ghost' in optimize= made no LLM call in \d+ rollouts"):
+    with pytest.warns(
+        UserWarning, match=r"sub-agent 'ghost' in optimize= made no LLM call in \d+ rollouts"
+    ) as caught:
         result = _trainer(warm_start, tmp_path, steps=1, eval_every=1).fit(partly, train=_tasks(4))
     assert result.history[-1]["kind"] == "train"
+    notes = [str(w.message) for w in caught if "'ghost'" in str(w.message)]
+    assert len(notes) == 1 and notes[0].startswith("preflight: "), notes  # the run's one check: the preflight's
 
 
 class _RecordingGRPO(tether.GRPO):

@@ -41,7 +41,7 @@ from tether.training.run.run_dir import RunDir
 from tether.training.signal.batch import Batch
 from tether.training.signal.credit import CreditStats
 from tether.training.signal.kv_metrics import kv_metrics, kv_stats
-from tether.training.signal.transitions import unknown_optimize_names
+from tether.training.signal.transitions import check_optimize_names
 from tether.types import Mode, PromptTemplate, Task, Transition
 
 T = TypeVar("T")
@@ -323,14 +323,14 @@ class Loop:
         )
 
     def _check_wiring(self, batch: Batch) -> None:
-        optimize = self.session.agent.optimize
-        names = batch.agent_names
-        unknown = unknown_optimize_names(optimize, names)
-        if unknown and optimize is not None and not (optimize & names):
-            raise ValueError(f"{unknown}; nothing would be trained")
-        if unknown:  # a sub-agent on a path the first rollouts did not take (a conditional node): say so
-            partly = unknown_optimize_names(optimize, names, rollouts=len(batch.results))
-            warnings.warn_explicit(f"the first training batch: {partly}", UserWarning, "tether.fit", 0)
+        session = self.session
+        if not session.names_checked:  # (the preflight checks them, unless it was skipped)
+            session.names_checked = True
+            check = check_optimize_names(session.agent.optimize, batch.agent_names, len(batch.results))
+            if check is not None and check.nothing_trained:
+                raise ValueError(f"{check.unknown}; nothing would be trained")
+            if check is not None:  # a sub-agent on a path the first rollouts did not take (a conditional node)
+                warnings.warn_explicit(f"the first training batch: {check.sampled}", UserWarning, "tether.fit", 0)
         if batch.results and not batch.transitions:
             problems = "; ".join(dict.fromkeys(batch.problems)) or "no LLM call was captured"
             raise RuntimeError(f"the first training rollouts produced no transitions: {problems}")

@@ -71,6 +71,8 @@ _LLM_FIELDS: _Schema = {
 _PROMPT_FIELDS: _Schema = {
     "template": ((str,), True),
     "engine": ((str,), False),
+    "system_message_of": ((str, type(None)), False),
+    "replaces": ((str, type(None)), False),
 }
 
 

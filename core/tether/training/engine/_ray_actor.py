@@ -10,6 +10,7 @@ trainer's process, so an attempt's spans reach the store in the order they happe
 from __future__ import annotations
 
 import asyncio
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from tether.capture.span_batcher import PROXY_QUIET_S, SpanBatcher
@@ -20,26 +21,18 @@ from tether.store import open_store
 from tether.training.engine.runner import Runner
 
 
+@dataclass(eq=False)
 class RunnerActor:
     """Runs rollouts of ``agent`` from the store at ``store_url``, its model served at ``backend_url``."""
 
-    def __init__(
-        self,
-        agent: WrappedAgent,
-        *,
-        store_url: str,
-        backend_url: str,
-        worker_id: str,
-        concurrency: int,
-        poll_s: float,
-    ) -> None:
-        self.agent = agent
-        self.store_url = store_url
-        self.backend_url = backend_url
-        self.worker_id = worker_id
-        self.concurrency = concurrency
-        self.poll_s = poll_s
-        self._stop = asyncio.Event()
+    agent: WrappedAgent
+    _: KW_ONLY
+    store_url: str
+    backend_url: str
+    worker_id: str
+    concurrency: int
+    poll_s: float
+    _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     async def ready(self) -> str:
         return self.worker_id

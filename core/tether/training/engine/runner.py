@@ -2,7 +2,8 @@
 
 For each rollout it opens an attempt (``dequeue``), opens it on the proxy (``proxy.attempt``, with the
 sampling of the rollout's resources) and scopes the model endpoint to that attempt's URL (holding the openai
-SDK's endpoint redirect, ``tether.capture.redirect``, when the SDK is installed), enters every plugin's
+SDK's endpoint redirect, ``tether.capture.redirect``, when the SDK is installed); the agent's resources get an
+endpoint at that URL (the runner alone decides it: a published resources version names none), enters every plugin's
 ``rollout_context``, runs the adapter (or the user's ``run=``), scores the output, and records the
 outcome — output and reward, or the error with its traceback. A run past the rollout's
 ``timeout_s`` is cancelled and its attempt ends ``timeout`` through the store's own sweep
@@ -31,7 +32,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether import spans
@@ -69,6 +70,7 @@ class RunnerStats:
     failed: int = 0
 
 
+@dataclass(eq=False)
 class Runner:
     """Runs rollouts of one wrapped agent from ``store``, at most ``concurrency`` at a time, their model
     calls served by ``proxy``; adapters' spans go to ``batcher`` (the proxy's). A store that fails (busy,
@@ -80,42 +82,31 @@ class Runner:
     exit), then ``await run_until_idle()`` or ``await serve(stop_event)``.
     """
 
-    def __init__(
-        self,
-        agent: WrappedAgent,
-        store: Store,
-        proxy: ProxyServer,
-        *,
-        batcher: SpanBatcher,
-        concurrency: int = 4,
-        worker_id: str | None = None,
-        poll_s: float = 0.02,
-        store_patience_s: float = 30.0,
-        outage_s: float = DEFAULT_OUTAGE_S,
-        gate: GroupGate | None = None,
-    ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.agent = agent
-        self.store = store
-        self.proxy = proxy
-        self.batcher = batcher
-        self.concurrency = concurrency
-        self.worker_id = worker_id or f"runner-{uuid.uuid4().hex[:8]}"
-        self.poll_s = poll_s
-        self.store_patience_s = store_patience_s  # how long a store that refuses every dequeue is retried
-        self.outage_s = outage_s  # how long ending an attempt is retried while the store fails
-        self.stats = RunnerStats()
-        #: where a group reward's rollouts wait for their group (``tether.training.engine.group_gate``)
-        self.gate = gate
-        self._parked = 0  # rollouts waiting there: they hold no runner slot
-        self.sink: RolloutSink | None = None
-        self._instrumented: list[Tracer] = []
-        #: attempts running here: attempt id -> (seconds between heartbeats, monotonic time of the last one)
-        self._beats: dict[str, tuple[float, float]] = {}
-        #: attempts whose outcome the store did not take (it failed): attempt id -> rollout id
-        self._unrecorded: dict[str, str] = {}
-        self._warned: dict[str, float] = {}  # kind of store failure -> when it was last logged
+    agent: WrappedAgent
+    store: Store
+    proxy: ProxyServer
+    _: KW_ONLY
+    batcher: SpanBatcher
+    concurrency: int = 4
+    worker_id: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:8]}")
+    poll_s: float = 0.02
+    store_patience_s: float = 30.0  # how long a store that refuses every dequeue is retried
+    outage_s: float = DEFAULT_OUTAGE_S  # how long ending an attempt is retried while the store fails
+    #: where a group reward's rollouts wait for their group (``tether.training.engine.group_gate``)
+    gate: GroupGate | None = None
+    stats: RunnerStats = field(default_factory=RunnerStats, init=False)
+    sink: RolloutSink | None = field(default=None, init=False)
+    _parked: int = field(default=0, init=False)  # rollouts waiting at the gate: they hold no runner slot
+    _instrumented: list[Tracer] = field(default_factory=list, init=False)
+    #: attempts running here: attempt id -> (seconds between heartbeats, monotonic time of the last one)
+    _beats: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+    #: attempts whose outcome the store did not take (it failed): attempt id -> rollout id
+    _unrecorded: dict[str, str] = field(default_factory=dict, init=False)
+    _warned: dict[str, float] = field(default_factory=dict, init=False)  # kind of store failure -> last logged
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
 
     async def __aenter__(self) -> Runner:
         self.sink = RolloutSink(self.batcher, asyncio.get_running_loop())
@@ -245,16 +236,16 @@ class Runner:
         sink_token = current_sink.set(self.sink)
         deadline = asyncio.timeout(rollout.timeout_s)  # no limit when timeout_s is None
         try:
-            resources = await self._resources_for(rollout)
-            assert resources.llm is not None
+            published = await self._resources_for(rollout)
+            sampling = published.llm.sampling if published.llm is not None else {}
             # the sampling travels once: the rollout's resources -> the proxy's attempt, applied to each call
             # and the system messages its resources swap in (tether.proxy.system_messages: APO's in-flight
             # candidates)
-            replacements = system_messages.rule_of(resources.prompts)
+            replacements = system_messages.rule_of(published.prompts)
             async with self.proxy.attempt(
-                rollout_id, attempt_id, _sampling(rollout, attempt, resources.llm.sampling), replacements
+                rollout_id, attempt_id, _sampling(rollout, attempt, sampling), replacements
             ) as base_url:
-                resources.llm.base_url = base_url
+                resources = _with_endpoint(published, base_url)  # the one place a rollout's URL is set
                 with rollout_scope(RolloutScope(rollout_id, attempt_id, base_url, self.proxy.token)):
                     async with contextlib.AsyncExitStack() as stack:
                         stack.enter_context(redirect.held())  # the SDK's requests reach this attempt's URL
@@ -354,13 +345,17 @@ class Runner:
         await retry_outage(finish, f"ending attempt {attempt_id}", self.outage_s)
 
     async def _resources_for(self, rollout: Rollout) -> Resources:
-        """The rollout's resources, with a copy of the LLM endpoint the runner fills with the attempt's URL."""
+        """The resources version the rollout runs under (an empty one when the store has none)."""
         resources = await self.store.get_resources(rollout.resources_version)
-        if resources is None:
-            resources = Resources(version=0)
-        llm = resources.llm or LLMEndpoint(base_url="")
-        resources.llm = LLMEndpoint(base_url=llm.base_url, model=llm.model, sampling=dict(llm.sampling))
-        return resources
+        return resources if resources is not None else Resources(version=0)
+
+
+def _with_endpoint(published: Resources, base_url: str) -> Resources:
+    """What the agent of one attempt gets: the published version with an endpoint at the attempt's URL (a
+    published version names none: ``Session.publish``)."""
+    llm = published.llm or LLMEndpoint()
+    endpoint = LLMEndpoint(base_url=base_url, model=llm.model, sampling=dict(llm.sampling))
+    return Resources(published.version, endpoint, published.prompts, published.created_at)
 
 
 def _sampling(rollout: Rollout, attempt: Attempt, sampling: dict[str, Any]) -> dict[str, Any]:

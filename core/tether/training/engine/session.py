@@ -109,6 +109,9 @@ class Session:
         self._exporter: SpanExporter | None = None
         self._parts: Parts | None = None
         self._batches = 0  # batches run: part of each rollout's seed
+        #: whether the run's one ``optimize=`` check ran (``check_optimize_names``: the preflight's; else the
+        #: first training batch's)
+        self.names_checked = False
         self._stack: contextlib.AsyncExitStack | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -178,9 +181,10 @@ class Session:
     async def publish(
         self, sampling: Mapping[str, Any] | None = None, prompts: dict[str, PromptTemplate] | None = None
     ) -> int:
-        """Publish a resources version: the proxy's endpoint with the trainer's sampling updated by ``sampling``,
-        and ``prompts`` (the latest ones when None). Returns its version."""
-        llm = LLMEndpoint(base_url=self.proxy.url, sampling={**self.settings.sampling, **(sampling or {})})
+        """Publish a resources version: the trainer's sampling updated by ``sampling``, and ``prompts`` (the
+        latest ones when None). Returns its version. It names no URL: the runner gives each rollout its
+        attempt's (``tether.training.engine.runner``)."""
+        llm = LLMEndpoint(sampling={**self.settings.sampling, **(sampling or {})})
         resources = await self.store.add_resources(llm=llm, prompts=prompts)
         return resources.version
 

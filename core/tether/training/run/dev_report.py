@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import spans
 from tether.spans import is_proxy_llm_span
-from tether.training.signal.transitions import unknown_optimize_names
+from tether.training.signal.transitions import NameCheck, check_optimize_names
 from tether.types import Rollout, RolloutStatus, Span, SpanKind, Transition
 
 if TYPE_CHECKING:
@@ -69,6 +69,8 @@ class DevReport:
     notes: list[str] = field(default_factory=list)
     #: the mean final reward of each target of a ``reward=`` mapping (``Batch.target_rewards``)
     target_rewards: dict[str, float] = field(default_factory=dict)
+    #: the ``optimize=`` names no rollout's call carried (None: all were seen), its ``unknown`` in ``problems``
+    optimize_check: NameCheck | None = None
 
     def __iter__(self) -> Any:
         return iter(self.rollouts)
@@ -132,9 +134,9 @@ def report(batch: Batch, optimize: frozenset[str] | None) -> DevReport:
         reasons = "; ".join(f"{why} (x{count})" if count > 1 else why for why, count in failures.most_common())
         n = sum(failures.values())
         out.problems.append(f"{n} of {len(batch.results)} rollouts failed: {reasons}")
-    unknown = unknown_optimize_names(optimize, out.agent_names)
-    if unknown:
-        out.problems.append(unknown)
+    out.optimize_check = check_optimize_names(optimize, out.agent_names, len(batch.results))
+    if out.optimize_check is not None:
+        out.problems.append(out.optimize_check.unknown)
     return out
 
 

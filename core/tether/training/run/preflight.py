@@ -22,7 +22,6 @@ from tether.training.engine.session import PHASE_METADATA, Session
 from tether.training.run.dev_report import DevReport, report
 from tether.training.run.health import FLAT_FIX, FitError, idle_reason, is_reward_error, last_line
 from tether.training.signal.batch import Batch
-from tether.training.signal.transitions import unknown_optimize_names
 from tether.types import Mode, RolloutStatus, Task
 
 if TYPE_CHECKING:
@@ -88,13 +87,15 @@ async def run_preflight(session: Session, algorithm: Preflighted, train: Sequenc
     problem = _problem(session, group is not None, batch, found, algorithm.needs_reward)
     if problem is not None:
         raise FitError(f"preflight ({len(batch.results)} rollouts of {len(tasks)} training tasks): {problem}")
-    unknown = unknown_optimize_names(session.agent.optimize, found.agent_names)
-    partly = unknown_optimize_names(session.agent.optimize, found.agent_names, rollouts=len(batch.results))
+    session.names_checked = True  # (the run's one optimize= check: the first training batch's is not needed)
+    check = found.optimize_check
     for note in found.problems:  # a partial problem: the run goes on, and says it
         if not algorithm.needs_reward and _NO_REWARD in note:
             continue
+        if check is not None and note == check.unknown:
+            note = check.sampled  # a sample of the run's rollouts: a missing name may be on a path not taken
         # (attributed to tether, not to the asyncio frame that happens to run the preflight)
-        warnings.warn_explicit(f"preflight: {partly if note == unknown else note}", UserWarning, "tether.fit", 0)
+        warnings.warn_explicit(f"preflight: {note}", UserWarning, "tether.fit", 0)
     return found
 
 
@@ -127,10 +128,9 @@ def _problem(
     targets = [p for r in succeeded for p in r.problems if "in reward=" in p]  # (such a reward may be None)
     if needs_reward and any(r.rollout.reward is None for r in succeeded) and not targets:
         return next(p for r in found.rollouts for p in r.problems if _NO_REWARD in p)
-    optimize = session.agent.optimize
-    unknown = unknown_optimize_names(optimize, found.agent_names)
-    if unknown and optimize is not None and not (optimize & found.agent_names):
-        return f"{unknown}; nothing would be trained"
+    check = found.optimize_check
+    if check is not None and check.nothing_trained:
+        return f"{check.unknown}; nothing would be trained"
     if targets:
         return targets[0]
     if succeeded and not any(r.transitions for r in succeeded):  # nothing reached the model through tether

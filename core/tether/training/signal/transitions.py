@@ -2,8 +2,9 @@
 
 The proxy's ``llm`` span of a call (``tether.spans.LLM_CALL``, attributes ``ProxyLLMAttributes``) is the
 source of truth: it holds the request messages, the response and the token ids exactly as the backend
-produced them, and the sub-agent name sent by the adapter in a header. An adapter's own ``llm`` span of the
-same call (same request messages) only supplies the agent name when the proxy's is missing.
+produced them, and the sub-agent name, which comes from one place: the ``X-Tether-Agent`` header the endpoint
+redirect sets from the running sub-agent (``tether.capture.context.current_agent_name``). An adapter's own
+``llm`` span of a call names no transition; its sub-agent only counts as seen (``agent_names``).
 
 Facts recorded on each transition (``tether.training.signal.credit.assign_credit`` turns them into its ``reward``
 and ``advantage``; nothing here sets either):
@@ -26,19 +27,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import _json
 from tether.policies import PolicyMap, agent_key
 from tether.spans import (
     ERROR,
     LLM_CALL_FAILED,
     PASSTHROUGH_CALL,
-    REQUEST_MESSAGES,
     REWARD_FINAL,
     REWARD_TARGET,
     REWARD_VALUE,
     TOOL_ERROR,
     ProxyCall,
-    is_proxy_llm_span,
     proxy_call,
     proxy_llm_problem,
 )
@@ -67,13 +65,12 @@ def build_transitions(
     wrapped agent's) decides each call's policy and whether it trains; None: every call trains."""
     report = TransitionReport()
     ordered = sorted(spans, key=lambda s: s.sequence if s.sequence is not None else 0)
-    names_by_request = _adapter_agent_names(ordered)
     report.target_rewards = final_rewards(ordered)
     current: Transition | None = None
     for span in ordered:
         call = proxy_call(span)
         if call is not None:
-            current = _transition_from(rollout, span, call, len(report.transitions), names_by_request)
+            current = _transition_from(rollout, span, call, len(report.transitions))
             current.trainable = policies is None or policies.trains(current.agent_name)
             if policies is not None and current.policy is None:  # (the proxy records it; older spans may lack it)
                 current.policy = policies.policy_of(current.agent_name)
@@ -141,15 +138,12 @@ def _set_targets(report: TransitionReport, rollout: Rollout) -> None:
         t.target_reward = report.target_rewards[t.target] if t.target is not None else rollout.reward
 
 
-def _transition_from(
-    rollout: Rollout, span: Span, call: ProxyCall, step: int, names_by_request: dict[bytes, str]
-) -> Transition:
-    agent = span.agent_name or names_by_request.get(_request_key(call.messages))
+def _transition_from(rollout: Rollout, span: Span, call: ProxyCall, step: int) -> Transition:
     return Transition(
         rollout_id=rollout.rollout_id,
         attempt_id=span.attempt_id,
         task_id=rollout.task_id,
-        agent_name=agent,
+        agent_name=span.agent_name,
         step=step,
         messages=call.messages,
         response=call.message,
@@ -163,27 +157,27 @@ def _transition_from(
     )
 
 
-def _adapter_agent_names(spans: Iterable[Span]) -> dict[bytes, str]:
-    """Agent names from adapters' own llm spans, keyed by their request messages."""
-    out: dict[bytes, str] = {}
-    for span in spans:
-        if (
-            span.kind == SpanKind.LLM
-            and not is_proxy_llm_span(span)
-            and span.agent_name
-            and span.name != PASSTHROUGH_CALL
-        ):
-            messages = span.attributes.get(REQUEST_MESSAGES)
-            if messages is not None:
-                out[_request_key(messages)] = span.agent_name
-    return out
+@dataclass(frozen=True, slots=True)
+class NameCheck:
+    """What the ``optimize=`` check found in a sample of rollouts (``check_optimize_names``)."""
+
+    #: the names that made no call, as a dev report says it ("unknown sub-agent ... in optimize=; ...")
+    unknown: str
+    #: the same, said of a sample of rollouts ("... made no LLM call in N rollouts ..." when some named
+    #: sub-agents did make one; else ``unknown``)
+    sampled: str
+    #: no sub-agent named in ``optimize=`` made a call: nothing would be trained
+    nothing_trained: bool
 
 
-def _request_key(messages: Any) -> bytes:
-    try:
-        return _json.dumps(messages)
-    except TypeError:
-        return repr(messages).encode()
+def check_optimize_names(optimize: frozenset[str] | None, seen: set[str], rollouts: int) -> NameCheck | None:
+    """The one ``optimize=`` check: the sub-agents ``seen`` in ``rollouts`` rollouts against the names in
+    ``optimize=``; None when every name was seen (or nothing is named)."""
+    unknown = unknown_optimize_names(optimize, seen)
+    if unknown is None or optimize is None:
+        return None
+    sampled = unknown_optimize_names(optimize, seen, rollouts=rollouts) or unknown
+    return NameCheck(unknown, sampled, nothing_trained=not (optimize & seen))
 
 
 def unknown_optimize_names(
