@@ -87,9 +87,9 @@ class MajorityVote(GroupReward):
         if groups and different >= groups:
             return [
                 f"MajorityVote: every answer differed within each of the batch's {groups:g} groups (no two "
-                "rollouts of a task agreed), so every reward is 1/group_size and nothing trains. MajorityVote "
-                "fits short answers that repeat (a number, a label); check that extract= returns the answer "
-                "alone, or use tether.Judge for open-ended output"
+                "rollouts of a task agreed), so every reward of a group is the same and nothing trains. "
+                "MajorityVote fits short answers that repeat (a number, a label); check that extract= returns "
+                "the answer alone, or use tether.Judge for open-ended output"
             ]
         return []
 
