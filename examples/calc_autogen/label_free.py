@@ -186,9 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{cost['judge/prompt_tokens']:.0f} prompt + {cost['judge/completion_tokens']:.0f} completion tokens"
         )
     elif mine.reward == "vote":
+        skipped, groups = (sum(h.get(f"majority/{k}", 0) for h in steps) for k in ("skipped", "groups"))
         print(
             f"majority agreement: step 1 {first.get('majority/agreement', 0):.2f}, "
-            f"step {last['step']} {last.get('majority/agreement', 0):.2f}"
+            f"step {last['step']} {last.get('majority/agreement', 0):.2f}; groups skipped (below --min-share): "
+            f"{skipped:.0f} of {groups:.0f}"
         )
     print(f"train reward: step 1 {first['reward']:.2f}, step {last['step']} {last['reward']:.2f}")
     return 0
