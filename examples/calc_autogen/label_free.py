@@ -99,11 +99,12 @@ def _warm_start(
 
 def _arm(mine: argparse.Namespace) -> str:
     """The GRPO run's folder name under --run-dir: the reward and its settings (arms can share a warm start)."""
+    kl = f"-kl{mine.kl_coef:g}" if mine.kl_coef else ""
     if mine.reward == "judge":
-        return f"judge-{mine.judge_accuracy:g}"
+        return f"judge-{mine.judge_accuracy:g}{kl}"
     if mine.reward == "vote":
-        return f"vote-{mine.vote_mode}" + (f"-min{mine.min_share:g}" if mine.min_share else "")
-    return mine.reward
+        return f"vote-{mine.vote_mode}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
+    return mine.reward + kl
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "--vote-mode", choices=("share", "majority"), default="share", help="MajorityVote(mode=...)"
     )
     extra.add_argument("--min-share", type=float, default=0.0, help="MajorityVote(min_share=...)")
+    extra.add_argument("--kl-coef", type=float, default=0.0, help="GRPO(kl_coef=...): held near the warm start")
     extra.add_argument(
         "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
     )
@@ -139,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         warm = _warm_start(args, agent, problems, train_tasks, test_tasks, common)
     assert warm.checkpoint is not None
     grpo = tether.GRPO(
-        group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr, micro_batch=args.micro_batch
+        group_size=args.group_size,
+        tasks_per_step=args.tasks_per_step,
+        lr=args.lr,
+        micro_batch=args.micro_batch,
+        kl_coef=mine.kl_coef,
     )
     trainer = tether.Trainer(
         model=f"embedded:{warm.checkpoint}",
