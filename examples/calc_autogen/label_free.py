@@ -97,10 +97,25 @@ def _warm_start(
             asyncio.run(student.close())
 
 
+def _arm(mine: argparse.Namespace) -> str:
+    """The GRPO run's folder name under --run-dir: the reward and its settings (arms can share a warm start)."""
+    kl = f"-kl{mine.kl_coef:g}" if mine.kl_coef else ""
+    if mine.reward == "judge":
+        return f"judge-{mine.judge_accuracy:g}{kl}"
+    if mine.reward == "vote":
+        return f"vote-{mine.vote_mode}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
+    return mine.reward + kl
+
+
 def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--reward", choices=("vote", "judge", "label"), default="vote")
     extra.add_argument("--judge-accuracy", type=float, default=1.0)
+    extra.add_argument(
+        "--vote-mode", choices=("share", "majority"), default="share", help="MajorityVote(mode=...)"
+    )
+    extra.add_argument("--min-share", type=float, default=0.0, help="MajorityVote(min_share=...)")
+    extra.add_argument("--kl-coef", type=float, default=0.0, help="GRPO(kl_coef=...): held near the warm start")
     extra.add_argument(
         "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
     )
@@ -126,14 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         warm = _warm_start(args, agent, problems, train_tasks, test_tasks, common)
     assert warm.checkpoint is not None
     grpo = tether.GRPO(
-        group_size=args.group_size, tasks_per_step=args.tasks_per_step, lr=args.lr, micro_batch=args.micro_batch
+        group_size=args.group_size,
+        tasks_per_step=args.tasks_per_step,
+        lr=args.lr,
+        micro_batch=args.micro_batch,
+        kl_coef=mine.kl_coef,
     )
     trainer = tether.Trainer(
         model=f"embedded:{warm.checkpoint}",
         algorithm=grpo,
         steps=args.steps,
         eval_every=args.steps,
-        name=mine.reward,
+        name=_arm(mine),
         **common,
     )
     with contextlib.ExitStack() as stack:
@@ -143,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         elif mine.reward == "label":  # the comparison: the labelled reward train.py uses
             reward = data.reward
         else:
-            reward = tether.MajorityVote(extract=last_number)
+            reward = tether.MajorityVote(extract=last_number, mode=mine.vote_mode, min_share=mine.min_share)
         voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks, preflight=not args.no_preflight)
     assert voted.checkpoint is not None
     after: dict[str, float] = {}
@@ -164,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         warmed = warm.evals[-1][key]
         print(
             f"accuracy ({label}): before {before:.0%}, after the warm start {warmed:.0%}, after {args.steps} "
-            f"GRPO steps ({mine.reward}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
+            f"GRPO steps ({_arm(mine)}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
         )
     if mine.reward == "judge":
         cost = voted.judge_cost
@@ -173,9 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{cost['judge/prompt_tokens']:.0f} prompt + {cost['judge/completion_tokens']:.0f} completion tokens"
         )
     elif mine.reward == "vote":
+        skipped, groups = (sum(h.get(f"majority/{k}", 0) for h in steps) for k in ("skipped", "groups"))
         print(
             f"majority agreement: step 1 {first.get('majority/agreement', 0):.2f}, "
-            f"step {last['step']} {last.get('majority/agreement', 0):.2f}"
+            f"step {last['step']} {last.get('majority/agreement', 0):.2f}; groups skipped (below --min-share): "
+            f"{skipped:.0f} of {groups:.0f}"
         )
     print(f"train reward: step 1 {first['reward']:.2f}, step {last['step']} {last['reward']:.2f}")
     return 0

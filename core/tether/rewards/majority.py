@@ -1,43 +1,62 @@
 """``tether.MajorityVote``: a reward from agreement within a task's group, for tasks with a short answer.
 
 Each rollout's answer is ``extract(output)`` (default: the output's text, trimmed and lower-cased); its reward is
-the share of the group that gave the same answer (0 when no answer could be extracted: ``extract`` returned
-None). It fits answers that repeat when right (a number, a label, a choice); open-ended output (a letter, a
-plan) almost never repeats word for word, so every answer differs, every reward is ``1/group_size`` and nothing
-trains: the batch's metrics say so (``majority/all_different``) and ``fit`` warns.
+the share of the group that gave the same answer (``mode="share"``), or 1 when its answer is the group's most
+common one and 0 otherwise (``mode="majority"``, test-time RL's reward); 0 when no answer could be extracted
+(``extract`` returned None: it never counts as a vote). ``min_share`` skips the groups whose most common answer
+is given by less than that share of the group (a low-confidence vote, often wrong): every rollout of such a
+group scores 0, so the group gives no advantage. It fits answers that repeat when right (a number, a label, a
+choice); open-ended output (a letter, a plan) almost never repeats word for word, so every answer differs, every
+reward is ``1/group_size`` and nothing trains: the batch's metrics say so (``majority/all_different``) and ``fit``
+warns. Skipped groups are counted in ``majority/skipped``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from tether import _json
 from tether.rewards.base import MEAN_SUFFIX, Group, GroupReward, GroupRewardError, Score, Verdict
 
 Extract = Callable[[Any], Any]
+Mode = Literal["share", "majority"]
+_MODES = ("share", "majority")
 
 
 class MajorityVote(GroupReward):
     """Reward by agreement within the group (see the module docstring). ``extract(output)`` returns the
-    rollout's answer (any JSON value or hashable; None: no answer)."""
+    rollout's answer (any JSON value or hashable; None: no answer); ``mode`` is ``"share"`` (the share of the
+    group agreeing) or ``"majority"`` (1 for the most common answer, else 0); ``min_share`` in [0, 1] skips the
+    groups whose most common answer has a smaller share (all their rollouts score 0)."""
 
     name = "majority_vote"
 
-    def __init__(self, extract: Extract | None = None) -> None:
+    def __init__(self, extract: Extract | None = None, *, mode: Mode = "share", min_share: float = 0.0) -> None:
         if extract is not None and not callable(extract):
             raise TypeError(f"MajorityVote(extract=...) takes a function output -> answer, got {extract!r}")
+        if mode not in _MODES:
+            raise ValueError(f"MajorityVote(mode={mode!r}): use 'share' (the share agreeing) or 'majority' (1/0)")
+        if isinstance(min_share, bool) or not isinstance(min_share, int | float) or not 0.0 <= min_share <= 1.0:
+            raise ValueError(f"MajorityVote(min_share={min_share!r}): give a share in [0, 1], e.g. 0.5")
         self.extract = extract
+        self.mode: Mode = mode
+        self.min_share = float(min_share)
 
     def __repr__(self) -> str:
         named = getattr(self.extract, "__name__", None)
-        return f"MajorityVote(extract={named})" if named else "MajorityVote()"
+        parts = [f"extract={named}"] if named else []
+        parts += [f"mode={self.mode!r}"] * (self.mode != "share")
+        parts += [f"min_share={self.min_share:g}"] * (self.min_share > 0)
+        return f"MajorityVote({', '.join(parts)})"
 
     async def score_group(self, group: Group) -> Verdict:
         answers = [self._answer(m.output) for m in group.members]
         counts = Counter(a for a in answers if a is not None)
         n = len(answers)
+        top = max(counts.values(), default=0)
+        skipped = n > 0 and top / n < self.min_share
         scores = []
         for answer in answers:
             if answer is None:
@@ -46,13 +65,20 @@ class MajorityVote(GroupReward):
             agree = counts[answer]
             shown = answer if isinstance(answer, str) else repr(answer)
             reason = f"answer {shown[:80]!r}: {agree} of {n} agree"
-            scores.append(Score(agree / n, reason, {"majority.answer": shown}))
-        top = max(counts.values(), default=0)
+            if skipped:
+                value, reason = 0.0, f"{reason}; no answer reaches min_share {self.min_share:g}: group skipped"
+            elif self.mode == "majority":
+                value = float(agree == top)
+                reason += " (the most common answer)" if agree == top else f" (the most common: {top} of {n})"
+            else:
+                value = agree / n
+            scores.append(Score(value, reason, {"majority.answer": shown}))
         metrics = {
             "majority/groups": float(n > 1),  # (a group of one, as in evaluation, agrees with itself)
             # every rollout gave an answer and no two agree: every reward is 1/n (a missing answer's 0 differs)
             "majority/all_different": float(n > 1 and top <= 1 and None not in answers),
             f"majority/agreement{MEAN_SUFFIX}": top / n if n else 0.0,
+            "majority/skipped": float(skipped and n > 1),  # groups below min_share: no advantage
         }
         return Verdict(scores, metrics)
 
@@ -61,9 +87,9 @@ class MajorityVote(GroupReward):
         if groups and different >= groups:
             return [
                 f"MajorityVote: every answer differed within each of the batch's {groups:g} groups (no two "
-                "rollouts of a task agreed), so every reward is 1/group_size and nothing trains. MajorityVote "
-                "fits short answers that repeat (a number, a label); check that extract= returns the answer "
-                "alone, or use tether.Judge for open-ended output"
+                "rollouts of a task agreed), so every reward of a group is the same and nothing trains. "
+                "MajorityVote fits short answers that repeat (a number, a label); check that extract= returns "
+                "the answer alone, or use tether.Judge for open-ended output"
             ]
         return []
 

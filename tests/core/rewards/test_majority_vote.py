@@ -90,3 +90,86 @@ async def test_every_answer_differing_in_every_group_is_said_in_the_notes_and_me
     assert batch.group_metrics["majority/agreement"] == pytest.approx(1 / 3)
     (note,) = [n for n in batch.credit.notes if n.startswith("MajorityVote")]
     assert "every answer differed within each of the batch's 2 groups" in note and "tether.Judge" in note
+
+
+async def test_majority_mode_rewards_the_most_common_answer_one_and_the_others_zero() -> None:
+    async with FakeLLM(handler=_script("it is 4", "so 4", "it is 5", "answer: 4", "")) as llm:
+        report = await _dev(tether.MajorityVote(extract=last_word, mode="majority"), llm, ["2+2?"], repeats=5)
+    # the empty reply extracts to None: not a vote, reward 0
+    assert sorted((last_word(r.output) or "", r.reward) for r in report) == [
+        ("", 0.0),
+        ("4", 1.0),
+        ("4", 1.0),
+        ("4", 1.0),
+        ("5", 0.0),
+    ]
+    (span,) = [s for r in report if last_word(r.output) == "5" for s in r.spans if s.name == "majority_vote"]
+    assert span.attributes[spans.REWARD_REASON] == "answer '5': 1 of 5 agree (the most common: 3 of 5)"
+
+
+async def test_majority_mode_gives_every_answer_tied_for_most_common_one() -> None:
+    async with FakeLLM(handler=_script("4", "5", "4", "5")) as llm:
+        report = await _dev(tether.MajorityVote(mode="majority"), llm, ["2+2?"], repeats=4)
+    assert [r.reward for r in report] == [1.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", ["share", "majority"])
+async def test_a_group_whose_most_common_answer_is_below_min_share_scores_zero(mode: str, tmp_path: Path) -> None:
+    class Batches:
+        def __init__(self) -> None:
+            self.batches: list[tether.Batch] = []
+
+        async def fit(self, session: Any, train: Any, val: Any) -> tether.FitResult:
+            self.batches.append(await session.run_batch(train, 4))
+            return tether.FitResult(run_dir=session.require_run("Batches").path)
+
+    # each task's four answers (in whatever order its rollouts run): "sure?" 3 of 4 agree, "split?" 2 of 4
+    algorithm = Batches()
+    reward = tether.MajorityVote(extract=last_word, mode=mode, min_share=0.6)  # type: ignore[arg-type]
+    async with FakeLLM(handler=lambda request: text(_by_task[_question(request)].pop(0))) as llm:
+        backend = RemoteBackend(llm.base_url)
+        try:
+            trainer = tether.Trainer(model=backend, algorithm=algorithm, run_root=str(tmp_path), progress=False)
+            await trainer.afit(tether.wrap(answer, reward=reward), ["sure?", "split?"], preflight=False)
+        finally:
+            await backend.close()
+    (batch,) = algorithm.batches
+    assert batch.group_metrics["majority/groups"] == 2.0 and batch.group_metrics["majority/skipped"] == 1.0
+    by_task: dict[str, list[float]] = {}
+    for rollout in batch.rollouts:
+        by_task.setdefault(str(rollout.input), []).append(float(rollout.reward or 0.0))
+    confident = [1.0, 1.0, 1.0, 0.0] if mode == "majority" else [0.75, 0.75, 0.75, 0.25]
+    assert sorted(by_task["sure?"], reverse=True) == confident
+    assert by_task["split?"] == [0.0, 0.0, 0.0, 0.0]  # 2 of 4 agree at most: below 0.6, no advantage
+
+
+_by_task: dict[str, list[str]] = {}
+
+
+def _question(request: dict[str, Any]) -> str:
+    return str(request["messages"][-1]["content"])
+
+
+@pytest.fixture(autouse=True)
+def _answers() -> None:
+    _by_task.clear()
+    _by_task.update({"sure?": ["7", "7", "7", "8"], "split?": ["1", "1", "2", "3"]})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "vote"}, "MajorityVote(mode='vote'): use 'share'"),
+        ({"min_share": 1.5}, "MajorityVote(min_share=1.5): give a share in [0, 1]"),
+        ({"min_share": "0.5"}, "MajorityVote(min_share='0.5'): give a share in [0, 1]"),
+    ],
+)
+def test_a_bad_mode_or_min_share_is_refused_with_what_to_give(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        tether.MajorityVote(**kwargs)
+
+
+def test_the_repr_names_the_settings_that_differ_from_the_defaults() -> None:
+    assert repr(tether.MajorityVote(extract=last_word)) == "MajorityVote(extract=last_word)"
+    settings = tether.MajorityVote(mode="majority", min_share=0.5)
+    assert repr(settings) == "MajorityVote(mode='majority', min_share=0.5)"
