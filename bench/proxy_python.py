@@ -29,7 +29,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _floor_proxy
-from proxy import _body
+from _proxy_servers import _body
 
 CLIENTS = 32
 #: what the bench's fake LLM answers (``text("Paris is the capital of France.")`` with token ids): 177 prompt
