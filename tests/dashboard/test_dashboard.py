@@ -198,6 +198,8 @@ def test_resources_with_apo_scores(page: Any, dashboard: Served, artifacts: Path
     text = page.locator("main").inner_text()
     assert "APO" in text and "in beam" in text and "score" in text
     assert BETTER_HINT.strip() in text  # the rewritten prompt is a version of its own
+    llm = page.locator("dt:text-is('LLM') + dd").all_inner_texts()
+    assert llm and not any(t.strip().endswith(" at") for t in llm), llm  # a version names no URL: none shown
     _shot(page, artifacts, "resources")
 
 

@@ -284,7 +284,7 @@ async function renderResources(main, source, params) {
   const cards = data.versions.map((v) => h("div", { class: "card version-card", dataset: { version: v.version } },
     h("div", { class: "card-head" }, h("h2", {}, `Version ${v.version}`), h("span", { class: "card-note", title: fmtTime(v.created_at) }, fmtAgo(v.created_at))),
     h("dl", { class: "kv" },
-      h("dt", {}, "LLM"), h("dd", {}, v.llm ? `${v.llm.model} at ${v.llm.base_url}` : "–"),
+      h("dt", {}, "LLM"), h("dd", {}, v.llm ? (v.llm.base_url ? `${v.llm.model} at ${v.llm.base_url}` : v.llm.model || "–") : "–"),
       h("dt", {}, "Sampling"), h("dd", { class: "mono" }, v.llm && Object.keys(v.llm.sampling || {}).length ? JSON.stringify(v.llm.sampling) : "defaults"),
       h("dt", {}, "Rollouts"), h("dd", {}, v.rollouts ? `${fmtInt(v.rollouts)} in the store · mean reward ${fmtNum(v.mean_reward)}` : "none in the store"),
       v.apo.length ? [h("dt", {}, "APO"), h("dd", {}, v.apo.map((c) => h("div", {},
