@@ -190,3 +190,9 @@ def test_a_warm_starts_teacher_rollouts_count_in_a_pipe(monkeypatch: pytest.Monk
     silent = io.StringIO()
     rollouts_bar("teacher", 10, enabled=False, console=Console(file=silent)).close()
     assert silent.getvalue() == ""
+    shown = io.StringIO()  # on a terminal: a bar of its own, with no training step's columns
+    terminal = rollouts_bar("teacher", 10, console=Console(file=shown, width=120, force_terminal=True))
+    terminal(4, 10)
+    terminal.close()
+    assert "teacher rollouts" in shown.getvalue() and "/10" in shown.getvalue()
+    assert "reward" not in shown.getvalue() and "val (" not in shown.getvalue()

@@ -68,6 +68,8 @@ class FitProgress:
         }
 
     def _text(self) -> str:
+        if self._kind == "rollouts":  # a bar of rollouts alone: their count and clock say it all
+            return ""
         if self._kind == "sft":
             return "loss {task.fields[loss]}  val {task.fields[val]}  {task.fields[rate]} examples/s"
         return (
