@@ -74,7 +74,7 @@ SMOLLM2: dict[str, Any] = {
     "run_dir": "runs/demo-smollm2",
     "steps": 6,
     "eval_every": 6,
-    "eval_sampled": "never",  # greedy evaluations only: the T=1 passes cost a fifth of the run
+    "eval_sampled": "never",  # greedy evaluations only: the T=1 passes of long replies cost ~a tenth of the run
     "tasks_per_step": 8,
     "group_size": 8,
     "lr": 1e-3,
