@@ -6,13 +6,11 @@ server for Ray runners mounts nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from tether.store.base import Store
 from tether.store.http import server as http_server
-from tether.store.http.server import Mount, StoreServer
+from tether.store.http.server import DEFAULT_MAX_BODY_BYTES, Mount, StoreServer
 
 __all__ = ["mounts", "serve", "start_server"]
 
@@ -34,14 +32,30 @@ def mounts(*, dashboard: bool = True) -> list[Mount]:
     return [_mount_otlp, _mount_dashboard] if dashboard else [_mount_otlp]
 
 
-async def start_server(store: Store, *args: Any, dashboard: bool = True, **options: Any) -> StoreServer:
-    """``tether.store.http.server.start_server`` (its arguments: ``host``, ``port``, ``token``, ...) with the
-    receiver and (by default) the dashboard mounted."""
-    return await http_server.start_server(store, *args, mounts=mounts(dashboard=dashboard), **options)
+async def start_server(
+    store: Store,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    *,
+    dashboard: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> StoreServer:
+    """``tether.store.http.server.start_server`` with the receiver and (by default) the dashboard mounted."""
+    mounted = mounts(dashboard=dashboard)
+    return await http_server.start_server(store, host, port, token, mounts=mounted, max_body_bytes=max_body_bytes)
 
 
-def serve(store_url: str, *args: Any, dashboard: bool = True, **options: Any) -> None:
-    """Serve the store at ``store_url`` as ``tether store serve`` does, until SIGINT/SIGTERM: the arguments of
-    ``tether.store.http.server.serve`` (``host``, ``port``, ``token``, ...), with the receiver and (by default)
-    the dashboard mounted."""
-    http_server.serve(store_url, *args, mounts=mounts(dashboard=dashboard), **options)
+def serve(
+    store_url: str,
+    host: str = "127.0.0.1",
+    port: int = 4747,
+    token: str | None = None,
+    *,
+    dashboard: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> None:
+    """Serve the store at ``store_url`` as ``tether store serve`` does, until SIGINT/SIGTERM."""
+    http_server.serve(
+        store_url, host, port, token, mounts=mounts(dashboard=dashboard), max_body_bytes=max_body_bytes
+    )
