@@ -18,9 +18,11 @@ job sends and samples. Then, at ``--threads`` torch threads:
   temperature 1, at most 48 new tokens) through ``backend.chat``; FLOPs ≈ 2·P·(prompt + generated tokens), a
   request's prompt counted once (its ``n`` rows share it: the sampler prefills it once) and every generated
   token (P: the model's parameters, the output head's included; attention's own FLOPs left out).
-- **update**: one ``GRPO.update`` on every call of the rollouts (advantages ±1 by rollout), packed
-  (``pack=True``) and per call (``pack=False``), the same weights each time; FLOPs ≈ 6·P·tokens the forward
-  passes compute (forward 2·P, backward 4·P per token); update tokens per rollout for both, and their ratio.
+- **update**: one ``GRPO.update`` on every call of the rollouts (advantages ±1 by rollout) per call
+  (``pack=False, share_prefix=False``: the baseline), packed (``pack=True``) and packed with each micro-batch's
+  common prompt prefix computed once (``share_prefix=True``, the default), the same weights each time; FLOPs ≈
+  6·P·tokens the forward passes compute (forward 2·P, backward 4·P per token); update tokens per rollout for
+  each, and their ratios to the baseline.
 - ``--model smollm2``: SmolLM2-135M-Instruct as the student instead (its own template; all weights, fp32 update),
   with e.g. ``--rollouts 8 --repeats 1``: minutes per update on one core.
 - **profile**: the packed update under cProfile, and sampling (a fresh student, every thread it starts), the top
@@ -204,13 +206,13 @@ def sampling(backend: Any, firsts: Sequence[tuple[Any, Any]], n: int) -> dict[st
 
 
 def update(
-    model: torch.nn.Module, rows: Sequence[Transition], pack: bool, pad: int, repeats: int, micro: int
+    model: torch.nn.Module, rows: Sequence[Transition], pack: bool, pad: int, repeats: int, micro: int, share: bool
 ) -> tuple[float, dict[str, float]]:
     """The best of ``repeats`` GRPO updates on ``rows``, each on a copy of ``model`` (the same weights)."""
     runs = []
     for _ in range(repeats):
         fresh = copy.deepcopy(model)
-        algo = GRPO(group_size=2, lr=1e-6, pack=pack, max_row_drift=None, micro_batch=micro)
+        algo = GRPO(group_size=2, lr=1e-6, pack=pack, share_prefix=share, max_row_drift=None, micro_batch=micro)
         runs.append(_cpu(lambda algo=algo, fresh=fresh: algo.update(fresh, rows, pad_token_id=pad)))
     return min(runs, key=lambda run: run[0])
 
@@ -254,11 +256,11 @@ def _top(profilers: Sequence[cProfile.Profile], top: int) -> str:
     return "\n".join(line.replace(str(Path(sys.prefix)), "<venv>") for line in lines[start : start + top + 1])
 
 
-def _padded(rows: Sequence[Transition], pack: bool, model: torch.nn.Module, micro: int) -> int:
+def _padded(rows: Sequence[Transition], pack: bool, model: torch.nn.Module, micro: int, share: bool) -> int:
     """The tokens GRPO's micro-batches hold with their padding (rows × each micro-batch's longest row)."""
     sequences = packing.pack_calls(rows, batching.context_length(model), merge=pack)
     lengths = [len(q.token_ids) for q in sequences]
-    parts = batching.pack(lengths, micro, None)
+    parts = batching.micro_batches(sequences, micro, None, share)
     return sum(len(part) * max(lengths[i] for i in part) for part in parts)
 
 
@@ -325,23 +327,26 @@ def report(agent: str, args: argparse.Namespace, peak: dict[str, float], folder:
             f"{_of(gflops, peak)}"
         )
     results = {}
-    for pack in (False, True):
-        seconds, metrics = update(model, rows, pack, pad, args.repeats, args.micro_batch)
-        results[pack] = (seconds, metrics)
+    for name, pack, share in (("per-call", False, False), ("packed  ", True, False), ("shared  ", True, True)):
+        seconds, metrics = update(model, rows, pack, pad, args.repeats, args.micro_batch, share)
+        results[name.strip()] = (seconds, metrics)
         tokens = metrics["tokens_computed"]
         gflops = 6 * params * tokens / seconds / 1e9
-        padded = _padded(rows, pack, model, args.micro_batch)
+        padded = _padded(rows, pack, model, args.micro_batch, share)
         print(
-            f"update {'packed  ' if pack else 'per-call'}: {metrics['sequences']:.0f} sequences, "
-            f"{tokens:.0f} tokens ({tokens / n:.0f} per rollout; {padded} with padding; "
+            f"update {name}: {metrics['sequences']:.0f} sequences, "
+            f"{tokens:.0f} tokens ({tokens / n:.0f} per rollout; {padded} with padding before sharing; "
             f"{metrics['tokens_trained']:.0f} trained), {seconds:.2f} CPU-s, {tokens / seconds:.0f} tokens/s, "
             f"{gflops:.1f} GFLOPS = {_of(gflops, peak)}"
         )
-    (base_s, base), (packed_s, packed) = results[False], results[True]
-    print(
-        f"packed vs per-call: update tokens per rollout ÷{base['tokens_computed'] / packed['tokens_computed']:.2f}"
-        f", update CPU time ÷{base_s / packed_s:.2f}, loss {packed['loss']:.7g} vs {base['loss']:.7g}"
-    )
+    base_s, base = results["per-call"]
+    for name in ("packed", "shared"):
+        seconds, metrics = results[name]
+        ratio = base["tokens_computed"] / metrics["tokens_computed"]
+        print(
+            f"{name} vs per-call: update tokens per rollout ÷{ratio:.2f}"
+            f", update CPU time ÷{base_s / seconds:.2f}, loss {metrics['loss']:.7g} vs {base['loss']:.7g}"
+        )
     if args.top:
         print(f"profile of the packed update (top {args.top} by own time):")
         print(profile(model, rows, pad, args.top, args.micro_batch))

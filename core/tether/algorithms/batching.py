@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 import torch
 
+from tether.training.signal import prefix
 from tether.training.signal.packing import PackedSequence
+from tether.training.signal.prefix import MIN_SHARED
 from tether.types import Transition
 
 
@@ -25,22 +27,39 @@ def context_length(model: torch.nn.Module) -> int:
     return int(getattr(config, "max_position_embeddings", None) or 1 << 30)
 
 
-def pack(lengths: Sequence[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
-    """Micro-batches (indices into ``lengths``): rows (packed sequences) sorted by length, each micro-batch at
-    most ``max_rows`` rows and, with a budget, at most ``max_tokens`` padded tokens (rows × its longest row). A
-    row longer than the budget goes alone."""
+def pack(
+    lengths: Sequence[int], max_rows: int, max_tokens: int | None, *, order: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Micro-batches (indices into ``lengths``): rows (packed sequences) taken in ``order`` (default: sorted by
+    length), each micro-batch at most ``max_rows`` rows and, with a budget, at most ``max_tokens`` padded tokens
+    (rows × its longest row). A row longer than the budget goes alone."""
     parts: list[list[int]] = []
     current: list[int] = []
-    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+    longest = 0
+    for i in order if order is not None else sorted(range(len(lengths)), key=lengths.__getitem__):
         full = len(current) >= max_rows
-        over = max_tokens is not None and (len(current) + 1) * lengths[i] > max_tokens
+        over = max_tokens is not None and (len(current) + 1) * max(longest, lengths[i]) > max_tokens
         if current and (full or over):
             parts.append(current)
-            current = []
+            current, longest = [], 0
         current.append(i)
+        longest = max(longest, lengths[i])
     if current:
         parts.append(current)
     return parts
+
+
+def micro_batches(
+    sequences: Sequence[PackedSequence], max_rows: int, max_tokens: int | None, share_prefix: bool
+) -> list[list[int]]:
+    """An update's micro-batches: ``pack`` by length, or with ``share_prefix``, where it costs the forward passes
+    fewer tokens, rows that begin alike together, so each micro-batch's common prompt prefix is computed once
+    (``tether.training.signal.prefix``; rows that share nothing keep the length order, which pads least)."""
+    by_length = pack([len(s.token_ids) for s in sequences], max_rows, max_tokens)
+    if not share_prefix:
+        return by_length
+    alike = prefix.micro_batches(sequences, max_rows, max_tokens)
+    return min((by_length, alike), key=lambda parts: prefix.cost(sequences, parts))
 
 
 def assemble(
@@ -77,21 +96,62 @@ def assemble(
 
 
 def token_logprobs(
-    model: torch.nn.Module, ids: torch.Tensor, temperature: float, mask: torch.Tensor | None = None
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    temperature: float,
+    mask: torch.Tensor | None = None,
+    *,
+    share_prefix: bool = True,
 ) -> torch.Tensor:
     """Log-probability of each next token ``ids[:, 1:]`` under ``model`` at ``temperature``.
 
     With the response ``mask`` (``assemble``'s), the vocabulary projection and log-softmax run only from the
     first position any row trains on (the model's ``logits_to_keep``): positions before it get 0. Prompts are
-    most of a row, and a large vocabulary's float32 logits at every position are most of a pass's memory."""
+    most of a row, and a large vocabulary's float32 logits at every position are most of a pass's memory.
+
+    With the mask and ``share_prefix``, the token ids every row begins with, up to that first position, are
+    computed once and their key/value cache repeated across the rows (``tether.training.signal.prefix``): the
+    same logprobs and gradients (to float rounding) for less compute. Not with activation checkpointing, whose
+    recomputation in the backward pass would extend the cache a second time."""
     width = ids.shape[1] - 1
     first = 0
     if mask is not None and width > 0:
         trained = torch.nonzero(mask.sum(0) > 0)
         first = int(trained[0, 0]) if len(trained) else width - 1
     kwargs = {"logits_to_keep": width + 1 - first} if first > 0 else {}
-    logits = model(input_ids=ids, use_cache=False, **kwargs).logits[:, :-1].float()
+    shared = _shared_prefix(ids, first) if share_prefix and not _checkpointing(model) else 0
+    if shared:
+        from transformers import DynamicCache
+
+        from tether.models.local._prefix_fill import cache_keyword
+
+        cache = DynamicCache(config=getattr(model, "config", None))
+        keyword = cache_keyword(model)
+        model(input_ids=ids[:1, :shared], **{keyword: cache}, use_cache=True, logits_to_keep=1)
+        cache.batch_repeat_interleave(ids.shape[0])  # (autograd sums the rows' gradients into the one prefix)
+        out = model(input_ids=ids[:, shared:], **{keyword: cache}, use_cache=True, **kwargs)
+    else:
+        out = model(input_ids=ids, use_cache=False, **kwargs)
+    logits = out.logits[:, :-1].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, first + 1 :, None]).squeeze(-1)
     return torch.nn.functional.pad(picked, (first, 0)) if first > 0 else picked
+
+
+def _shared_prefix(ids: torch.Tensor, first: int) -> int:
+    """``tether.training.signal.prefix.shared_prefix``'s rule on a micro-batch's tensor: the token ids every
+    row begins with, at most ``first`` (the first trained position) long; 0 under ``MIN_SHARED`` or one row."""
+    if ids.shape[0] < 2 or first < MIN_SHARED:
+        return 0
+    differs = torch.nonzero(~(ids[:, :first] == ids[:1, :first]).all(0))
+    n = int(differs[0, 0]) if len(differs) else first
+    return n if n >= MIN_SHARED else 0
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Whether activation (gradient) checkpointing is on (transformers 5's name, then the older one)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(model, name):
+            return bool(getattr(model, name))
+    return False

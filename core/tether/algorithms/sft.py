@@ -38,7 +38,7 @@ from tether.store import open_store
 from tether.training.engine import memory
 from tether.training.run.progress import FitProgress
 from tether.training.run.result import FitResult
-from tether.training.signal import packing
+from tether.training.signal import packing, prefix
 from tether.types import Task, Transition
 
 if TYPE_CHECKING:
@@ -67,7 +67,10 @@ class SFT(Algorithm):
     next prompt's token ids begin with the previous prompt + reply ids, as a multi-turn demonstration rendered
     by one chat template does) train as one sequence (``tether.training.signal.packing``): the same loss and
     gradient as one row per call, the shared history computed once. ``pack=False``: calls shuffled one by one, one
-    row each. Each step reports ``sequences``, ``tokens_trained``, ``tokens_computed`` and ``tokens_saved``.
+    row each. With ``share_prefix=True`` (the default) the token ids every row of a micro-batch begins with (the
+    agent's system prompt and tools) are computed once for the micro-batch (``tether.training.signal.prefix``):
+    the same loss and gradient to float rounding. Each step reports ``sequences``, ``tokens_trained``,
+    ``tokens_shared``, ``tokens_computed`` and ``tokens_saved``.
     """
 
     uses_train_tasks = False  # (it reads stored rollouts)
@@ -82,6 +85,7 @@ class SFT(Algorithm):
     micro_batch: int = 16  # rows per forward pass, at most
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
     pack: bool = True  # a rollout's calls that extend each other exactly train as one sequence
+    share_prefix: bool = True  # compute a micro-batch's common prompt prefix once (tether.training.signal.prefix)
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     seed: int = 0
@@ -235,7 +239,8 @@ class SFT(Algorithm):
             group["lr"] = self.lr * self._lr_scale
         total = sum(min(len(t.response_token_ids), context - 1) for t in batch)
         sequences = packing.pack_calls(batch, context, merge=self.pack)
-        parts = batching.pack([len(s.token_ids) for s in sequences], self.micro_batch, self.micro_batch_tokens)
+        parts = batching.micro_batches(sequences, self.micro_batch, self.micro_batch_tokens, self.share_prefix)
+        shared = prefix.shared_tokens([[sequences[i] for i in part] for part in parts]) if self.share_prefix else 0
         device = next(model.parameters()).device
         model.train()
         optimizer.zero_grad(set_to_none=True)
@@ -243,7 +248,8 @@ class SFT(Algorithm):
         for indices in parts:
             ids, mask, _, _, _ = batching.assemble([sequences[i] for i in indices], batch, pad_token_id)
             ids, mask = ids.to(device), mask.to(device)
-            loss = -(batching.token_logprobs(model, ids, 1.0, mask) * mask).sum() / max(total, 1)
+            logprobs = batching.token_logprobs(model, ids, 1.0, mask, share_prefix=self.share_prefix)
+            loss = -(logprobs * mask).sum() / max(total, 1)
             loss.backward()
             loss_sum += float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm))
@@ -255,7 +261,7 @@ class SFT(Algorithm):
             "trained_examples": float(len(batch)),
             "response_tokens": float(total),
             "micro_batches": float(len(parts)),
-            **packing.metrics(sequences, batch, context, total),
+            **packing.metrics(sequences, batch, context, total, shared),
         }
 
     def optimizer_for(self, model: torch.nn.Module, policy: str | None = None) -> torch.optim.Optimizer:

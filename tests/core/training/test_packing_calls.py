@@ -49,7 +49,13 @@ def test_calls_that_extend_exactly_become_one_sequence() -> None:
         (1, 2, 3, 4, 5, 6, 7, 8), (PackedCall(0, 2, 4), PackedCall(1, 5, 6), PackedCall(2, 6, 8))
     )
     figures = metrics([sequence], calls, 100, trained=5)
-    assert figures == {"sequences": 1.0, "tokens_trained": 5.0, "tokens_computed": 8.0, "tokens_saved": 18.0 - 8}
+    assert figures == {
+        "sequences": 1.0,
+        "tokens_trained": 5.0,
+        "tokens_shared": 0.0,
+        "tokens_computed": 8.0,
+        "tokens_saved": 18.0 - 8,
+    }
     assert call_tokens(calls, 100) == 4 + 6 + 8
 
 

@@ -1,7 +1,8 @@
 """Exact trajectory packing on real multi-turn rollouts of the embedded model (issue 36): a plain-openai agent
 that keeps talking to the model, run through ``Trainer.dev``, so the prompts are what the embedded chat
 template really renders. The calls that extend each other exactly are merged (fewer sequences than calls),
-and a packed update's loss and gradient equal the per-call update's within 1e-5; a reply the agent edits
+and a packed update's loss and gradient, with each micro-batch's common prompt prefix (the agent's system
+prompt) computed once, equal the per-call update's without either within 1e-5; a reply the agent edits
 before sending it back, and another sub-agent's call in between, start new sequences."""
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from tether.types import Transition  # noqa: E402
 
 client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0)
 TURNS = 3
+#: every conversation starts with it: the prefix a micro-batch's rows share (tether.training.signal.prefix)
+SYSTEM = "You pick letters. Answer with one letter of the alphabet, nothing else, every time you are asked."
 
 
 def _ask(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -35,13 +38,19 @@ def _ask(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"role": "assistant", "content": message.content or ""}
 
 
-def chat(task: str) -> str:
+def chat(task: str, system: str | None = None) -> str:
     """Three turns of one conversation, each reply sent back as the model wrote it."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": task})
     for turn in range(TURNS):
         messages.append(_ask(messages))
         messages.append({"role": "user", "content": f"Another letter, turn {turn}."})
     return str(messages[-2]["content"])
+
+
+def briefed(task: str) -> str:
+    """``chat`` after a system prompt (a micro-batch's rows share it)."""
+    return chat(task, SYSTEM)
 
 
 def edited(task: str) -> str:
@@ -100,25 +109,33 @@ def _loss_and_grads(
 
 
 def assert_packed_equals_per_call(
-    model: Any, batch: Sequence[Transition], pad_token_id: int = 0, **kwargs: Any
+    model: Any, batch: Sequence[Transition], pad_token_id: int = 0, shared_tolerance: float = 1e-5, **kwargs: Any
 ) -> dict[str, float]:
-    """GRPO's update (lr 0) with and without packing: the same loss, gradients (each tensor within 1e-5,
-    relative to its largest entry where that exceeds 1: float32 sums in another order) and per-call figures."""
-    packed, packed_grads = _loss_and_grads(model, batch, pad_token_id, pack=True, **kwargs)
-    rows, row_grads = _loss_and_grads(model, batch, pad_token_id, pack=False, **kwargs)
-    assert abs(packed["loss"] - rows["loss"]) < 1e-5, (packed["loss"], rows["loss"])
-    assert len(packed_grads) == len(row_grads) > 0
-    for a, b in zip(packed_grads, row_grads, strict=True):  # within 1e-5 of the tensor's scale (float32 sums)
-        assert float((a - b).abs().max()) <= 1e-5 * max(1.0, float(b.abs().max())), float((a - b).abs().max())
-    for key in ("drift_tokens", "drift_refused", "trained_transitions", "tokens_trained", "clip_frac"):
-        assert packed[key] == pytest.approx(rows[key], abs=1e-6), key
-    assert packed["drift_mean"] == pytest.approx(rows["drift_mean"], abs=1e-6)
-    assert rows["sequences"] == len(batch) and rows["tokens_saved"] == 0
-    return packed
+    """GRPO's update (lr 0) packed against one row per call, neither sharing prefixes: the same loss, gradients
+    (each tensor within 1e-5, relative to its largest entry where that exceeds 1: float32 sums in another order)
+    and per-call figures. Then packed with the micro-batches' shared prefixes (the default) against the same rows,
+    within ``shared_tolerance`` (its passes sum in another order again); returns that update's metrics."""
+    rows, row_grads = _loss_and_grads(model, batch, pad_token_id, pack=False, **{**kwargs, "share_prefix": False})
+    assert rows["sequences"] == len(batch) and rows["tokens_saved"] == 0 and rows["tokens_shared"] == 0
+    out = {}
+    for share, tolerance in ((False, 1e-5), (kwargs.get("share_prefix", True), shared_tolerance)):
+        packed, grads = _loss_and_grads(model, batch, pad_token_id, pack=True, **{**kwargs, "share_prefix": share})
+        assert abs(packed["loss"] - rows["loss"]) < tolerance, (share, packed["loss"], rows["loss"])
+        assert len(grads) == len(row_grads) > 0
+        for a, b in zip(grads, row_grads, strict=True):  # within the tolerance of the tensor's scale
+            diff = float((a - b).abs().max())
+            assert diff <= tolerance * max(1.0, float(b.abs().max())), (share, diff)
+        for key in ("drift_tokens", "drift_refused", "trained_transitions", "tokens_trained", "clip_frac"):
+            assert packed[key] == pytest.approx(rows[key], abs=1e-6), key
+        assert packed["drift_mean"] == pytest.approx(rows["drift_mean"], abs=1e-6)
+        assert packed["tokens_saved"] == rows["tokens_computed"] - packed["tokens_computed"]
+        assert share or packed["tokens_shared"] == 0
+        out = packed
+    return out
 
 
 def test_a_multi_turn_rollout_packs_and_trains_as_its_calls_would(warm_start: Path, tmp_path: Path) -> None:
-    batch = multi_turn_transitions(chat, f"embedded:{warm_start}", tmp_path)
+    batch = multi_turn_transitions(briefed, f"embedded:{warm_start}", tmp_path)
     model = EmbeddedModel.load(warm_start).model
     sequences = pack_calls(batch, context_length(model))
     assert len(batch) == 4 * TURNS and len(sequences) < len(batch), [len(s.calls) for s in sequences]
@@ -130,8 +147,17 @@ def test_a_multi_turn_rollout_packs_and_trains_as_its_calls_would(warm_start: Pa
     packed = assert_packed_equals_per_call(model, batch)
     assert packed["sequences"] == len(sequences)
     assert packed["tokens_saved"] > 0 and packed["tokens_trained"] == sum(len(t.response_token_ids) for t in batch)
-    # with a KL penalty, and with token-budget micro-batches and gradient checkpointing, still the same
-    assert_packed_equals_per_call(model, batch, kl_coef=0.1, micro_batch_tokens=64, gradient_checkpointing=True)
+    # the system prompt and more, computed once per micro-batch of 4 sequences (the rollouts' first prompts differ
+    # after "round "): at least the system prompt's tokens for each row but the first
+    system = len(EmbeddedModel.load(warm_start).tokenizer(SYSTEM)["input_ids"])
+    assert packed["tokens_shared"] >= (len(sequences) - 1) * system, packed["tokens_shared"]
+    # with a KL penalty (the reference's pass shares the prefix too), still the same
+    with_kl = assert_packed_equals_per_call(model, batch, kl_coef=0.1)
+    assert with_kl["tokens_shared"] == packed["tokens_shared"]
+    # with token-budget micro-batches and gradient checkpointing (no shared prefix: the backward pass's
+    # recomputation would extend the cache again), still the same
+    checkpointed = assert_packed_equals_per_call(model, batch, micro_batch_tokens=64, gradient_checkpointing=True)
+    assert checkpointed["tokens_shared"] == 0
 
 
 def test_a_call_whose_drift_is_refused_leaves_the_rest_of_its_sequence_training(
@@ -181,7 +207,9 @@ def test_an_edited_history_is_not_merged(warm_start: Path, tmp_path: Path) -> No
     batch = multi_turn_transitions(edited, f"embedded:{warm_start}", tmp_path, n=2)
     model = EmbeddedModel.load(warm_start).model
     assert len(pack_calls(batch, context_length(model))) == len(batch) == 2 * TURNS
-    assert assert_packed_equals_per_call(model, batch)["tokens_saved"] == 0
+    packed = assert_packed_equals_per_call(model, batch)
+    # nothing merged: whatever was saved is the micro-batches' shared prefixes'
+    assert packed["tokens_saved"] == packed["tokens_shared"]
 
 
 def test_another_sub_agent_in_between_starts_a_new_sequence(warm_start: Path, tmp_path: Path) -> None:
@@ -238,12 +266,13 @@ def test_sft_packs_a_multi_turn_demonstration_rendered_by_the_template(
     assert [rows[i].rollout_id for i in order[::2]] == [rows[i].rollout_id for i in order[1::2]]  # kept together
     assert [rows[i].step for i in order] == [0, 1] * 4
     results = []
-    for pack in (True, False):
+    for pack in (True, False):  # packed with shared prefixes, against one row per call without them
         model = copy.deepcopy(nano.model)
-        metrics = SFT(lr=1e-9, pack=pack).update(model, rows, pad_token_id=backend.pad_token_id)
+        metrics = SFT(lr=1e-9, pack=pack, share_prefix=pack).update(model, rows, pad_token_id=backend.pad_token_id)
         results.append((metrics, [p.grad.clone() for p in model.parameters() if p.grad is not None]))
     (packed, packed_grads), (per_call, per_call_grads) = results
     assert packed["sequences"] == 4 and per_call["sequences"] == 8 and packed["tokens_saved"] > 0
+    assert packed["tokens_shared"] > 0 and per_call["tokens_shared"] == 0  # (the system prompt and the tool)
     assert abs(packed["loss"] - per_call["loss"]) < 1e-5
     for a, b in zip(packed_grads, per_call_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-5, rtol=0)

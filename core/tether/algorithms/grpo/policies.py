@@ -27,6 +27,7 @@ _SUMS = (
     "loss",
     "sequences",
     "tokens_trained",
+    "tokens_shared",
     "tokens_computed",
     "tokens_saved",
     "teacher_tokens",  # (tether.Distill's)

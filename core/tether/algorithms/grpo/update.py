@@ -36,7 +36,7 @@ from tether.algorithms.grpo.defaults import Reference, default_lr
 from tether.algorithms.grpo.drift import Drift, Refusals
 from tether.models.base import attach_lora
 from tether.models.lora import LoRA
-from tether.training.signal import packing
+from tether.training.signal import packing, prefix
 from tether.training.signal.packing import PackedSequence
 from tether.types import Transition
 
@@ -81,9 +81,12 @@ class GRPO(grpo_loop.PolicyUpdate):
     (``tether.training.signal.packing``): the shared history is computed once, each call keeps its own advantage,
     recorded logprobs, drift judgement and on-policy flag, and the loss and gradient are the per-call rows'
     (to float rounding). A call that does not extend its predecessor exactly starts a new sequence.
-    ``pack=False`` trains one row per call. ``sequences``, ``tokens_trained`` (response tokens),
-    ``tokens_computed`` and ``tokens_saved`` (what per-call rows would have computed, less that) say what
-    it did.
+    ``pack=False`` trains one row per call. With ``share_prefix=True`` (the default) the token ids every row of
+    a micro-batch begins with (an agent's system prompt and tools, a group's task) are computed once and their
+    key/value cache repeated across the rows (``tether.training.signal.prefix``): the same loss and gradient to
+    float rounding (not with ``gradient_checkpointing``). ``sequences``, ``tokens_trained`` (response tokens),
+    ``tokens_shared`` (prefix tokens computed once instead of once per row), ``tokens_computed`` and
+    ``tokens_saved`` (what per-call rows would have computed, less that) say what it did.
 
     ``lora=tether.LoRA(...)`` trains LoRA adapters on the backend's model instead of all its weights.
 
@@ -118,6 +121,7 @@ class GRPO(grpo_loop.PolicyUpdate):
     micro_batch_tokens: int | None = None  # padded tokens per micro-batch, at most (None: no budget)
     gradient_checkpointing: bool = False
     pack: bool = True  # train the calls of a rollout that extend each other exactly as one sequence
+    share_prefix: bool = True  # compute a micro-batch's common prompt prefix once (tether.training.signal.prefix)
     lora: LoRA | None = None
     policies: Sequence[str] | None = None  # the policies this GRPO trains (None: all the agent's)
     _optimizer: Any = field(default=None, init=False, repr=False)
@@ -240,7 +244,7 @@ class GRPO(grpo_loop.PolicyUpdate):
         optimizer = self.optimizer_for(model, policy)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
         sequences = packing.pack_calls(batch, context_length, merge=self.pack)
-        parts = batching.pack([len(s.token_ids) for s in sequences], self.micro_batch, self.micro_batch_tokens)
+        parts = batching.micro_batches(sequences, self.micro_batch, self.micro_batch_tokens, self._sharing)
         on_policy = [weights_version is None or t.weights_version in (None, weights_version) for t in batch]
         drift = Drift(self.drift_threshold)
         refused: dict[int, int] = {}  # batch index -> response tokens, of calls refused for their drift
@@ -289,7 +293,13 @@ class GRPO(grpo_loop.PolicyUpdate):
             response_tokens=float(total_tokens),
             micro_batches=float(len(parts)),
             lr=float(optimizer.param_groups[0]["lr"]),
-            **packing.metrics(sequences, batch, context_length, total_tokens - sum(refused.values())),
+            **packing.metrics(
+                sequences,
+                batch,
+                context_length,
+                total_tokens - sum(refused.values()),
+                self._shared(sequences, parts),
+            ),
             **drift.metrics(),
         )
         return metrics
@@ -308,6 +318,17 @@ class GRPO(grpo_loop.PolicyUpdate):
         logprob minus ``old``)."""
         del ids, mask, old
         return adv
+
+    @property
+    def _sharing(self) -> bool:
+        """Whether micro-batches compute their common prompt prefix once (not with activation checkpointing)."""
+        return self.share_prefix and not self.gradient_checkpointing
+
+    def _shared(self, sequences: Sequence[PackedSequence], parts: Sequence[Sequence[int]]) -> int:
+        """The tokens the micro-batches' shared prompt prefixes computed once (``tokens_shared``)."""
+        if not self._sharing:
+            return 0
+        return prefix.shared_tokens([[sequences[i] for i in part] for part in parts])
 
     def _stale(self, transition: Transition, current: int | None) -> bool:
         version = transition.weights_version
@@ -330,7 +351,7 @@ class GRPO(grpo_loop.PolicyUpdate):
         its first pass: the ratio's denominator for calls the weights being updated sampled."""
         device = next(model.parameters()).device
         ids, mask, old, adv, owner = (x.to(device) for x in batching.assemble(part, batch, pad_token_id))
-        new = batching.token_logprobs(model, ids, self.temperature, mask)
+        new = batching.token_logprobs(model, ids, self.temperature, mask, share_prefix=self.share_prefix)
         recorded = ~torch.isnan(old)
         calls = torch.tensor([bool(x) for x in on_policy] or [True] * len(batch), dtype=torch.bool, device=device)
         rows = calls[owner.clamp(min=0)] & (owner >= 0)  # positions predicting a token the current weights sampled
@@ -353,7 +374,9 @@ class GRPO(grpo_loop.PolicyUpdate):
         kl_sum = 0.0
         if self.kl_coef > 0:
             with torch.no_grad(), self._reference.model(model) as reference:
-                ref = batching.token_logprobs(reference, ids, self.temperature, mask)
+                ref = batching.token_logprobs(
+                    reference, ids, self.temperature, mask, share_prefix=self.share_prefix
+                )
             log_ratio = ref - new
             kl = torch.exp(log_ratio) - log_ratio - 1
             per_token = per_token + self.kl_coef * kl

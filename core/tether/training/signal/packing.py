@@ -102,15 +102,21 @@ def call_tokens(transitions: Sequence[Transition], context_length: int) -> int:
 
 
 def metrics(
-    sequences: Sequence[PackedSequence], transitions: Sequence[Transition], context_length: int, trained: int
+    sequences: Sequence[PackedSequence],
+    transitions: Sequence[Transition],
+    context_length: int,
+    trained: int,
+    shared: int = 0,
 ) -> dict[str, float]:
     """An update's packing figures: ``sequences`` trained, ``tokens_trained`` (the response tokens that
-    trained, ``trained``), ``tokens_computed`` (the tokens the sequences' forward passes compute) and
-    ``tokens_saved`` (what one row per call would have computed, less that)."""
-    computed = sequence_tokens(sequences)
+    trained, ``trained``), ``tokens_shared`` (``shared``: the tokens the micro-batches' shared prompt prefixes
+    computed once instead of once per row, ``tether.training.signal.prefix``), ``tokens_computed`` (the tokens
+    the forward passes compute) and ``tokens_saved`` (what one row per call would have computed, less that)."""
+    computed = sequence_tokens(sequences) - shared
     return {
         "sequences": float(len(sequences)),
         "tokens_trained": float(trained),
+        "tokens_shared": float(shared),
         "tokens_computed": float(computed),
         "tokens_saved": float(call_tokens(transitions, context_length) - computed),
     }
