@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 #: what a ``RemoteBackend`` error says when the teacher did not answer the probe, or refused its key
 _NO_ANSWER = ("cannot reach", "did not answer", " answered 401", " answered 403", " answered 407")
 #: the fine-tuning's settings a warm start passes on to its ``tether.SFT`` as they are
-_SFT_SETTINGS = "min_reward epochs lr batch_size micro_batch micro_batch_tokens pack policies".split()
+_SFT_SETTINGS = "min_reward epochs lr batch_size micro_batch micro_batch_tokens pack share_prefix policies".split()
 #: where the teacher's rollouts are kept, inside the run folder
 TEACHER_STORE = Path("warmstart") / "teacher.db"
 
@@ -59,8 +59,9 @@ class WarmStart(Algorithm):
     any ``model=`` string, or a ``ModelBackend`` (left open: its owner closes it). The agent's requests go to it
     unchanged, with the trainer's ``sampling`` and ``temperature`` (None: the trainer's). ``rollouts``:
     teacher rollouts, drawn from the training tasks (cycled when there are fewer tasks). ``lr``, ``batch_size``,
-    ``micro_batch``, ``micro_batch_tokens``, ``pack``: the fine-tuning's (``tether.SFT``, warm-up then cosine
-    decay; ``pack``: a rollout's calls that extend each other exactly train as one sequence).
+    ``micro_batch``, ``micro_batch_tokens``, ``pack``, ``share_prefix``: the fine-tuning's (``tether.SFT``,
+    warm-up then cosine decay; ``pack``: a rollout's calls that extend each other exactly train as one sequence;
+    ``share_prefix``: a micro-batch's common prompt prefix is computed once).
     ``lora=tether.LoRA(...)``: train adapters instead of all the weights (give GRPO the same ``lora=`` when it
     follows). ``policies``: the policies of ``wrap(optimize={...})`` to train (None: all).
     ``refit_tokenizer``: retrain a fresh embedded model's tokenizer on the teacher's traffic first (a
@@ -80,6 +81,7 @@ class WarmStart(Algorithm):
     micro_batch: int = 16
     micro_batch_tokens: int | None = None
     pack: bool = True
+    share_prefix: bool = True
     temperature: float | None = None
     lora: LoRA | None = None
     policies: Sequence[str] | None = None
