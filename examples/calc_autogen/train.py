@@ -68,8 +68,9 @@ QUICK: dict[str, Any] = {
 
 #: what --model smollm2 changes (flags given explicitly still win): SmolLM2-135M-Instruct, pretrained, learns
 #: through LoRA adapters on its last 10 of 30 layers (the backward pass stops there); its demonstrations are right
-#: 60 % of the time; 6 steps of 8 problems x 8 and greedy-only evaluations fit a CPU (about 8 CPU-minutes,
-#: +56 to +62 points over three seeds, see the README; 10 steps of 4 problems x 8 were tried and collapsed)
+#: 60 % of the time; 6 steps of 8 problems x 8 and greedy-only evaluations fit a CPU (see the README for the
+#: three seeds' CPU-minutes and gains; 10 steps of 4 problems x 8 were tried and collapsed); 8-row passes, so a
+#: GRPO group's 8 rows compute their shared prompt once (docs/grpo.md, "Shared prompt prefixes")
 SMOLLM2: dict[str, Any] = {
     "run_dir": "runs/demo-smollm2",
     "steps": 6,
@@ -82,7 +83,7 @@ SMOLLM2: dict[str, Any] = {
     "n_test": 64,
     "demo_accuracy": "+=0.9,-=0.3,*=0.9,/=0.3",  # 60 % right, wrong mostly where the words say - or /
     "sft_batch": 8,
-    "micro_batch": 2,  # rows per forward/backward pass (memory)
+    "micro_batch": 8,  # rows per forward/backward pass: one group, its prompt computed once (3.7 GB peak)
     "sft_epochs": 1,
     "sft_lr": 1e-3,
     "lora_layers": 10,
@@ -103,8 +104,8 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     parser.add_argument("--run-dir", default="runs/demo", help="where the checkpoints, metrics and curve go")
-    parser.add_argument("--steps", type=int, default=40, help="GRPO steps")
-    parser.add_argument("--eval-every", type=int, default=20, help="evaluate on the held-out tasks every N steps")
+    parser.add_argument("--steps", type=int, default=70, help="GRPO steps")
+    parser.add_argument("--eval-every", type=int, default=35, help="evaluate on the held-out tasks every N steps")
     parser.add_argument("--tasks-per-step", type=int, default=16, help="tasks per GRPO step")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO compares them)")
     parser.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
