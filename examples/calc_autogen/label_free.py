@@ -103,7 +103,8 @@ def _arm(mine: argparse.Namespace) -> str:
     if mine.reward == "judge":
         return f"judge-{mine.judge_accuracy:g}{kl}"
     if mine.reward == "vote":
-        return f"vote-{mine.vote_mode}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
+        plain = "" if mine.vote_contrast else "-plain"
+        return f"vote-{mine.vote_mode}{plain}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
     return mine.reward + kl
 
 
@@ -115,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         "--vote-mode", choices=("share", "majority"), default="share", help="MajorityVote(mode=...)"
     )
     extra.add_argument("--min-share", type=float, default=0.0, help="MajorityVote(min_share=...)")
+    extra.add_argument(
+        "--no-vote-contrast",
+        dest="vote_contrast",
+        action="store_false",
+        help="MajorityVote(contrast=False): the plain vote, no subtraction of other tasks' answers",
+    )
     extra.add_argument("--kl-coef", type=float, default=0.0, help="GRPO(kl_coef=...): held near the warm start")
     extra.add_argument(
         "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
@@ -162,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         elif mine.reward == "label":  # the comparison: the labelled reward train.py uses
             reward = data.reward
         else:
-            reward = tether.MajorityVote(extract=last_number, mode=mine.vote_mode, min_share=mine.min_share)
+            reward = tether.MajorityVote(
+                extract=last_number, mode=mine.vote_mode, min_share=mine.min_share, contrast=mine.vote_contrast
+            )
         voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks, preflight=not args.no_preflight)
     assert voted.checkpoint is not None
     after: dict[str, float] = {}
@@ -198,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             f"step {last['step']} {last.get('majority/agreement', 0):.2f}; groups skipped (below --min-share): "
             f"{skipped:.0f} of {groups:.0f}"
         )
+        if mine.vote_contrast:
+            print(
+                "share of recent other tasks' rollouts giving their commonest answer: step 1 "
+                f"{first.get('majority/common_share', 0):.2f}, step {last['step']} "
+                f"{last.get('majority/common_share', 0):.2f}"
+            )
     print(f"train reward: step 1 {first['reward']:.2f}, step {last['step']} {last['reward']:.2f}")
     return 0
 
