@@ -97,9 +97,11 @@ def _warm_start(
             asyncio.run(student.close())
 
 
-def _arm(mine: argparse.Namespace) -> str:
+def _arm(mine: argparse.Namespace, lr: float) -> str:
     """The GRPO run's folder name under --run-dir: the reward and its settings (arms can share a warm start)."""
     kl = f"-kl{mine.kl_coef:g}" if mine.kl_coef else ""
+    kl += f"-lr{lr:g}" if lr != train.DEFAULT_LR else ""
+    kl += f"-t{mine.grpo_temperature:g}" if mine.grpo_temperature != 1.0 else ""
     if mine.reward == "judge":
         return f"judge-{mine.judge_accuracy:g}{kl}"
     if mine.reward == "vote":
@@ -123,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         help="MajorityVote(contrast=False): the plain vote, no subtraction of other tasks' answers",
     )
     extra.add_argument("--kl-coef", type=float, default=0.0, help="GRPO(kl_coef=...): held near the warm start")
+    extra.add_argument(
+        "--grpo-temperature", type=float, default=1.0, help="GRPO(temperature=...): of the training rollouts"
+    )
     extra.add_argument(
         "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
     )
@@ -153,13 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
         micro_batch=args.micro_batch,
         kl_coef=mine.kl_coef,
+        temperature=mine.grpo_temperature,
     )
     trainer = tether.Trainer(
         model=f"embedded:{warm.checkpoint}",
         algorithm=grpo,
         steps=args.steps,
         eval_every=args.steps,
-        name=_arm(mine),
+        name=_arm(mine, args.lr),
         **common,
     )
     with contextlib.ExitStack() as stack:
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         warmed = warm.evals[-1][key]
         print(
             f"accuracy ({label}): before {before:.0%}, after the warm start {warmed:.0%}, after {args.steps} "
-            f"GRPO steps ({_arm(mine)}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
+            f"GRPO steps ({_arm(mine, args.lr)}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
         )
     if mine.reward == "judge":
         cost = voted.judge_cost
