@@ -4,7 +4,8 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
 1. Warm start (``tether.WarmStart``), as in ``train.py``: the scripted teacher's demonstrations, every one kept
    (``min_reward=0``: no label decides what is kept).
 2. GRPO from that checkpoint with ``reward=tether.MajorityVote(extract=last_number)``: each rollout is rewarded by
-   the share of its group giving the same final number. No answer is used.
+   the share of its group giving the same final number, less that number's share among recent other tasks'
+   rollouts (``contrast=True``). No answer is used.
    With ``--reward label``, the labelled reward (``data.reward``) instead, for comparison. With ``--reward judge
    --judge-accuracy P``: ``reward=tether.Judge(...)`` whose judge is a scripted stand-in
    for an API model (``tether.testing.judge``): it sees the hidden answer in the task and scores each attempt
@@ -14,7 +15,8 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
    after the warm start (stage 1's last evaluation) and after GRPO.
 
 Run: ``python examples/calc_autogen/label_free.py --steps 40`` (``train.py``'s flags, and ``--reward``,
-``--judge-accuracy``).
+``--judge-accuracy``; for the vote ``--vote-mode``, ``--min-share``, ``--no-vote-contrast`` (the plain vote,
+``contrast=False``); for GRPO ``--kl-coef`` and ``--grpo-temperature``).
 """
 
 from __future__ import annotations
