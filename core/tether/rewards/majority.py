@@ -31,6 +31,7 @@ from tether.rewards.base import MEAN_SUFFIX, Group, GroupReward, GroupRewardErro
 Extract = Callable[[Any], Any]
 Mode = Literal["share", "majority"]
 _MODES = ("share", "majority")
+_COMMON_NOTE = 0.5  # a batch's mean majority/common_share from which notes() says the model answers alike
 
 
 class MajorityVote(GroupReward):
@@ -144,6 +145,13 @@ class MajorityVote(GroupReward):
 
     def notes(self, metrics: Mapping[str, float]) -> list[str]:
         groups, different = metrics.get("majority/groups", 0.0), metrics.get("majority/all_different", 0.0)
+        common = metrics.get("majority/common_share", 0.0)
+        if common >= _COMMON_NOTE:
+            return [
+                f"MajorityVote: {common:.0%} of the recent rollouts of other tasks gave one and the same answer "
+                "(majority/common_share): the model answers alike whatever the task. contrast=True scores that "
+                "answer about 0; if it is right for most tasks (a label set of few values), use contrast=False"
+            ]
         if groups and different >= groups:
             return [
                 f"MajorityVote: every answer differed within each of the batch's {groups:g} groups (no two "

@@ -273,3 +273,15 @@ async def test_the_history_of_other_tasks_is_bounded(history: int, remembered: i
     ]
     assert (seven.rollout.reward, eight.rollout.reward) == (0.0, 0.5)
     assert len(reward._recent) == min(history, 4)
+
+
+async def test_one_answer_for_every_task_is_said_in_the_notes(tmp_path: Path) -> None:
+    answers = {"p?": ["12"] * 4, "q?": ["12"] * 4, "r?": ["12"] * 4}
+    tasks = list(answers)
+    algorithm = await _fit_steps(tether.MajorityVote(), answers, tmp_path, tasks, tasks)
+    second = algorithm.batches[1]
+    assert _by_answer(second) == {(t, "12"): 0.0 for t in tasks}  # agreement, but no more than for other tasks
+    assert second.group_metrics["majority/common_share"] == 1.0
+    (note,) = [n for n in second.credit.notes if n.startswith("MajorityVote")]
+    assert "100% of the recent rollouts of other tasks gave one and the same answer" in note
+    assert "contrast=False" in note
