@@ -5,7 +5,7 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
    (``min_reward=0``: no label decides what is kept).
 2. GRPO from that checkpoint with ``reward=tether.MajorityVote(extract=last_number)``: each rollout is rewarded by
    the share of its group giving the same final number, less that number's share among recent other tasks'
-   rollouts (``contrast=True``). No answer is used.
+   rollouts (with ``--vote-contrast``, ``contrast=True``). No answer is used.
    With ``--reward label``, the labelled reward (``data.reward``) instead, for comparison. With ``--reward judge
    --judge-accuracy P``: ``reward=tether.Judge(...)`` whose judge is a scripted stand-in
    for an API model (``tether.testing.judge``): it sees the hidden answer in the task and scores each attempt
@@ -15,8 +15,8 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
    after the warm start (stage 1's last evaluation) and after GRPO.
 
 Run: ``python examples/calc_autogen/label_free.py --steps 40`` (``train.py``'s flags, and ``--reward``,
-``--judge-accuracy``; for the vote ``--vote-mode``, ``--min-share``, ``--no-vote-contrast`` (the plain vote,
-``contrast=False``); for GRPO ``--kl-coef`` and ``--grpo-temperature``).
+``--judge-accuracy``; for the vote ``--vote-mode``, ``--min-share``, ``--vote-contrast``
+(``contrast=True``); for GRPO ``--kl-coef`` and ``--grpo-temperature``).
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def _arm(mine: argparse.Namespace, lr: float) -> str:
     if mine.reward == "judge":
         return f"judge-{mine.judge_accuracy:g}{kl}"
     if mine.reward == "vote":
-        plain = "" if mine.vote_contrast else "-plain"
-        return f"vote-{mine.vote_mode}{plain}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
+        contrast = "-contrast" if mine.vote_contrast else ""
+        return f"vote-{mine.vote_mode}{contrast}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
     return mine.reward + kl
 
 
@@ -121,10 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     extra.add_argument("--min-share", type=float, default=0.0, help="MajorityVote(min_share=...)")
     extra.add_argument(
-        "--no-vote-contrast",
-        dest="vote_contrast",
-        action="store_false",
-        help="MajorityVote(contrast=False): the plain vote, no subtraction of other tasks' answers",
+        "--vote-contrast",
+        action="store_true",
+        help="MajorityVote(contrast=True): subtract each answer's share among other recent tasks' answers",
     )
     extra.add_argument("--kl-coef", type=float, default=0.0, help="GRPO(kl_coef=...): held near the warm start")
     extra.add_argument(

@@ -10,7 +10,7 @@ choice); open-ended output (a letter, a plan) almost never repeats word for word
 reward is ``1/group_size`` and nothing trains: the batch's metrics say so (``majority/all_different``) and ``fit``
 warns. Skipped groups are counted in ``majority/skipped``.
 
-Agreement beyond chance (``contrast=True``, the default): a model can agree with itself without reading the task
+Agreement beyond chance (``contrast=True``; off by default): a model can agree with itself without reading the task
 at all, by giving one answer to every task; the share of its group giving that answer is then high and the plain
 vote rewards the collapse. So the object keeps the answers of the last ``history`` groups it scored, and an
 answer's reward is its share in its group minus its share among the recent rollouts of *other* tasks (its
@@ -40,7 +40,7 @@ class MajorityVote(GroupReward):
     group agreeing) or ``"majority"`` (1 for the most common answer, else 0); ``min_share`` in [0, 1] skips the
     groups whose most common answer has a smaller share (all their rollouts score 0). ``contrast``: subtract
     each answer's share among the recent rollouts of other tasks (the last ``history`` groups), floored at 0, so
-    that one answer given to every task earns nothing; False: the plain vote."""
+    that one answer given to every task earns nothing; False (the default): the plain vote."""
 
     name = "majority_vote"
 
@@ -50,7 +50,7 @@ class MajorityVote(GroupReward):
         *,
         mode: Mode = "share",
         min_share: float = 0.0,
-        contrast: bool = True,
+        contrast: bool = False,
         history: int = 32,
     ) -> None:
         if extract is not None and not callable(extract):
@@ -78,7 +78,7 @@ class MajorityVote(GroupReward):
         parts = [f"extract={named}"] if named else []
         parts += [f"mode={self.mode!r}"] * (self.mode != "share")
         parts += [f"min_share={self.min_share:g}"] * (self.min_share > 0)
-        parts += ["contrast=False"] * (not self.contrast)
+        parts += ["contrast=True"] * self.contrast
         parts += [f"history={self.history}"] * (self.contrast and self.history != 32)
         return f"MajorityVote({', '.join(parts)})"
 

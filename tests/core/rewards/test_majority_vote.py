@@ -1,6 +1,6 @@
 """``tether.MajorityVote`` as ``reward=``: each rollout is rewarded by the share of its group that gave the same
 answer, with a plain OpenAI-client agent on the scripted fake LLM through the real proxy, runner and store; a
-batch in which every answer differs says so in its metrics and notes; with ``contrast`` (the default) an answer
+batch in which every answer differs says so in its metrics and notes; with ``contrast=True`` an answer
 given to other tasks as often earns nothing, and the history of other tasks' answers is bounded."""
 
 from __future__ import annotations
@@ -181,8 +181,8 @@ def test_the_repr_names_the_settings_that_differ_from_the_defaults() -> None:
     assert repr(tether.MajorityVote(extract=last_word)) == "MajorityVote(extract=last_word)"
     settings = tether.MajorityVote(mode="majority", min_share=0.5)
     assert repr(settings) == "MajorityVote(mode='majority', min_share=0.5)"
-    assert repr(tether.MajorityVote(contrast=False)) == "MajorityVote(contrast=False)"
-    assert repr(tether.MajorityVote(history=4)) == "MajorityVote(history=4)"
+    assert repr(tether.MajorityVote(contrast=True)) == "MajorityVote(contrast=True)"
+    assert repr(tether.MajorityVote(contrast=True, history=4)) == "MajorityVote(contrast=True, history=4)"
 
 
 class _Steps:
@@ -255,7 +255,7 @@ async def test_a_task_specific_agreeing_answer_keeps_its_share(tmp_path: Path) -
     # each task's own answer by 3 of 4, and "0" once: only the repeated "0" is common to every task
     answers = {"p?": ["1", "1", "1", "0"], "q?": ["2", "2", "2", "0"], "r?": ["3", "3", "3", "0"]}
     tasks = list(answers)
-    algorithm = await _fit_steps(tether.MajorityVote(), answers, tmp_path, tasks, tasks)
+    algorithm = await _fit_steps(tether.MajorityVote(contrast=True), answers, tmp_path, tasks, tasks)
     rewards = _by_answer(algorithm.batches[1])
     assert rewards == {("p?", "1"): 0.75, ("q?", "2"): 0.75, ("r?", "3"): 0.75, **{(t, "0"): 0.0 for t in tasks}}
 
@@ -264,7 +264,7 @@ async def test_a_task_specific_agreeing_answer_keeps_its_share(tmp_path: Path) -
 async def test_the_history_of_other_tasks_is_bounded(history: int, remembered: int, tmp_path: Path) -> None:
     # three groups of other tasks, then a task of its own: it sees the last `history` groups' rollouts
     answers = {"a?": ["7"] * 4, "b?": ["7"] * 4, "c?": ["7"] * 4, "d?": ["7", "7", "8", "8"]}
-    reward = tether.MajorityVote(history=history)
+    reward = tether.MajorityVote(contrast=True, history=history)
     algorithm = await _fit_steps(reward, answers, tmp_path, ["a?", "b?", "c?"], ["d?"])
     (seven, _, eight, _) = sorted(algorithm.batches[1].results, key=lambda r: str(r.rollout.output))
     assert [_reason(seven), _reason(eight)] == [
@@ -278,7 +278,7 @@ async def test_the_history_of_other_tasks_is_bounded(history: int, remembered: i
 async def test_one_answer_for_every_task_is_said_in_the_notes(tmp_path: Path) -> None:
     answers = {"p?": ["12"] * 4, "q?": ["12"] * 4, "r?": ["12"] * 4}
     tasks = list(answers)
-    algorithm = await _fit_steps(tether.MajorityVote(), answers, tmp_path, tasks, tasks)
+    algorithm = await _fit_steps(tether.MajorityVote(contrast=True), answers, tmp_path, tasks, tasks)
     second = algorithm.batches[1]
     assert _by_answer(second) == {(t, "12"): 0.0 for t in tasks}  # agreement, but no more than for other tasks
     assert second.group_metrics["majority/common_share"] == 1.0

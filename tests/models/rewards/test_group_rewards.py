@@ -71,10 +71,8 @@ def test_grpo_trains_on_a_judges_scores(warm_start: Path, tmp_path: Path) -> Non
 
 
 def test_grpo_trains_on_majority_vote_and_warns_when_answers_differ(warm_start: Path, tmp_path: Path) -> None:
-    # a label as the answer (is it a good letter?): the nano model's raw replies rarely repeat within a group; two
-    # values, common to every task, so the plain vote (contrast would subtract their share across tasks)
-    vote = tether.MajorityVote(extract=lambda output: output.strip() in GOOD, contrast=False)
-    agent = tether.wrap(pick_letter, reward=vote)
+    # a label as the answer (is it a good letter?): the nano model's raw replies rarely repeat within a group
+    agent = tether.wrap(pick_letter, reward=tether.MajorityVote(extract=lambda output: output.strip() in GOOD))
     result = _trainer(warm_start, tmp_path / "agree", steps=2).fit(agent, train=_tasks(8))
     train = [h for h in result.history if h["kind"] == "train"]
     assert len(train) == 2 and all(h["failed"] == 0 for h in train)
