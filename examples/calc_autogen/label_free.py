@@ -4,7 +4,8 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
 1. Warm start (``tether.WarmStart``), as in ``train.py``: the scripted teacher's demonstrations, every one kept
    (``min_reward=0``: no label decides what is kept).
 2. GRPO from that checkpoint with ``reward=tether.MajorityVote(extract=last_number)``: each rollout is rewarded by
-   the share of its group giving the same final number. No answer is used.
+   the share of its group giving the same final number, less that number's share among recent other tasks'
+   rollouts (with ``--vote-contrast``, ``contrast=True``). No answer is used.
    With ``--reward label``, the labelled reward (``data.reward``) instead, for comparison. With ``--reward judge
    --judge-accuracy P``: ``reward=tether.Judge(...)`` whose judge is a scripted stand-in
    for an API model (``tether.testing.judge``): it sees the hidden answer in the task and scores each attempt
@@ -14,7 +15,8 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
    after the warm start (stage 1's last evaluation) and after GRPO.
 
 Run: ``python examples/calc_autogen/label_free.py --steps 40`` (``train.py``'s flags, and ``--reward``,
-``--judge-accuracy``).
+``--judge-accuracy``; for the vote ``--vote-mode``, ``--min-share``, ``--vote-contrast``
+(``contrast=True``); for GRPO ``--kl-coef`` and ``--grpo-temperature``).
 """
 
 from __future__ import annotations
@@ -97,13 +99,16 @@ def _warm_start(
             asyncio.run(student.close())
 
 
-def _arm(mine: argparse.Namespace) -> str:
+def _arm(mine: argparse.Namespace, lr: float) -> str:
     """The GRPO run's folder name under --run-dir: the reward and its settings (arms can share a warm start)."""
     kl = f"-kl{mine.kl_coef:g}" if mine.kl_coef else ""
+    kl += f"-lr{lr:g}" if lr != train.DEFAULT_LR else ""
+    kl += f"-t{mine.grpo_temperature:g}" if mine.grpo_temperature != 1.0 else ""
     if mine.reward == "judge":
         return f"judge-{mine.judge_accuracy:g}{kl}"
     if mine.reward == "vote":
-        return f"vote-{mine.vote_mode}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
+        contrast = "-contrast" if mine.vote_contrast else ""
+        return f"vote-{mine.vote_mode}{contrast}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
     return mine.reward + kl
 
 
@@ -115,7 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         "--vote-mode", choices=("share", "majority"), default="share", help="MajorityVote(mode=...)"
     )
     extra.add_argument("--min-share", type=float, default=0.0, help="MajorityVote(min_share=...)")
+    extra.add_argument(
+        "--vote-contrast",
+        action="store_true",
+        help="MajorityVote(contrast=True): subtract each answer's share among other recent tasks' answers",
+    )
     extra.add_argument("--kl-coef", type=float, default=0.0, help="GRPO(kl_coef=...): held near the warm start")
+    extra.add_argument(
+        "--grpo-temperature", type=float, default=1.0, help="GRPO(temperature=...): of the training rollouts"
+    )
     extra.add_argument(
         "--reuse-warm-start", action="store_true", help="start from <run-dir>/warm/checkpoint when it exists"
     )
@@ -146,13 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
         micro_batch=args.micro_batch,
         kl_coef=mine.kl_coef,
+        temperature=mine.grpo_temperature,
     )
     trainer = tether.Trainer(
         model=f"embedded:{warm.checkpoint}",
         algorithm=grpo,
         steps=args.steps,
         eval_every=args.steps,
-        name=_arm(mine),
+        name=_arm(mine, args.lr),
         **common,
     )
     with contextlib.ExitStack() as stack:
@@ -162,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         elif mine.reward == "label":  # the comparison: the labelled reward train.py uses
             reward = data.reward
         else:
-            reward = tether.MajorityVote(extract=last_number, mode=mine.vote_mode, min_share=mine.min_share)
+            reward = tether.MajorityVote(
+                extract=last_number, mode=mine.vote_mode, min_share=mine.min_share, contrast=mine.vote_contrast
+            )
         voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks, preflight=not args.no_preflight)
     assert voted.checkpoint is not None
     after: dict[str, float] = {}
@@ -183,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         warmed = warm.evals[-1][key]
         print(
             f"accuracy ({label}): before {before:.0%}, after the warm start {warmed:.0%}, after {args.steps} "
-            f"GRPO steps ({_arm(mine)}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
+            f"GRPO steps ({_arm(mine, args.lr)}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
         )
     if mine.reward == "judge":
         cost = voted.judge_cost
@@ -198,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             f"step {last['step']} {last.get('majority/agreement', 0):.2f}; groups skipped (below --min-share): "
             f"{skipped:.0f} of {groups:.0f}"
         )
+        if mine.vote_contrast:
+            print(
+                "share of recent other tasks' rollouts giving their commonest answer: step 1 "
+                f"{first.get('majority/common_share', 0):.2f}, step {last['step']} "
+                f"{last.get('majority/common_share', 0):.2f}"
+            )
     print(f"train reward: step 1 {first['reward']:.2f}, step {last['step']} {last['reward']:.2f}")
     return 0
 

@@ -32,6 +32,8 @@ import data  # noqa: E402
 import tether  # noqa: E402
 from tether.testing.fake_llm import FakeLLM, Reply, text, tool_call  # noqa: E402
 
+DEFAULT_LR = 5e-4  # GRPO's learning rate (--lr)
+
 
 def scripted_teacher(problems: list[data.Problem], p_correct: float | dict[str, float], seed: int) -> FakeLLM:
     """An OpenAI-compatible server standing in for the user's API model: it calls the calculator with the
@@ -108,7 +110,7 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=int, default=35, help="evaluate on the held-out tasks every N steps")
     parser.add_argument("--tasks-per-step", type=int, default=16, help="tasks per GRPO step")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO compares them)")
-    parser.add_argument("--lr", type=float, default=5e-4, help="GRPO learning rate")
+    parser.add_argument("--lr", type=float, default=DEFAULT_LR, help="GRPO learning rate")
     parser.add_argument("--n-train", type=int, default=2000, help="training problems (demonstrations, GRPO)")
     parser.add_argument("--n-test", type=int, default=100, help="held-out problems for the before/after numbers")
     parser.add_argument(

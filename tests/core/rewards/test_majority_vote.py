@@ -1,6 +1,7 @@
 """``tether.MajorityVote`` as ``reward=``: each rollout is rewarded by the share of its group that gave the same
 answer, with a plain OpenAI-client agent on the scripted fake LLM through the real proxy, runner and store; a
-batch in which every answer differs says so in its metrics and notes."""
+batch in which every answer differs says so in its metrics and notes; with ``contrast=True`` an answer
+given to other tasks as often earns nothing, and the history of other tasks' answers is bounded."""
 
 from __future__ import annotations
 
@@ -162,6 +163,8 @@ def _answers() -> None:
         ({"mode": "vote"}, "MajorityVote(mode='vote'): use 'share'"),
         ({"min_share": 1.5}, "MajorityVote(min_share=1.5): give a share in [0, 1]"),
         ({"min_share": "0.5"}, "MajorityVote(min_share='0.5'): give a share in [0, 1]"),
+        ({"history": 0}, "MajorityVote(history=0): give the number of recent groups kept"),
+        ({"history": 2.5}, "MajorityVote(history=2.5): give the number of recent groups kept"),
     ],
 )
 def test_a_bad_mode_or_min_share_is_refused_with_what_to_give(kwargs: dict[str, Any], message: str) -> None:
@@ -169,7 +172,116 @@ def test_a_bad_mode_or_min_share_is_refused_with_what_to_give(kwargs: dict[str, 
         tether.MajorityVote(**kwargs)
 
 
+def test_contrast_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match=r"MajorityVote\(contrast='yes'\): give True .* or False"):
+        tether.MajorityVote(contrast="yes")  # type: ignore[arg-type]
+
+
 def test_the_repr_names_the_settings_that_differ_from_the_defaults() -> None:
     assert repr(tether.MajorityVote(extract=last_word)) == "MajorityVote(extract=last_word)"
     settings = tether.MajorityVote(mode="majority", min_share=0.5)
     assert repr(settings) == "MajorityVote(mode='majority', min_share=0.5)"
+    assert repr(tether.MajorityVote(contrast=True)) == "MajorityVote(contrast=True)"
+    assert repr(tether.MajorityVote(contrast=True, history=4)) == "MajorityVote(contrast=True, history=4)"
+
+
+class _Steps:
+    """An algorithm that runs one batch (groups of 4) per list of tasks it is given, in order."""
+
+    def __init__(self, *steps: list[str]) -> None:
+        self.steps = steps
+        self.batches: list[tether.Batch] = []
+
+    async def fit(self, session: Any, train: Any, val: Any) -> tether.FitResult:
+        for tasks in self.steps:
+            self.batches.append(await session.run_batch(tasks, 4))
+        return tether.FitResult(run_dir=session.require_run("Steps").path)
+
+
+async def _fit_steps(reward: Any, answers: dict[str, list[str]], tmp_path: Path, *steps: list[str]) -> _Steps:
+    """Fit ``_Steps`` with each task's rollouts answering its listed answers (a cycle, in arrival order)."""
+    cycles = {task: itertools.cycle(said) for task, said in answers.items()}
+    algorithm = _Steps(*steps)
+    async with FakeLLM(handler=lambda request: text(next(cycles[_question(request)]))) as llm:
+        backend = RemoteBackend(llm.base_url)
+        try:
+            trainer = tether.Trainer(model=backend, algorithm=algorithm, run_root=str(tmp_path), progress=False)
+            await trainer.afit(tether.wrap(answer, reward=reward), steps[0], preflight=False)
+        finally:
+            await backend.close()
+    return algorithm
+
+
+def _reason(result: Any) -> str:
+    (span,) = [s for s in result.spans if s.kind == SpanKind.REWARD and s.name == "majority_vote"]
+    return str(span.attributes[spans.REWARD_REASON])
+
+
+def _by_answer(batch: tether.Batch) -> dict[tuple[str, str], float]:
+    return {(str(r.input), str(r.output)): float(r.reward or 0.0) for r in batch.rollouts}
+
+
+@pytest.mark.parametrize("contrast", [True, False])
+async def test_an_answer_given_to_every_task_earns_nothing_beyond_chance(contrast: bool, tmp_path: Path) -> None:
+    # three tasks, each answered "12" by 3 rollouts of 4 (whatever the task) and by its own answer once
+    answers = {"p?": ["12", "12", "12", "1"], "q?": ["12", "12", "12", "2"], "r?": ["12", "12", "12", "3"]}
+    tasks = list(answers)
+    algorithm = await _fit_steps(tether.MajorityVote(contrast=contrast), answers, tmp_path, tasks, tasks)
+    second = algorithm.batches[1]  # every group now has other tasks' groups in the history
+    rewards = _by_answer(second)
+    if contrast:  # "12": 3 of 4 agree, as 3 of 4 of the other tasks' rollouts say it: 0.75 - 0.75
+        assert rewards == {
+            **{(t, "12"): 0.0 for t in tasks},
+            ("p?", "1"): 0.25,
+            ("q?", "2"): 0.25,
+            ("r?", "3"): 0.25,
+        }
+        assert second.group_metrics["majority/common_share"] == pytest.approx(0.75)
+        for result in [r for r in second.results if r.rollout.output == "12"]:
+            reason = _reason(result)
+            assert reason.startswith("answer '12': 3 of 4 agree; 75% of ")
+            assert reason.endswith(" recent rollouts of other tasks too: 0.75 - 0.75")
+    else:  # the plain vote rewards the answer given to every task most
+        assert rewards == {
+            **{(t, "12"): 0.75 for t in tasks},
+            ("p?", "1"): 0.25,
+            ("q?", "2"): 0.25,
+            ("r?", "3"): 0.25,
+        }
+        assert "majority/common_share" not in second.group_metrics
+
+
+async def test_a_task_specific_agreeing_answer_keeps_its_share(tmp_path: Path) -> None:
+    # each task's own answer by 3 of 4, and "0" once: only the repeated "0" is common to every task
+    answers = {"p?": ["1", "1", "1", "0"], "q?": ["2", "2", "2", "0"], "r?": ["3", "3", "3", "0"]}
+    tasks = list(answers)
+    algorithm = await _fit_steps(tether.MajorityVote(contrast=True), answers, tmp_path, tasks, tasks)
+    rewards = _by_answer(algorithm.batches[1])
+    assert rewards == {("p?", "1"): 0.75, ("q?", "2"): 0.75, ("r?", "3"): 0.75, **{(t, "0"): 0.0 for t in tasks}}
+
+
+@pytest.mark.parametrize(("history", "remembered"), [(2, 8), (32, 12)])
+async def test_the_history_of_other_tasks_is_bounded(history: int, remembered: int, tmp_path: Path) -> None:
+    # three groups of other tasks, then a task of its own: it sees the last `history` groups' rollouts
+    answers = {"a?": ["7"] * 4, "b?": ["7"] * 4, "c?": ["7"] * 4, "d?": ["7", "7", "8", "8"]}
+    reward = tether.MajorityVote(contrast=True, history=history)
+    algorithm = await _fit_steps(reward, answers, tmp_path, ["a?", "b?", "c?"], ["d?"])
+    (seven, _, eight, _) = sorted(algorithm.batches[1].results, key=lambda r: str(r.rollout.output))
+    assert [_reason(seven), _reason(eight)] == [
+        f"answer '7': 2 of 4 agree; 100% of {remembered} recent rollouts of other tasks too: 0.50 - 1.00",
+        f"answer '8': 2 of 4 agree; 0% of {remembered} recent rollouts of other tasks too: 0.50 - 0.00",
+    ]
+    assert (seven.rollout.reward, eight.rollout.reward) == (0.0, 0.5)
+    assert len(reward._recent) == min(history, 4)
+
+
+async def test_one_answer_for_every_task_is_said_in_the_notes(tmp_path: Path) -> None:
+    answers = {"p?": ["12"] * 4, "q?": ["12"] * 4, "r?": ["12"] * 4}
+    tasks = list(answers)
+    algorithm = await _fit_steps(tether.MajorityVote(contrast=True), answers, tmp_path, tasks, tasks)
+    second = algorithm.batches[1]
+    assert _by_answer(second) == {(t, "12"): 0.0 for t in tasks}  # agreement, but no more than for other tasks
+    assert second.group_metrics["majority/common_share"] == 1.0
+    (note,) = [n for n in second.credit.notes if n.startswith("MajorityVote")]
+    assert "100% of the recent rollouts of other tasks gave one and the same answer" in note
+    assert "contrast=False" in note
