@@ -71,24 +71,23 @@ def micro_batches(rows: Sequence[PackedSequence], max_rows: int, max_tokens: int
     order = sorted(range(len(rows)), key=lambda i: rows[i].token_ids)
     parts: list[list[int]] = []
     current: list[int] = []
-    limit = longest = 0
+    limit = longest = now = 0  # the open micro-batch's trained-position bound, longest row and cost
     for i in order:
         row = rows[i]
+        start, length = first_trained(row), len(row.token_ids)
         if current:
-            grown_limit = min(limit, first_trained(row))
-            grown_longest = max(longest, len(row.token_ids))
+            grown_limit, grown_longest = min(limit, start), max(longest, length)
+            # in token-id order the open micro-batch's first row and this one bound what they all share
             shared = min(common_length(rows[current[0]].token_ids, row.token_ids), grown_limit)
             grown = _cost(len(current) + 1, grown_longest, shared)
-            now = _cost(len(current), longest, _shared_of(rows, current, limit))
             full = len(current) >= max_rows
             over = max_tokens is not None and (len(current) + 1) * grown_longest > max_tokens
-            if full or over or grown > now + len(row.token_ids) + PASS_COST:
-                parts.append(current)
-                current = []
-        if not current:
-            limit, longest = first_trained(row), 0
-        current.append(i)
-        limit, longest = min(limit, first_trained(row)), max(longest, len(row.token_ids))
+            if not (full or over or grown > now + length + PASS_COST):
+                current.append(i)
+                limit, longest, now = grown_limit, grown_longest, grown
+                continue
+            parts.append(current)
+        current, limit, longest, now = [i], start, length, length
     if current:
         parts.append(current)
     return parts
@@ -103,14 +102,6 @@ def cost(rows: Sequence[PackedSequence], parts: Sequence[Sequence[int]]) -> int:
         shared = shared_prefix(chosen)
         total += _cost(len(chosen), max(len(r.token_ids) for r in chosen), shared) + PASS_COST * (1 + bool(shared))
     return total
-
-
-def _shared_of(rows: Sequence[PackedSequence], part: Sequence[int], limit: int) -> int:
-    """``shared_prefix`` of a run of rows in token-id order: the first and last rows' common ids bound it."""
-    if len(part) < 2:
-        return 0
-    n = min(common_length(rows[part[0]].token_ids, rows[part[-1]].token_ids), limit)
-    return n if n >= MIN_SHARED else 0
 
 
 def _cost(n_rows: int, longest: int, shared: int) -> int:
