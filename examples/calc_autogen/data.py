@@ -92,6 +92,20 @@ def splits(n_train: int = 400, n_val: int = 64, n_test: int = 100, seed: int = 0
     return out
 
 
+def fresh(n: int, seed: int, exclude: list[Problem]) -> list[Problem]:
+    """``n`` more problems, none of whose questions is among ``exclude``: tasks with no demonstration (a
+    label-free stage trains on problems the teacher never answered)."""
+    seen = {p.question for p in exclude}
+    rng = random.Random(f"{seed}:fresh")
+    problems: list[Problem] = []
+    while len(problems) < n:
+        problem = _problem(rng)
+        if problem.question not in seen:
+            seen.add(problem.question)
+            problems.append(problem)
+    return problems
+
+
 #: the operation a careless demonstrator writes instead of the right one
 CONFUSED = {"+": "-", "-": "+", "*": "/", "/": "*"}
 

@@ -49,6 +49,34 @@ def last_number(output: Any) -> str | None:
     return f"{float(numbers[-1]):g}" if numbers else None
 
 
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def checked_number(output: Any) -> str | None:
+    """The agent's answer as ``last_number`` gives it, but only when it made one calculator call and that call
+    used the problem's numbers, in order (no label: the question alone says which numbers it gave). Any other
+    answer is no vote (None), so a group cannot agree on numbers the problem never mentioned."""
+    messages = output.get("messages") if isinstance(output, dict) else None
+    if not messages:
+        return None
+    question = str(messages[0].get("content") or "")
+    calls = [
+        call
+        for message in messages
+        if message.get("type") == "ToolCallRequestEvent" and isinstance(message.get("content"), list)
+        for call in message["content"]
+    ]
+    if len(calls) != 1 or not isinstance(calls[0], dict):
+        return None
+    try:
+        expression = str(json.loads(calls[0].get("arguments") or "{}").get("expression", ""))
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if _NUMBER.findall(expression) != _NUMBER.findall(question):
+        return None
+    return last_number(output.get("text", ""))
+
+
 @contextlib.contextmanager
 def scripted_judge(accuracy: float, seed: int) -> Iterator[FakeLLM]:
     """A judge that, for a group with probability ``accuracy``, scores right answers 1 and wrong ones 0, and
@@ -108,8 +136,13 @@ def _arm(mine: argparse.Namespace, lr: float) -> str:
         return f"judge-{mine.judge_accuracy:g}{kl}"
     if mine.reward == "vote":
         contrast = "-contrast" if mine.vote_contrast else ""
+        contrast += "-checked" if mine.vote_extract == "checked" else ""
         return f"vote-{mine.vote_mode}{contrast}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
     return mine.reward + kl
+
+
+def _arm_name(mine: argparse.Namespace, lr: float) -> str:
+    return _arm(mine, lr) + ("-fresh" if mine.grpo_tasks == "fresh" else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     extra.add_argument("--judge-accuracy", type=float, default=1.0)
     extra.add_argument(
         "--vote-mode", choices=("share", "majority"), default="share", help="MajorityVote(mode=...)"
+    )
+    extra.add_argument(
+        "--vote-extract",
+        choices=("last_number", "checked"),
+        default="last_number",
+        help="MajorityVote(extract=...): the final number, or checked_number (calls using the problem's numbers)",
+    )
+    extra.add_argument(
+        "--grpo-tasks",
+        choices=("demonstrated", "fresh"),
+        default="demonstrated",
+        help="GRPO's tasks: the warm start's problems, or as many problems the teacher never answered",
     )
     extra.add_argument("--min-share", type=float, default=0.0, help="MajorityVote(min_share=...)")
     extra.add_argument(
@@ -166,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         algorithm=grpo,
         steps=args.steps,
         eval_every=args.steps,
-        name=_arm(mine, args.lr),
+        name=_arm_name(mine, args.lr),
         **common,
     )
     with contextlib.ExitStack() as stack:
@@ -177,9 +222,16 @@ def main(argv: list[str] | None = None) -> int:
             reward = data.reward
         else:
             reward = tether.MajorityVote(
-                extract=last_number, mode=mine.vote_mode, min_share=mine.min_share, contrast=mine.vote_contrast
+                extract=checked_number if mine.vote_extract == "checked" else last_number,
+                mode=mine.vote_mode,
+                min_share=mine.min_share,
+                contrast=mine.vote_contrast,
             )
-        voted = trainer.fit(tether.wrap(agent, reward=reward), train=train_tasks, preflight=not args.no_preflight)
+        grpo_tasks = train_tasks
+        if mine.grpo_tasks == "fresh":  # problems no demonstration answered, none in the held-out set
+            seen = problems["train"] + problems["test"]
+            grpo_tasks = [p.task() for p in data.fresh(args.n_train, args.seed, seen)]
+        voted = trainer.fit(tether.wrap(agent, reward=reward), train=grpo_tasks, preflight=not args.no_preflight)
     assert voted.checkpoint is not None
     after: dict[str, float] = {}
     for label, temperature in (("greedy", 0.0), ("T=1", 1.0)):
@@ -199,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         warmed = warm.evals[-1][key]
         print(
             f"accuracy ({label}): before {before:.0%}, after the warm start {warmed:.0%}, after {args.steps} "
-            f"GRPO steps ({_arm(mine, args.lr)}) {after[label]:.0%} ({(after[label] - warmed) * 100:+.0f} points)"
+            f"GRPO steps ({_arm_name(mine, args.lr)}) {after[label]:.0%} "
+            f"({(after[label] - warmed) * 100:+.0f} points)"
         )
     if mine.reward == "judge":
         cost = voted.judge_cost
