@@ -10,13 +10,14 @@ choice); open-ended output (a letter, a plan) almost never repeats word for word
 reward is ``1/group_size`` and nothing trains: the batch's metrics say so (``majority/all_different``) and ``fit``
 warns. Skipped groups are counted in ``majority/skipped``.
 
-Agreement beyond chance (``contrast=True``; off by default): a model can agree with itself without reading the task
-at all, by giving one answer to every task; the share of its group giving that answer is then high and the plain
-vote rewards the collapse. So the object keeps the answers of the last ``history`` groups it scored, and an
-answer's reward is its share in its group minus its share among the recent rollouts of *other* tasks (its
-background), floored at 0: a constant answer earns about 0, an answer given consistently to this task alone earns
-its share. The history is this object's, in the trainer's process (group rewards are scored there; concurrent
-groups update it one at a time); its first groups have no history and score the plain share.
+A model can agree with itself without reading the task at all, by giving one answer to every task; the share of
+its group giving that answer is then high and the plain vote rewards the collapse. So the object keeps the answers
+of the last ``history`` groups it scored, and reports in ``majority/common_share`` how many of the recent rollouts
+of *other* tasks gave their single commonest answer (``notes`` warns from one half). With ``contrast=True`` (off by
+default: agreement beyond chance) an answer's reward is its share in its group minus its share among those
+rollouts (its background), floored at 0: a constant answer earns about 0, an answer given consistently to this
+task alone earns its share. The history is this object's, in the trainer's process (group rewards are scored
+there; concurrent groups update it one at a time); its first groups have no history and score the plain share.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class MajorityVote(GroupReward):
     group agreeing) or ``"majority"`` (1 for the most common answer, else 0); ``min_share`` in [0, 1] skips the
     groups whose most common answer has a smaller share (all their rollouts score 0). ``contrast``: subtract
     each answer's share among the recent rollouts of other tasks (the last ``history`` groups), floored at 0, so
-    that one answer given to every task earns nothing; False (the default): the plain vote."""
+    that one answer given to every task earns nothing; False (the default): the plain vote, which still watches
+    that history for one answer given to every task (``majority/common_share``) and warns."""
 
     name = "majority_vote"
 
@@ -79,7 +81,7 @@ class MajorityVote(GroupReward):
         parts += [f"mode={self.mode!r}"] * (self.mode != "share")
         parts += [f"min_share={self.min_share:g}"] * (self.min_share > 0)
         parts += ["contrast=True"] * self.contrast
-        parts += [f"history={self.history}"] * (self.contrast and self.history != 32)
+        parts += [f"history={self.history}"] * (self.history != 32)
         return f"MajorityVote({', '.join(parts)})"
 
     async def score_group(self, group: Group) -> Verdict:
@@ -90,7 +92,7 @@ class MajorityVote(GroupReward):
         skipped = n > 0 and top / n < self.min_share
         # (no await from here on: concurrent groups read and update the history one at a time)
         key = _task_key(group.task)
-        background, others = self._background(key) if self.contrast else (Counter[Hashable](), 0)
+        background, others = self._background(key)
         scores = []
         chance = 0.0
         for answer in answers:
@@ -106,7 +108,7 @@ class MajorityVote(GroupReward):
             else:
                 value = agree / n
             details: dict[str, Any] = {"majority.answer": shown}
-            if others:
+            if self.contrast and others:
                 base = background[answer] / others
                 chance += base
                 details["majority.background"] = base
@@ -115,7 +117,7 @@ class MajorityVote(GroupReward):
             if skipped:
                 value, reason = 0.0, f"{reason}; no answer reaches min_share {self.min_share:g}: group skipped"
             scores.append(Score(value, reason, details))
-        if self.contrast and n:
+        if n:
             self._recent.append((key, counts, n))
         voted = n - answers.count(None)
         metrics = {
@@ -125,10 +127,11 @@ class MajorityVote(GroupReward):
             f"majority/agreement{MEAN_SUFFIX}": top / n if n else 0.0,
             "majority/skipped": float(skipped and n > 1),  # groups below min_share: no advantage
         }
-        if self.contrast:
+        if others:
             # the share of recent other tasks' rollouts giving their commonest answer: near 1, one answer for all
-            common = max(background.values(), default=0) / others if others else 0.0
+            common = max(background.values(), default=0) / others
             metrics[f"majority/common_share{MEAN_SUFFIX}"] = common
+        if self.contrast:
             # the mean background subtracted from this group's answers (how much of its agreement is chance)
             metrics[f"majority/background{MEAN_SUFFIX}"] = chance / voted if voted else 0.0
         return Verdict(scores, metrics)
@@ -147,10 +150,18 @@ class MajorityVote(GroupReward):
         groups, different = metrics.get("majority/groups", 0.0), metrics.get("majority/all_different", 0.0)
         common = metrics.get("majority/common_share", 0.0)
         if common >= _COMMON_NOTE:
-            return [
+            said = (
                 f"MajorityVote: {common:.0%} of the recent rollouts of other tasks gave one and the same answer "
-                "(majority/common_share): the model answers alike whatever the task. contrast=True scores that "
-                "answer about 0; if it is right for most tasks (a label set of few values), use contrast=False"
+                "(majority/common_share): the model answers alike whatever the task. "
+            )
+            if self.contrast:
+                return [
+                    said + "contrast=True scores that answer about 0; if it is right for most tasks (a label set "
+                    "of few values), use contrast=False"
+                ]
+            return [
+                said + "The plain vote rewards that: unless one answer is right for most tasks (a label set of "
+                "few values), use MajorityVote(contrast=True), which scores an answer given to every task about 0"
             ]
         if groups and different >= groups:
             return [

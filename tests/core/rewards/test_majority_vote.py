@@ -183,6 +183,7 @@ def test_the_repr_names_the_settings_that_differ_from_the_defaults() -> None:
     assert repr(settings) == "MajorityVote(mode='majority', min_share=0.5)"
     assert repr(tether.MajorityVote(contrast=True)) == "MajorityVote(contrast=True)"
     assert repr(tether.MajorityVote(contrast=True, history=4)) == "MajorityVote(contrast=True, history=4)"
+    assert repr(tether.MajorityVote(history=4)) == "MajorityVote(history=4)"
 
 
 class _Steps:
@@ -248,7 +249,8 @@ async def test_an_answer_given_to_every_task_earns_nothing_beyond_chance(contras
             ("q?", "2"): 0.25,
             ("r?", "3"): 0.25,
         }
-        assert "majority/common_share" not in second.group_metrics
+        assert second.group_metrics["majority/common_share"] == pytest.approx(0.75)  # watched, not subtracted
+        assert "majority/background" not in second.group_metrics
 
 
 async def test_a_task_specific_agreeing_answer_keeps_its_share(tmp_path: Path) -> None:
@@ -275,13 +277,17 @@ async def test_the_history_of_other_tasks_is_bounded(history: int, remembered: i
     assert len(reward._recent) == min(history, 4)
 
 
-async def test_one_answer_for_every_task_is_said_in_the_notes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("contrast", [True, False])
+async def test_one_answer_for_every_task_is_said_in_the_notes(contrast: bool, tmp_path: Path) -> None:
     answers = {"p?": ["12"] * 4, "q?": ["12"] * 4, "r?": ["12"] * 4}
     tasks = list(answers)
-    algorithm = await _fit_steps(tether.MajorityVote(contrast=True), answers, tmp_path, tasks, tasks)
+    algorithm = await _fit_steps(tether.MajorityVote(contrast=contrast), answers, tmp_path, tasks, tasks)
     second = algorithm.batches[1]
-    assert _by_answer(second) == {(t, "12"): 0.0 for t in tasks}  # agreement, but no more than for other tasks
+    # agreement, but with the contrast no more than for other tasks; the plain vote pays it in full
+    assert _by_answer(second) == {(t, "12"): 0.0 if contrast else 1.0 for t in tasks}
     assert second.group_metrics["majority/common_share"] == 1.0
     (note,) = [n for n in second.credit.notes if n.startswith("MajorityVote")]
     assert "100% of the recent rollouts of other tasks gave one and the same answer" in note
-    assert "contrast=False" in note
+    # the fix it names: the other setting
+    assert ("use contrast=False" in note) is contrast
+    assert ("use MajorityVote(contrast=True)" in note) is not contrast
