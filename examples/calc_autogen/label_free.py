@@ -16,7 +16,9 @@ by a scripted judge of a chosen accuracy (docs/judge.md).
 
 Run: ``python examples/calc_autogen/label_free.py --steps 40`` (``train.py``'s flags, and ``--reward``,
 ``--judge-accuracy``; for the vote ``--vote-mode``, ``--min-share``, ``--vote-contrast``
-(``contrast=True``); for GRPO ``--kl-coef`` and ``--grpo-temperature``).
+(``contrast=True``), ``--vote-extract checked`` (``checked_number``: only calls using the problem's numbers
+vote); for GRPO ``--kl-coef``, ``--grpo-temperature`` and ``--grpo-tasks fresh`` (problems the teacher never
+answered)).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def last_number(output: Any) -> str | None:
     return f"{float(numbers[-1]):g}" if numbers else None
 
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")  # unsigned: "33-2" uses 33 and 2
 
 
 def checked_number(output: Any) -> str | None:

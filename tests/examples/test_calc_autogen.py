@@ -186,3 +186,52 @@ def test_judge_agreement_scores_a_judges_ranking_against_the_labels() -> None:
         '{"id": "t3", "score": 3}, {"id": "t4", "score": 3}]}'
     )
     assert scaled["parsed"] == 0 and scaled["lenient_parsed"] == 6
+
+
+def test_fresh_problems_are_new_and_deterministic() -> None:
+    seen = data.splits(n_train=300, n_val=0, n_test=50, seed=1)
+    old = seen["train"] + seen["test"]
+    fresh = data.fresh(200, 1, old)
+    assert fresh == data.fresh(200, 1, old) and len(fresh) == 200
+    assert {p.question for p in fresh}.isdisjoint(p.question for p in old)
+    assert len({p.question for p in fresh}) == 200
+
+
+def _run_output(question: str, expressions: list[str], final: str) -> Any:
+    """What the AutoGen adapter returns for a run that asked ``question`` and called the calculator with each of
+    ``expressions`` (real AutoGen messages through the adapter's ``summarize``)."""
+    from autogen_agentchat.base import TaskResult
+    from autogen_agentchat.messages import TextMessage, ToolCallRequestEvent, ToolCallSummaryMessage
+    from autogen_core import FunctionCall
+    from tether_autogen.adapter import summarize
+
+    calls = [
+        FunctionCall(id=str(n), name="calculator", arguments=json.dumps({"expression": e}))
+        for n, e in enumerate(expressions)
+    ]
+    messages: list[Any] = [TextMessage(source="user", content=question)]
+    if calls:
+        messages.append(ToolCallRequestEvent(source="calculator_agent", content=calls))
+    messages.append(ToolCallSummaryMessage(source="calculator_agent", content=final, tool_calls=calls, results=[]))
+    return summarize(TaskResult(messages=messages))
+
+
+@pytest.mark.parametrize(
+    ("expressions", "final", "expected"),
+    [
+        (["33-2"], "31", "31"),  # the problem's numbers, in order: a vote (right or wrong is not its business)
+        (["33+2"], "35", "35"),
+        (["32-2"], "30", None),  # a number the problem never gave: no vote
+        (["2-33"], "-31", None),  # the problem's numbers out of order
+        (["33-2", "33+2"], "35", None),  # more than one call
+        ([], "31", None),  # no call at all
+    ],
+)
+def test_checked_number_votes_only_for_calls_using_the_problems_numbers(
+    expressions: list[str], final: str, expected: str | None
+) -> None:
+    import label_free
+
+    output = _run_output("A shop had 33 balls and sold 2. How many balls remain?", expressions, final)
+    assert label_free.checked_number(output) == expected
+    assert label_free.checked_number("31") is None  # not an agent's output: nothing to check against
