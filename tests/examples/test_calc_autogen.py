@@ -203,6 +203,7 @@ def _run_output(question: str, expressions: list[str], final: str) -> Any:
     from autogen_agentchat.base import TaskResult
     from autogen_agentchat.messages import TextMessage, ToolCallRequestEvent, ToolCallSummaryMessage
     from autogen_core import FunctionCall
+
     from tether_autogen.adapter import summarize
 
     calls = [
