@@ -173,16 +173,31 @@ async def _floor(bursts: int) -> list[float]:
     return per_call
 
 
+def _rounds(bursts: int, rounds: int = 4) -> list[int]:
+    """``bursts`` split into at most ``rounds`` rounds, none empty (the paths alternate round by round)."""
+    rounds = min(rounds, bursts)
+    return [bursts // rounds + (k < bursts % rounds) for k in range(rounds)]
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give at least 1 burst")
+    return number
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bursts", type=int, default=1000, help="bursts of 32 calls per path (default 1000)")
+    parser.add_argument(
+        "--bursts", type=_positive, default=1000, help="bursts of 32 calls per path, at least 1 (default 1000)"
+    )
     args = parser.parse_args()
     tether, record, floor = [], [], []
-    for _ in range(4):  # alternate, so that machine noise hits both alike
-        calls, spans = asyncio.run(_tether(args.bursts // 4))
+    for bursts in _rounds(args.bursts):  # alternate, so that machine noise hits both alike
+        calls, spans = asyncio.run(_tether(bursts))
         tether += calls
         record += spans
-        floor += asyncio.run(_floor(args.bursts // 4))
+        floor += asyncio.run(_floor(bursts))
     median = statistics.median
     load = os.getloadavg()
     print(f"the proxy's Python per call, no sockets: {args.bursts} bursts of {CLIENTS} per path")
