@@ -6,20 +6,25 @@ import asyncio
 import json
 import random
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import aiohttp
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "calc_autogen"))
-
-import data  # noqa: E402
+from example_modules import example_modules
 
 
-def test_splits_are_deterministic_and_disjoint() -> None:
+@pytest.fixture(scope="module")
+def calc() -> Iterator[dict[str, ModuleType]]:
+    """The example's modules, imported from its folder as its scripts do (``import data``)."""
+    with example_modules("calc_autogen", "data", "agent", "label_free", "judge_agreement") as modules:
+        yield modules
+
+
+def test_splits_are_deterministic_and_disjoint(calc: dict[str, ModuleType]) -> None:
+    data = calc["data"]
     a, b = (
         data.splits(n_train=200, n_val=20, n_test=50, seed=3),
         data.splits(n_train=200, n_val=20, n_test=50, seed=3),
@@ -31,7 +36,8 @@ def test_splits_are_deterministic_and_disjoint() -> None:
     assert all(float(p.answer).is_integer() for p in a["train"])  # divisions are exact
 
 
-def test_demonstrations_choose_the_right_operation_at_the_given_rate() -> None:
+def test_demonstrations_choose_the_right_operation_at_the_given_rate(calc: dict[str, ModuleType]) -> None:
+    data = calc["data"]
     problems = data.splits(n_train=2000, n_val=0, n_test=0)["train"]
     rng = random.Random(0)
     right = sum(data.demonstration_expression(p, rng, 0.4) == p.expression for p in problems)
@@ -51,12 +57,13 @@ def test_demonstrations_choose_the_right_operation_at_the_given_rate() -> None:
         ({"text": "84"}, 1.0),
     ],
 )
-def test_reward_reads_the_last_number(output: object, expected: float) -> None:
+def test_reward_reads_the_last_number(calc: dict[str, ModuleType], output: object, expected: float) -> None:
+    data = calc["data"]
     assert data.reward({"answer": 84}, output) == expected
 
 
-def test_calculator_tool() -> None:
-    from agent import calculator
+def test_calculator_tool(calc: dict[str, ModuleType]) -> None:
+    calculator = calc["agent"].calculator
 
     assert calculator("12*7") == "84" and calculator("7/2") == "3.5" and calculator("(3+4)-10") == "-3"
     with pytest.raises(ValueError, match="unsupported expression"):
@@ -149,10 +156,8 @@ async def _dashboard_rollouts(runs: Path, name: str) -> tuple[int, dict[str, int
     return everything["total"], modes
 
 
-def _judge_agreement(score: Any, groups: int = 6) -> dict[str, Any]:
+def _judge_agreement(judge_agreement: ModuleType, score: Any, groups: int = 6) -> dict[str, Any]:
     """``judge_agreement.measure`` against a scripted judge on the fake LLM."""
-    import judge_agreement
-
     from tether.testing.fake_llm import FakeLLM, text
     from tether.testing.judge import judge_handler
 
@@ -164,31 +169,34 @@ def _judge_agreement(score: Any, groups: int = 6) -> dict[str, Any]:
     return asyncio.run(run())
 
 
-def test_judge_agreement_scores_a_judges_ranking_against_the_labels() -> None:
+def test_judge_agreement_scores_a_judges_ranking_against_the_labels(calc: dict[str, ModuleType]) -> None:
+    data, measured = calc["data"], calc["judge_agreement"]
     answers = {p.question: p.answer for p in data.splits(seed=0)["test"]}
 
     def right(task: str, attempt: str) -> float:
         (answer,) = [a for q, a in answers.items() if q in task]
         return data.reward({"answer": answer}, attempt)
 
-    perfect = _judge_agreement(right)
+    perfect = _judge_agreement(measured, right)
     assert perfect["parsed"] == 6 and perfect["parse_failures"] == 0
     assert perfect["pairwise_agreement"] == 1.0 and perfect["top_pick_right"] == 1.0
     assert perfect["lenient_pairwise_agreement"] == 1.0
-    inverted = _judge_agreement(lambda task, attempt: 1.0 - right(task, attempt))
+    inverted = _judge_agreement(measured, lambda task, attempt: 1.0 - right(task, attempt))
     assert inverted["pairwise_agreement"] == 0.0 and inverted["top_pick_right"] == 0.0
-    flat = _judge_agreement(lambda task, attempt: 0.5)
+    flat = _judge_agreement(measured, lambda task, attempt: 0.5)
     assert flat["pairwise_agreement"] == 0.5  # ties count half
     # a reply that is not scores fails its group; read leniently, numbers outside [0, 1] still rank
-    assert _judge_agreement("no idea")["parse_failures"] == 6
+    assert _judge_agreement(measured, "no idea")["parse_failures"] == 6
     scaled = _judge_agreement(
+        measured,
         '{"scores": [{"id": "t1", "score": 7}, {"id": "t2", "score": 3}, '
-        '{"id": "t3", "score": 3}, {"id": "t4", "score": 3}]}'
+        '{"id": "t3", "score": 3}, {"id": "t4", "score": 3}]}',
     )
     assert scaled["parsed"] == 0 and scaled["lenient_parsed"] == 6
 
 
-def test_fresh_problems_are_new_and_deterministic() -> None:
+def test_fresh_problems_are_new_and_deterministic(calc: dict[str, ModuleType]) -> None:
+    data = calc["data"]
     seen = data.splits(n_train=300, n_val=0, n_test=50, seed=1)
     old = seen["train"] + seen["test"]
     fresh = data.fresh(200, 1, old)
@@ -229,10 +237,9 @@ def _run_output(question: str, expressions: list[str], final: str) -> Any:
     ],
 )
 def test_checked_number_votes_only_for_calls_using_the_problems_numbers(
-    expressions: list[str], final: str, expected: str | None
+    calc: dict[str, ModuleType], expressions: list[str], final: str, expected: str | None
 ) -> None:
-    import label_free
-
+    label_free = calc["label_free"]
     output = _run_output("A shop had 33 balls and sold 2. How many balls remain?", expressions, final)
     assert label_free.checked_number(output) == expected
     assert label_free.checked_number("31") is None  # not an agent's output: nothing to check against

@@ -8,17 +8,13 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from example_modules import example_modules
 
 from tether.models import smollm2
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "calc_autogen"))
-
-import data  # noqa: E402
 
 _LACKING = smollm2.missing() + [m for m in ("autogen_agentchat", "peft") if importlib.util.find_spec(m) is None]
 if _LACKING:
@@ -29,6 +25,11 @@ if _LACKING:
 
 
 def test_demonstrations_can_be_wrong_by_operation() -> None:
+    with example_modules("calc_autogen", "data") as modules:
+        _check_demonstrations(modules["data"])
+
+
+def _check_demonstrations(data: ModuleType) -> None:
     rates = data.demo_accuracy("+=0.9,-=0.3,*=0.9,/=0.3")
     assert rates == {"+": 0.9, "-": 0.3, "*": 0.9, "/": 0.3} and data.demo_accuracy("0.4") == 0.4
     with pytest.raises(ValueError, match="a rate for each"):

@@ -3,38 +3,27 @@ running through tether against the fake LLM, with each calculator result's rewar
 
 from __future__ import annotations
 
-import importlib
 import json
 import random
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from example_modules import example_modules
 
 import tether
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, text, tool_call
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chain_calc"
 
 
 @pytest.fixture(scope="module")
 def chain() -> Iterator[dict[str, ModuleType]]:
     """The example's modules, imported from its folder as its scripts do, then taken out of ``sys.modules``
     again so that other examples' ``data`` / ``agent`` / ``train`` modules are not confused with them."""
-    names = ("data", "agent", "train", "compare")
-    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        yield {name: importlib.import_module(name) for name in names}
-    finally:
-        sys.path.remove(str(EXAMPLE))
-        for name in names:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
+    with example_modules("chain_calc", "data", "agent", "train", "compare") as modules:
+        yield modules
 
 
 def test_problems_chain_two_or_three_steps_and_splits_are_disjoint(chain: dict[str, ModuleType]) -> None:

@@ -3,39 +3,28 @@ function running through tether (multi-turn tool loop, prompt taken from resourc
 
 from __future__ import annotations
 
-import importlib
 import json
 import random
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from example_modules import example_modules
 
 import tether
 from tether.models.remote import RemoteBackend
 from tether.testing.fake_llm import FakeLLM, text, tool_call
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "room_openai"
 
 
 @pytest.fixture(scope="module")
 def room() -> Iterator[dict[str, ModuleType]]:
     """The example's modules, imported from its folder as its scripts do (``import data``), then taken out of
     ``sys.modules`` again so that other examples' ``data`` / ``agent`` modules are not confused with them."""
-    names = ("offices", "data", "agent", "train")
-    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        yield {name: importlib.import_module(name) for name in names}
-    finally:
-        sys.path.remove(str(EXAMPLE))
-        for name in names:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
+    with example_modules("room_openai", "offices", "data", "agent", "train") as modules:
+        yield modules
 
 
 def test_splits_are_fixed_disjoint_and_answerable(room: dict[str, ModuleType]) -> None:
