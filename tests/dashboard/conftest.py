@@ -36,10 +36,6 @@ from tether.testing.fake_llm import FakeLLM, text, tool_call
 from tether.training.engine.session import as_task
 from tether.types import AttemptStatus, Mode, RolloutSpec
 
-playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="the dashboard tests need playwright (tox -e dashboard)"
-)
-
 CHROMIUM = os.environ.get("TETHER_CHROMIUM", "/usr/bin/chromium")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "room_openai"
 BETTER_HINT = " Needs: slides mean projector, sketching whiteboard, remote calls video."
@@ -245,8 +241,13 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+# per module, not per session: sync Playwright keeps an event loop running in this thread while it is open, and
+# the async tests of a later folder in the same session (tests/core/dashboard) could not start theirs
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    playwright_api = pytest.importorskip(
+        "playwright.sync_api", reason="the dashboard tests need playwright (tox -e dashboard)"
+    )
     if not Path(CHROMIUM).is_file():
         pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install -y chromium (as root), or set TETHER_CHROMIUM")
     with playwright_api.sync_playwright() as p:

@@ -22,7 +22,9 @@ from conftest import BETTER_HINT, BIG, Served
 from tether.dashboard.sources import Sources
 from tether.training.run.run_dir import RunDir
 
-expect = pytest.importorskip("playwright.sync_api").expect
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="the dashboard tests need playwright (tox -e dashboard)"
+).expect
 
 
 TETHER = [sys.executable, "-c", "from tether.cli import main; main()"]
