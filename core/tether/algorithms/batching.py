@@ -119,7 +119,7 @@ def token_logprobs(
         trained = torch.nonzero(mask.sum(0) > 0)
         first = int(trained[0, 0]) if len(trained) else width - 1
     kwargs = {"logits_to_keep": width + 1 - first} if first > 0 else {}
-    shared = _shared_prefix(ids, first) if share_prefix and not _checkpointing(model) else 0
+    shared = _shared_prefix(ids, first) if shares_prefix(model, share_prefix) else 0
     if shared:
         from transformers import DynamicCache
 
@@ -147,6 +147,13 @@ def _shared_prefix(ids: torch.Tensor, first: int) -> int:
     differs = torch.nonzero(~(ids[:, :first] == ids[:1, :first]).all(0))
     n = int(differs[0, 0]) if len(differs) else first
     return n if n >= MIN_SHARED else 0
+
+
+def shares_prefix(model: torch.nn.Module, share_prefix: bool) -> bool:
+    """Whether ``token_logprobs(model, ..., share_prefix=share_prefix)`` computes a micro-batch's common prompt
+    prefix once: asked for, and activation checkpointing off on ``model``, whoever turned it on. What an update
+    lays its micro-batches out for and counts in ``tokens_shared``."""
+    return share_prefix and not _checkpointing(model)
 
 
 def _checkpointing(model: torch.nn.Module) -> bool:

@@ -239,8 +239,9 @@ class SFT(Algorithm):
             group["lr"] = self.lr * self._lr_scale
         total = sum(min(len(t.response_token_ids), context - 1) for t in batch)
         sequences = packing.pack_calls(batch, context, merge=self.pack)
-        parts = batching.micro_batches(sequences, self.micro_batch, self.micro_batch_tokens, self.share_prefix)
-        shared = prefix.shared_tokens([[sequences[i] for i in part] for part in parts]) if self.share_prefix else 0
+        sharing = batching.shares_prefix(model, self.share_prefix)  # not under checkpointing turned on elsewhere
+        parts = batching.micro_batches(sequences, self.micro_batch, self.micro_batch_tokens, sharing)
+        shared = prefix.shared_tokens([[sequences[i] for i in part] for part in parts]) if sharing else 0
         device = next(model.parameters()).device
         model.train()
         optimizer.zero_grad(set_to_none=True)
@@ -248,7 +249,7 @@ class SFT(Algorithm):
         for indices in parts:
             ids, mask, _, _, _ = batching.assemble([sequences[i] for i in indices], batch, pad_token_id)
             ids, mask = ids.to(device), mask.to(device)
-            logprobs = batching.token_logprobs(model, ids, 1.0, mask, share_prefix=self.share_prefix)
+            logprobs = batching.token_logprobs(model, ids, 1.0, mask, share_prefix=sharing)
             loss = -(logprobs * mask).sum() / max(total, 1)
             loss.backward()
             loss_sum += float(loss.detach())

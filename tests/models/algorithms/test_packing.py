@@ -270,12 +270,21 @@ def test_sft_packs_a_multi_turn_demonstration_rendered_by_the_template(
         model = copy.deepcopy(nano.model)
         metrics = SFT(lr=1e-9, pack=pack, share_prefix=pack).update(model, rows, pad_token_id=backend.pad_token_id)
         results.append((metrics, [p.grad.clone() for p in model.parameters() if p.grad is not None]))
-    (packed, packed_grads), (per_call, per_call_grads) = results
+    # the user's own activation checkpointing on the model: nothing can be shared, and nothing is counted so
+    model = copy.deepcopy(nano.model)
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    metrics = SFT(lr=1e-9, pack=True, share_prefix=True).update(model, rows, pad_token_id=backend.pad_token_id)
+    results.append((metrics, [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (packed, packed_grads), (per_call, per_call_grads), (checkpointed, checkpointed_grads) = results
     assert packed["sequences"] == 4 and per_call["sequences"] == 8 and packed["tokens_saved"] > 0
     assert packed["tokens_shared"] > 0 and per_call["tokens_shared"] == 0  # (the system prompt and the tool)
-    assert abs(packed["loss"] - per_call["loss"]) < 1e-5
-    for a, b in zip(packed_grads, per_call_grads, strict=True):
-        assert torch.allclose(a, b, atol=1e-5, rtol=0)
+    assert checkpointed["sequences"] == 4 and checkpointed["tokens_shared"] == 0
+    assert checkpointed["tokens_computed"] == packed["tokens_computed"] + packed["tokens_shared"]
+    for metrics, grads in ((packed, packed_grads), (checkpointed, checkpointed_grads)):
+        assert abs(metrics["loss"] - per_call["loss"]) < 1e-5
+        for a, b in zip(grads, per_call_grads, strict=True):
+            assert torch.allclose(a, b, atol=1e-5, rtol=0)
 
 
 def test_a_fit_step_reports_its_packing_in_the_metrics(warm_start: Path, tmp_path: Path) -> None:

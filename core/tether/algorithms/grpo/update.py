@@ -244,7 +244,8 @@ class GRPO(grpo_loop.PolicyUpdate):
         optimizer = self.optimizer_for(model, policy)
         total_tokens = sum(min(len(t.response_token_ids), context_length - 1) for t in batch)
         sequences = packing.pack_calls(batch, context_length, merge=self.pack)
-        parts = batching.micro_batches(sequences, self.micro_batch, self.micro_batch_tokens, self._sharing)
+        sharing = batching.shares_prefix(model, self.share_prefix)  # (after checkpointing is turned on)
+        parts = batching.micro_batches(sequences, self.micro_batch, self.micro_batch_tokens, sharing)
         on_policy = [weights_version is None or t.weights_version in (None, weights_version) for t in batch]
         drift = Drift(self.drift_threshold)
         refused: dict[int, int] = {}  # batch index -> response tokens, of calls refused for their drift
@@ -298,7 +299,7 @@ class GRPO(grpo_loop.PolicyUpdate):
                 batch,
                 context_length,
                 total_tokens - sum(refused.values()),
-                self._shared(sequences, parts),
+                prefix.shared_tokens([[sequences[i] for i in part] for part in parts]) if sharing else 0,
             ),
             **drift.metrics(),
         )
@@ -318,17 +319,6 @@ class GRPO(grpo_loop.PolicyUpdate):
         logprob minus ``old``)."""
         del ids, mask, old
         return adv
-
-    @property
-    def _sharing(self) -> bool:
-        """Whether micro-batches compute their common prompt prefix once (not with activation checkpointing)."""
-        return self.share_prefix and not self.gradient_checkpointing
-
-    def _shared(self, sequences: Sequence[PackedSequence], parts: Sequence[Sequence[int]]) -> int:
-        """The tokens the micro-batches' shared prompt prefixes computed once (``tokens_shared``)."""
-        if not self._sharing:
-            return 0
-        return prefix.shared_tokens([[sequences[i] for i in part] for part in parts])
 
     def _stale(self, transition: Transition, current: int | None) -> bool:
         version = transition.weights_version
