@@ -79,24 +79,18 @@ def _problem(rng: random.Random) -> Problem:
 def splits(n_train: int = 400, n_val: int = 64, n_test: int = 100, seed: int = 0) -> dict[str, list[Problem]]:
     """Train / val / test problems from fixed seeds; no question appears in two splits."""
     seen: set[str] = set()
-    out: dict[str, list[Problem]] = {}
-    for offset, (name, size) in enumerate((("train", n_train), ("val", n_val), ("test", n_test))):
-        rng = random.Random(f"{seed}:{offset}")
-        problems: list[Problem] = []
-        while len(problems) < size:
-            problem = _problem(rng)
-            if problem.question not in seen:
-                seen.add(problem.question)
-                problems.append(problem)
-        out[name] = problems
-    return out
+    sizes = (("train", n_train), ("val", n_val), ("test", n_test))
+    return {name: _new(random.Random(f"{seed}:{offset}"), size, seen) for offset, (name, size) in enumerate(sizes)}
 
 
 def fresh(n: int, seed: int, exclude: list[Problem]) -> list[Problem]:
     """``n`` more problems, none of whose questions is among ``exclude``: tasks with no demonstration (a
     label-free stage trains on problems the teacher never answered)."""
-    seen = {p.question for p in exclude}
-    rng = random.Random(f"{seed}:fresh")
+    return _new(random.Random(f"{seed}:fresh"), n, {p.question for p in exclude})
+
+
+def _new(rng: random.Random, n: int, seen: set[str]) -> list[Problem]:
+    """``n`` problems from ``rng`` whose questions are not in ``seen`` (which gains them)."""
     problems: list[Problem] = []
     while len(problems) < n:
         problem = _problem(rng)

@@ -133,6 +133,7 @@ def _arm(mine: argparse.Namespace, lr: float) -> str:
     """The GRPO run's folder name under --run-dir: the reward and its settings (arms can share a warm start)."""
     kl = f"-kl{mine.kl_coef:g}" if mine.kl_coef else ""
     kl += f"-lr{lr:g}" if lr != train.DEFAULT_LR else ""
+    kl += "-fresh" if mine.grpo_tasks == "fresh" else ""
     kl += f"-t{mine.grpo_temperature:g}" if mine.grpo_temperature != 1.0 else ""
     if mine.reward == "judge":
         return f"judge-{mine.judge_accuracy:g}{kl}"
@@ -141,10 +142,6 @@ def _arm(mine: argparse.Namespace, lr: float) -> str:
         contrast += "-checked" if mine.vote_extract == "checked" else ""
         return f"vote-{mine.vote_mode}{contrast}" + (f"-min{mine.min_share:g}" if mine.min_share else "") + kl
     return mine.reward + kl
-
-
-def _arm_name(mine: argparse.Namespace, lr: float) -> str:
-    return _arm(mine, lr) + ("-fresh" if mine.grpo_tasks == "fresh" else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         algorithm=grpo,
         steps=args.steps,
         eval_every=args.steps,
-        name=_arm_name(mine, args.lr),
+        name=_arm(mine, args.lr),
         **common,
     )
     with contextlib.ExitStack() as stack:
@@ -253,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         warmed = warm.evals[-1][key]
         print(
             f"accuracy ({label}): before {before:.0%}, after the warm start {warmed:.0%}, after {args.steps} "
-            f"GRPO steps ({_arm_name(mine, args.lr)}) {after[label]:.0%} "
+            f"GRPO steps ({_arm(mine, args.lr)}) {after[label]:.0%} "
             f"({(after[label] - warmed) * 100:+.0f} points)"
         )
     if mine.reward == "judge":

@@ -12,7 +12,6 @@ tether's fake OpenAI-compatible server. The browser is Debian's Chromium (``/usr
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import os
 import random
@@ -36,8 +35,10 @@ from tether.testing.fake_llm import FakeLLM, text, tool_call
 from tether.training.engine.session import as_task
 from tether.types import AttemptStatus, Mode, RolloutSpec
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # tests/examples' helper, shared
+from example_modules import example_modules
+
 CHROMIUM = os.environ.get("TETHER_CHROMIUM", "/usr/bin/chromium")
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "room_openai"
 BETTER_HINT = " Needs: slides mean projector, sketching whiteboard, remote calls video."
 BIG = 100_000  # rollouts in the paging test's store
 
@@ -47,16 +48,8 @@ BIG = 100_000  # rollouts in the paging test's store
 
 @pytest.fixture(scope="session")
 def room() -> Iterator[dict[str, ModuleType]]:
-    names = ("offices", "data", "agent", "train")
-    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        yield {name: importlib.import_module(name) for name in names}
-    finally:
-        sys.path.remove(str(EXAMPLE))
-        for name in names:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
+    with example_modules("room_openai", "offices", "data", "agent", "train") as modules:
+        yield modules
 
 
 def room_model(data: ModuleType, offices: ModuleType) -> Any:
